@@ -1,0 +1,625 @@
+//! Kafka RecordBatch v2: the unit the log stores, byte for byte as it travels on the wire.
+//!
+//! ```text
+//! offset size field                    in CRC
+//!      0    8 base_offset              no   (stamped by the log)
+//!      8    4 batch_length             no   (bytes after this field)
+//!     12    4 partition_leader_epoch   no   (stamped by the log)
+//!     16    1 magic (= 2)              no
+//!     17    4 crc (CRC-32C of 21..end) no
+//!     21    2 attributes               yes  (bits 0-2 compression, 3 timestamp type,
+//!                                            4 transactional, 5 control)
+//!     23    4 last_offset_delta        yes
+//!     27    8 base_timestamp           yes
+//!     35    8 max_timestamp            yes
+//!     43    8 producer_id              yes
+//!     51    2 producer_epoch           yes
+//!     53    4 base_sequence            yes
+//!     57    4 record_count             yes
+//!     61    . records                  yes
+//! ```
+//! All integers are big-endian. Records inside use zig-zag varints (see [`Record`]).
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::error::BatchError;
+use crate::types::{LeaderEpoch, Offset, Timestamp};
+
+pub const BATCH_HEADER_SIZE: usize = 61;
+/// Bytes before the batch_length field's count starts (base_offset + batch_length).
+pub const LOG_OVERHEAD: usize = 12;
+pub const MAGIC_V2: i8 = 2;
+const CRC_START: usize = 21;
+
+pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
+pub const ATTR_LOG_APPEND_TIME: i16 = 0x08;
+pub const ATTR_TRANSACTIONAL: i16 = 0x10;
+pub const ATTR_CONTROL: i16 = 0x20;
+
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+}
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().unwrap())
+}
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes(b[at..at + 2].try_into().unwrap())
+}
+
+/// A read-only view of a batch header. `bytes` holds at least the header.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchHeader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> BatchHeader<'a> {
+    /// Parses the fixed header. Checks only that enough bytes are present.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, BatchError> {
+        if bytes.len() < BATCH_HEADER_SIZE {
+            return Err(BatchError::Truncated {
+                need: BATCH_HEADER_SIZE,
+                have: bytes.len(),
+            });
+        }
+        Ok(BatchHeader { bytes })
+    }
+
+    pub fn base_offset(&self) -> Offset {
+        Offset(be_i64(self.bytes, 0))
+    }
+    pub fn batch_length(&self) -> i32 {
+        be_i32(self.bytes, 8)
+    }
+    /// Total size of the batch on disk and on the wire, or `None` for a nonsensical length.
+    pub fn total_size(&self) -> Option<usize> {
+        let length = self.batch_length();
+        if length < (BATCH_HEADER_SIZE - LOG_OVERHEAD) as i32 {
+            return None;
+        }
+        Some(length as usize + LOG_OVERHEAD)
+    }
+    pub fn partition_leader_epoch(&self) -> LeaderEpoch {
+        LeaderEpoch(be_i32(self.bytes, 12))
+    }
+    pub fn magic(&self) -> i8 {
+        self.bytes[16] as i8
+    }
+    pub fn crc(&self) -> u32 {
+        be_i32(self.bytes, 17) as u32
+    }
+    pub fn attributes(&self) -> i16 {
+        be_i16(self.bytes, 21)
+    }
+    pub fn compression(&self) -> i16 {
+        self.attributes() & ATTR_COMPRESSION_MASK
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes() & ATTR_CONTROL != 0
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes() & ATTR_TRANSACTIONAL != 0
+    }
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes() & ATTR_LOG_APPEND_TIME != 0
+    }
+    pub fn last_offset_delta(&self) -> i32 {
+        be_i32(self.bytes, 23)
+    }
+    pub fn last_offset(&self) -> Offset {
+        Offset(self.base_offset().0 + self.last_offset_delta() as i64)
+    }
+    pub fn base_timestamp(&self) -> Timestamp {
+        Timestamp(be_i64(self.bytes, 27))
+    }
+    pub fn max_timestamp(&self) -> Timestamp {
+        Timestamp(be_i64(self.bytes, 35))
+    }
+    pub fn producer_id(&self) -> i64 {
+        be_i64(self.bytes, 43)
+    }
+    pub fn producer_epoch(&self) -> i16 {
+        be_i16(self.bytes, 51)
+    }
+    pub fn base_sequence(&self) -> i32 {
+        be_i32(self.bytes, 53)
+    }
+    pub fn record_count(&self) -> i32 {
+        be_i32(self.bytes, 57)
+    }
+}
+
+/// CRC-32C over the part of the batch the CRC covers.
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[CRC_START..])
+}
+
+/// Checks the parts of a stored batch that a reader relies on: length, magic and CRC.
+/// Used on every batch read back from disk and on every batch recovery scans.
+pub fn verify(batch: &[u8]) -> Result<BatchHeader<'_>, BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    let Some(size) = header.total_size() else {
+        return Err(BatchError::LengthMismatch {
+            length: header.batch_length() as i64 + LOG_OVERHEAD as i64,
+            have: batch.len(),
+        });
+    };
+    if size != batch.len() {
+        return Err(BatchError::LengthMismatch {
+            length: size as i64,
+            have: batch.len(),
+        });
+    }
+    if header.magic() != MAGIC_V2 {
+        return Err(BatchError::BadMagic {
+            magic: header.magic(),
+        });
+    }
+    let computed = compute_crc(batch);
+    if computed != header.crc() {
+        return Err(BatchError::BadCrc {
+            stored: header.crc(),
+            computed,
+        });
+    }
+    Ok(header)
+}
+
+/// Full validation of a batch arriving from a producer, before the log assigns offsets.
+/// `max_message_bytes` is the topic's `max.message.bytes`.
+pub fn validate_for_append(batch: &[u8], max_message_bytes: u32) -> Result<(), BatchError> {
+    if batch.len() > max_message_bytes as usize {
+        return Err(BatchError::TooLarge {
+            size: batch.len(),
+            max: max_message_bytes,
+        });
+    }
+    let header = verify(batch)?;
+    let count = header.record_count();
+    let delta = header.last_offset_delta();
+    if count <= 0 || delta != count - 1 {
+        return Err(BatchError::BadRecordCount {
+            record_count: count,
+            last_offset_delta: delta,
+        });
+    }
+    // Uncompressed records can be checked one by one; compressed ones are stored as sent
+    // and checked by the consumer that decompresses them.
+    if header.compression() == 0 {
+        let mut seen = 0;
+        for record in Records::new(batch) {
+            let record = record?;
+            if record.offset_delta != seen {
+                return Err(BatchError::BadRecord {
+                    index: seen,
+                    reason: "offset delta out of sequence",
+                });
+            }
+            seen += 1;
+        }
+        if seen != count {
+            return Err(BatchError::BadRecordCount {
+                record_count: count,
+                last_offset_delta: seen - 1,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Stamps the fields outside the CRC that the log owns.
+pub fn stamp(batch: &mut [u8], base_offset: Offset, leader_epoch: LeaderEpoch) {
+    batch[0..8].copy_from_slice(&base_offset.0.to_be_bytes());
+    batch[12..16].copy_from_slice(&leader_epoch.0.to_be_bytes());
+}
+
+/// Rewrites a batch for a `LogAppendTime` topic: sets the timestamp type and the max timestamp,
+/// then recomputes the CRC (both fields are inside it).
+pub fn stamp_log_append_time(batch: &mut [u8], now: Timestamp) {
+    let attributes = be_i16(batch, 21) | ATTR_LOG_APPEND_TIME;
+    batch[21..23].copy_from_slice(&attributes.to_be_bytes());
+    batch[35..43].copy_from_slice(&now.0.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// One record inside an uncompressed batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub attributes: i8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: Vec<(&'a [u8], Option<&'a [u8]>)>,
+    /// The record's bytes including its length prefix, for copying it unchanged.
+    pub raw: &'a [u8],
+}
+
+/// Iterates the records of an uncompressed batch. Stops at the first malformed record.
+pub struct Records<'a> {
+    data: &'a [u8],
+    at: usize,
+    index: i32,
+    count: i32,
+    failed: bool,
+}
+
+impl<'a> Records<'a> {
+    pub fn new(batch: &'a [u8]) -> Records<'a> {
+        let count = if batch.len() >= BATCH_HEADER_SIZE {
+            be_i32(batch, 57)
+        } else {
+            0
+        };
+        Records {
+            data: batch,
+            at: BATCH_HEADER_SIZE,
+            index: 0,
+            count,
+            failed: false,
+        }
+    }
+
+    fn parse_one(&mut self) -> Result<Record<'a>, &'static str> {
+        let start = self.at;
+        let length = read_varint(self.data, &mut self.at)?;
+        if length < 0 {
+            return Err("negative record length");
+        }
+        let body_start = self.at;
+        let end = body_start
+            .checked_add(length as usize)
+            .filter(|&end| end <= self.data.len())
+            .ok_or("record length runs past the batch")?;
+        let body = &self.data[..end];
+        let mut at = body_start;
+        if at >= end {
+            return Err("record has no attributes");
+        }
+        let attributes = body[at] as i8;
+        at += 1;
+        let timestamp_delta = read_varlong(body, &mut at)?;
+        let offset_delta = read_varint(body, &mut at)?;
+        let key = read_bytes(body, &mut at)?;
+        let value = read_bytes(body, &mut at)?;
+        let header_count = read_varint(body, &mut at)?;
+        if header_count < 0 || header_count as usize > end - at {
+            return Err("bad header count");
+        }
+        let mut headers = Vec::with_capacity(header_count as usize);
+        for _ in 0..header_count {
+            let Some(hkey) = read_bytes(body, &mut at)? else {
+                return Err("null header key");
+            };
+            let hvalue = read_bytes(body, &mut at)?;
+            headers.push((hkey, hvalue));
+        }
+        if at != end {
+            return Err("record length disagrees with its fields");
+        }
+        self.at = end;
+        Ok(Record {
+            attributes,
+            timestamp_delta,
+            offset_delta,
+            key,
+            value,
+            headers,
+            raw: &self.data[start..end],
+        })
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<Record<'a>, BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.index >= self.count {
+            if !self.failed && self.index == self.count && self.at != self.data.len() {
+                self.failed = true;
+                return Some(Err(BatchError::BadRecord {
+                    index: self.index,
+                    reason: "bytes left after the last record",
+                }));
+            }
+            return None;
+        }
+        match self.parse_one() {
+            Ok(record) => {
+                self.index += 1;
+                Some(Ok(record))
+            }
+            Err(reason) => {
+                self.failed = true;
+                Some(Err(BatchError::BadRecord {
+                    index: self.index,
+                    reason,
+                }))
+            }
+        }
+    }
+}
+
+fn read_varlong(b: &[u8], at: &mut usize) -> Result<i64, &'static str> {
+    let mut value: u64 = 0;
+    let mut shift = 0;
+    loop {
+        let byte = *b.get(*at).ok_or("varint runs past the end")?;
+        *at += 1;
+        value |= ((byte & 0x7f) as u64) << shift;
+        if byte & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err("varint too long");
+        }
+    }
+    Ok(((value >> 1) as i64) ^ -((value & 1) as i64))
+}
+
+fn read_varint(b: &[u8], at: &mut usize) -> Result<i32, &'static str> {
+    let v = read_varlong(b, at)?;
+    i32::try_from(v).map_err(|_| "varint out of range")
+}
+
+fn read_bytes<'a>(b: &'a [u8], at: &mut usize) -> Result<Option<&'a [u8]>, &'static str> {
+    let len = read_varint(b, at)?;
+    if len < 0 {
+        return Ok(None);
+    }
+    let end = at
+        .checked_add(len as usize)
+        .filter(|&end| end <= b.len())
+        .ok_or("field runs past the record")?;
+    let slice = &b[*at..end];
+    *at = end;
+    Ok(Some(slice))
+}
+
+pub fn put_varlong(buf: &mut impl BufMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        buf.put_u8((z as u8) | 0x80);
+        z >>= 7;
+    }
+    buf.put_u8(z as u8);
+}
+
+pub fn put_varint(buf: &mut impl BufMut, v: i32) {
+    put_varlong(buf, v as i64)
+}
+
+fn put_nullable(buf: &mut impl BufMut, b: Option<&[u8]>) {
+    match b {
+        None => put_varint(buf, -1),
+        Some(b) => {
+            put_varint(buf, b.len() as i32);
+            buf.put_slice(b);
+        }
+    }
+}
+
+/// A record to put into a batch with [`BatchBuilder`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NewRecord {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    pub timestamp: Timestamp,
+}
+
+/// Builds uncompressed v2 batches: for tests, tools, benchmarks and the broker's own internal
+/// records. Base offset is 0 and the partition leader epoch -1; the log stamps both.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    attributes: i16,
+    records: BytesMut,
+    count: i32,
+    base_timestamp: Option<i64>,
+    max_timestamp: i64,
+}
+
+impl Default for BatchBuilder {
+    fn default() -> Self {
+        BatchBuilder::new()
+    }
+}
+
+impl BatchBuilder {
+    pub fn new() -> BatchBuilder {
+        BatchBuilder {
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            attributes: 0,
+            records: BytesMut::new(),
+            count: 0,
+            base_timestamp: None,
+            max_timestamp: -1,
+        }
+    }
+
+    pub fn producer(mut self, producer_id: i64, producer_epoch: i16, base_sequence: i32) -> Self {
+        self.producer_id = producer_id;
+        self.producer_epoch = producer_epoch;
+        self.base_sequence = base_sequence;
+        self
+    }
+
+    pub fn attributes(mut self, attributes: i16) -> Self {
+        self.attributes = attributes;
+        self
+    }
+
+    pub fn record_count(&self) -> i32 {
+        self.count
+    }
+
+    pub fn push(&mut self, record: &NewRecord) {
+        let base = *self.base_timestamp.get_or_insert(record.timestamp.0);
+        self.max_timestamp = self.max_timestamp.max(record.timestamp.0);
+        let mut body = BytesMut::new();
+        body.put_i8(0);
+        put_varlong(&mut body, record.timestamp.0 - base);
+        put_varint(&mut body, self.count);
+        put_nullable(&mut body, record.key.as_deref());
+        put_nullable(&mut body, record.value.as_deref());
+        put_varint(&mut body, record.headers.len() as i32);
+        for (k, v) in &record.headers {
+            put_nullable(&mut body, Some(k));
+            put_nullable(&mut body, v.as_deref());
+        }
+        put_varint(&mut self.records, body.len() as i32);
+        self.records.put_slice(&body);
+        self.count += 1;
+    }
+
+    /// Appends a record copied unchanged from another batch (compaction keeps offset deltas).
+    pub(crate) fn push_raw(&mut self, raw: &[u8]) {
+        self.records.put_slice(raw);
+        self.count += 1;
+    }
+
+    pub fn build(self) -> Bytes {
+        self.build_with(self.count - 1, None, None)
+    }
+
+    /// Builds with an explicit last offset delta and timestamps; compaction uses it to keep a
+    /// batch's offset range and timestamps when it drops records from the middle.
+    pub(crate) fn build_with(
+        &self,
+        last_offset_delta: i32,
+        base_timestamp: Option<i64>,
+        max_timestamp: Option<i64>,
+    ) -> Bytes {
+        assert!(self.count > 0, "a record batch holds at least one record");
+        let size = BATCH_HEADER_SIZE + self.records.len();
+        let mut b = BytesMut::with_capacity(size);
+        b.put_i64(0);
+        b.put_i32((size - LOG_OVERHEAD) as i32);
+        b.put_i32(-1);
+        b.put_i8(MAGIC_V2);
+        b.put_u32(0);
+        b.put_i16(self.attributes);
+        b.put_i32(last_offset_delta);
+        b.put_i64(base_timestamp.unwrap_or(self.base_timestamp.unwrap_or(-1)));
+        b.put_i64(max_timestamp.unwrap_or(self.max_timestamp));
+        b.put_i64(self.producer_id);
+        b.put_i16(self.producer_epoch);
+        b.put_i32(self.base_sequence);
+        b.put_i32(self.count);
+        b.put_slice(&self.records);
+        let crc = compute_crc(&b);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b.freeze()
+    }
+}
+
+/// Convenience for tests and tools: one batch from (key, value) pairs at one timestamp.
+pub fn simple_batch(records: &[(Option<&[u8]>, Option<&[u8]>)], timestamp: Timestamp) -> Bytes {
+    let mut builder = BatchBuilder::new();
+    for (key, value) in records {
+        builder.push(&NewRecord {
+            key: key.map(|k| k.to_vec()),
+            value: value.map(|v| v.to_vec()),
+            headers: Vec::new(),
+            timestamp,
+        });
+    }
+    builder.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_batch_validates_and_iterates() {
+        let mut b = BatchBuilder::new();
+        for i in 0..5u8 {
+            b.push(&NewRecord {
+                key: Some(vec![i]),
+                value: if i == 3 { None } else { Some(vec![i; 10]) },
+                headers: vec![(b"h".to_vec(), Some(vec![i]))],
+                timestamp: Timestamp(1000 + i as i64),
+            });
+        }
+        let batch = b.build();
+        validate_for_append(&batch, 1 << 20).unwrap();
+        let header = BatchHeader::parse(&batch).unwrap();
+        assert_eq!(header.record_count(), 5);
+        assert_eq!(header.last_offset_delta(), 4);
+        assert_eq!(header.max_timestamp(), Timestamp(1004));
+        let records: Vec<_> = Records::new(&batch).map(|r| r.unwrap()).collect();
+        assert_eq!(records.len(), 5);
+        assert_eq!(records[3].value, None);
+        assert_eq!(records[4].key, Some(&[4u8][..]));
+        assert_eq!(records[2].timestamp_delta, 2);
+        assert_eq!(records[1].headers, vec![(&b"h"[..], Some(&[1u8][..]))]);
+    }
+
+    #[test]
+    fn stamping_keeps_crc_valid() {
+        let mut batch = simple_batch(&[(None, Some(b"v"))], Timestamp(5)).to_vec();
+        stamp(&mut batch, Offset(77), LeaderEpoch(3));
+        let h = verify(&batch).unwrap();
+        assert_eq!(h.base_offset(), Offset(77));
+        assert_eq!(h.partition_leader_epoch(), LeaderEpoch(3));
+        stamp_log_append_time(&mut batch, Timestamp(999));
+        let h = verify(&batch).unwrap();
+        assert!(h.is_log_append_time());
+        assert_eq!(h.max_timestamp(), Timestamp(999));
+    }
+
+    #[test]
+    fn every_single_bit_flip_in_the_crc_range_is_caught() {
+        let batch = simple_batch(&[(Some(b"k"), Some(b"value"))], Timestamp(5)).to_vec();
+        for byte in 17..batch.len() {
+            for bit in 0..8 {
+                let mut b = batch.clone();
+                b[byte] ^= 1 << bit;
+                assert!(verify(&b).is_err(), "flip at {byte}:{bit} not detected");
+            }
+        }
+    }
+
+    #[test]
+    fn lying_lengths_are_rejected() {
+        let batch = simple_batch(&[(None, Some(b"abc"))], Timestamp(1)).to_vec();
+        let mut longer = batch.clone();
+        longer.extend_from_slice(&[0; 4]);
+        assert!(matches!(
+            validate_for_append(&longer, 1 << 20),
+            Err(BatchError::LengthMismatch { .. })
+        ));
+        assert!(matches!(
+            validate_for_append(&batch[..40], 1 << 20),
+            Err(BatchError::Truncated { .. })
+        ));
+        assert!(matches!(
+            validate_for_append(&batch, 10),
+            Err(BatchError::TooLarge { .. })
+        ));
+        let mut magic = batch.clone();
+        magic[16] = 1;
+        assert!(matches!(
+            validate_for_append(&magic, 1 << 20),
+            Err(BatchError::BadMagic { magic: 1 })
+        ));
+    }
+
+    #[test]
+    fn record_count_must_match_records() {
+        let mut batch =
+            simple_batch(&[(None, Some(b"a")), (None, Some(b"b"))], Timestamp(1)).to_vec();
+        batch[57..61].copy_from_slice(&3i32.to_be_bytes());
+        batch[23..27].copy_from_slice(&2i32.to_be_bytes());
+        let crc = compute_crc(&batch);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(validate_for_append(&batch, 1 << 20).is_err());
+    }
+}

@@ -1,0 +1,260 @@
+//! The read path: whole batches from an offset, and ListOffsets lookups.
+//!
+//! Sources, in order: the shard's batch cache, the active segment's batches not yet on the
+//! device, then the segment files (asynchronous io_uring reads; every batch CRC-checked).
+
+use std::ops::Bound;
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use super::Log;
+use crate::batch::{BatchHeader, Records};
+use crate::error::{LogError, Result};
+use crate::segment::reader::{read_batches, ReadBatch};
+use crate::storage::Storage;
+use crate::types::{Offset, Timestamp};
+
+enum Source<F> {
+    Memory(ReadBatch),
+    Disk {
+        file: Rc<F>,
+        segment_base: Offset,
+        position: u64,
+        limit: u64,
+        segment_end: Offset,
+    },
+    End,
+}
+
+impl<S: Storage> Log<S> {
+    /// Reads whole batches starting with the one that holds `from`, stopping before `max_offset`
+    /// (exclusive; the broker passes the high watermark) and before `max_bytes` would be passed.
+    /// The first batch is always returned whole, even when larger than `max_bytes`.
+    pub async fn read(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+    ) -> Result<Vec<ReadBatch>> {
+        self.check_usable()?;
+        let max_offset = {
+            let st = self.state.borrow();
+            if from < st.log_start_offset || from > st.log_end_offset {
+                return Err(LogError::OffsetOutOfRange {
+                    offset: from,
+                    log_start_offset: st.log_start_offset,
+                    log_end_offset: st.log_end_offset,
+                });
+            }
+            max_offset.min(st.log_end_offset)
+        };
+        let mut out: Vec<ReadBatch> = Vec::new();
+        let mut total = 0usize;
+        let mut cur = from;
+        while cur < max_offset {
+            if let Some((base, last, bytes)) = self.cache.get(self.cache_id, cur) {
+                if base >= max_offset || (total > 0 && total + bytes.len() > max_bytes) {
+                    break;
+                }
+                total += bytes.len();
+                out.push(ReadBatch {
+                    base_offset: base,
+                    last_offset: last,
+                    bytes,
+                });
+                cur = last.next();
+                continue;
+            }
+            match self.locate(cur) {
+                Source::End => break,
+                Source::Memory(batch) => {
+                    if batch.base_offset >= max_offset
+                        || (total > 0 && total + batch.bytes.len() > max_bytes)
+                    {
+                        break;
+                    }
+                    total += batch.bytes.len();
+                    cur = batch.last_offset.next();
+                    out.push(batch);
+                }
+                Source::Disk {
+                    file,
+                    segment_base,
+                    position,
+                    limit,
+                    segment_end,
+                } => {
+                    let batches = read_batches(
+                        &*file,
+                        segment_base,
+                        position,
+                        limit,
+                        cur,
+                        max_offset,
+                        max_bytes,
+                        total,
+                    )
+                    .await?;
+                    if batches.is_empty() {
+                        if total > 0 || segment_end <= cur {
+                            break;
+                        }
+                        // Nothing left in this segment at or after `cur` (compaction removed it).
+                        cur = segment_end;
+                        continue;
+                    }
+                    for batch in batches {
+                        total += batch.bytes.len();
+                        cur = batch.last_offset.next();
+                        // Cache a copy, so the entry does not pin the whole read buffer.
+                        self.cache.insert(
+                            self.cache_id,
+                            batch.base_offset,
+                            batch.last_offset,
+                            Bytes::copy_from_slice(&batch.bytes),
+                        );
+                        out.push(batch);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Where the batch holding `offset` (or the first one after it) is.
+    fn locate(&self, offset: Offset) -> Source<S::File> {
+        let st = self.state.borrow();
+        if offset >= st.log_end_offset {
+            return Source::End;
+        }
+        if offset >= st.written_end {
+            let appender = st
+                .active()
+                .appender
+                .as_ref()
+                .expect("active segment has an appender");
+            return match appender.find(offset) {
+                Some(b) => Source::Memory(ReadBatch {
+                    base_offset: b.base_offset,
+                    last_offset: b.last_offset,
+                    bytes: b.bytes.clone(),
+                }),
+                None => Source::End,
+            };
+        }
+        let mut candidate = st.segments.range(..=offset).next_back();
+        if candidate.is_none_or(|(_, s)| offset >= s.next_offset) {
+            let after = candidate
+                .map(|(&b, _)| Bound::Excluded(b))
+                .unwrap_or(Bound::Unbounded);
+            candidate = st.segments.range((after, Bound::Unbounded)).next();
+        }
+        let Some((_, seg)) = candidate else {
+            return Source::End;
+        };
+        let position = if offset > seg.base_offset {
+            seg.offset_index.lookup(seg.relative(offset)).1 as u64
+        } else {
+            0
+        };
+        let limit = match &seg.appender {
+            Some(appender) => appender.written,
+            None => seg.size,
+        };
+        Source::Disk {
+            file: seg.file.clone(),
+            segment_base: seg.base_offset,
+            position,
+            limit,
+            segment_end: seg.next_offset,
+        }
+    }
+
+    /// ListOffsets by timestamp: the first offset whose record timestamp is at or after
+    /// `target`, with that timestamp; `None` when every record is older.
+    pub async fn offset_for_timestamp(
+        &self,
+        target: Timestamp,
+    ) -> Result<Option<(Offset, Timestamp)>> {
+        self.check_usable()?;
+        let (mut cur, log_start) = {
+            let st = self.state.borrow();
+            let found = st
+                .segments
+                .values()
+                .find(|s| s.max_timestamp >= target)
+                .map(|s| Offset(s.base_offset.0 + s.time_index.lookup(target.0) as i64));
+            match found {
+                Some(o) => (o.max(st.log_start_offset), st.log_start_offset),
+                None => return Ok(None),
+            }
+        };
+        loop {
+            let end = self.log_end_offset();
+            if cur >= end {
+                return Ok(None);
+            }
+            let batches = self.read(cur, 1 << 20, end).await?;
+            if batches.is_empty() {
+                return Ok(None);
+            }
+            for batch in batches {
+                let header = BatchHeader::parse(&batch.bytes)?;
+                if header.max_timestamp() >= target {
+                    if let Some(found) =
+                        record_at_or_after(&header, &batch.bytes, target, log_start.max(cur))
+                    {
+                        return Ok(Some(found));
+                    }
+                }
+                cur = batch.last_offset.next();
+            }
+        }
+    }
+
+    /// ListOffsets MAX_TIMESTAMP (KIP-734): the offset and timestamp of the record with the
+    /// largest timestamp, the earliest such record when several share it.
+    pub async fn max_timestamp_offset(&self) -> Result<Option<(Offset, Timestamp)>> {
+        self.check_usable()?;
+        let best = {
+            let st = self.state.borrow();
+            let mut best: Option<(Timestamp, Offset)> = None;
+            for seg in st.segments.values() {
+                if seg.max_timestamp.0 >= 0 && best.is_none_or(|(t, _)| seg.max_timestamp > t) {
+                    best = Some((seg.max_timestamp, seg.offset_of_max_timestamp));
+                }
+            }
+            best
+        };
+        let Some((ts, _)) = best else {
+            return Ok(None);
+        };
+        // The earliest record carrying the max timestamp.
+        self.offset_for_timestamp(ts).await
+    }
+}
+
+/// Within one batch whose max timestamp is ≥ `target`: the first record at or after `min_offset`
+/// with a timestamp ≥ `target`. Compressed batches are stored as sent, so for them the answer is
+/// the batch's first offset and its max timestamp.
+fn record_at_or_after(
+    header: &BatchHeader<'_>,
+    bytes: &[u8],
+    target: Timestamp,
+    min_offset: Offset,
+) -> Option<(Offset, Timestamp)> {
+    let base = header.base_offset();
+    if header.compression() != 0 || header.is_log_append_time() {
+        return Some((base.max(min_offset), header.max_timestamp()));
+    }
+    for record in Records::new(bytes) {
+        let record = record.ok()?;
+        let offset = Offset(base.0 + record.offset_delta as i64);
+        let ts = Timestamp(header.base_timestamp().0 + record.timestamp_delta);
+        if offset >= min_offset && ts >= target {
+            return Some((offset, ts));
+        }
+    }
+    None
+}

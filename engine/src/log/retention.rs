@@ -1,0 +1,254 @@
+//! Removing data: time and size retention, DeleteRecords, and truncation for replication.
+//!
+//! Retention deletes whole closed segments, oldest first, and is driven by the shard off the
+//! produce path. Files are unlinked after the segment leaves the in-memory view; a reader that
+//! already holds the file keeps a valid descriptor until it is done.
+
+use super::Log;
+use crate::error::{LogError, Result};
+use crate::segment::reader::scan_segment;
+use crate::segment::{self, Segment};
+use crate::storage::{Storage, StorageFile};
+use crate::types::Offset;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub segments_deleted: usize,
+    pub bytes_deleted: u64,
+    pub log_start_offset: Offset,
+}
+
+impl<S: Storage> Log<S> {
+    /// Applies `retention.ms`, `retention.bytes` and the log start offset: deletes closed
+    /// segments that are wholly expired, over the size budget, or below the log start.
+    pub async fn enforce_retention(&self) -> Result<RetentionOutcome> {
+        self.check_usable()?;
+        let _io = self.io.lock().await;
+        self.check_usable()?;
+        let config = self.config();
+        let now = self.clock.now_ms();
+        // An expired active segment is rolled so that it can go too, as Kafka does.
+        let roll_active = {
+            let st = self.state.borrow();
+            let active = st.active();
+            config.cleanup_delete
+                && config.retention_ms >= 0
+                && !active.is_empty()
+                && active.max_timestamp.0 < now - config.retention_ms
+        };
+        if roll_active {
+            self.roll_locked().await?;
+        }
+        let victims = {
+            let st = self.state.borrow();
+            let mut total: u64 = st.segments.values().map(|s| s.size).sum();
+            let mut victims = Vec::new();
+            let closed = st.segments.len() - 1;
+            for seg in st.segments.values().take(closed) {
+                let below_start = seg.next_offset <= st.log_start_offset;
+                let expired = config.cleanup_delete
+                    && config.retention_ms >= 0
+                    && seg.max_timestamp.0 < now - config.retention_ms;
+                let over_size = config.cleanup_delete
+                    && config.retention_bytes >= 0
+                    && total - seg.size >= config.retention_bytes as u64;
+                if !(below_start || expired || over_size) {
+                    break;
+                }
+                total -= seg.size;
+                victims.push(seg.base_offset);
+            }
+            victims
+        };
+        self.delete_segments_locked(&victims).await
+    }
+
+    /// Removes the given oldest segments and moves the log start past them.
+    async fn delete_segments_locked(&self, victims: &[Offset]) -> Result<RetentionOutcome> {
+        let mut outcome = RetentionOutcome::default();
+        let mut removed: Vec<Segment<S::File>> = Vec::new();
+        let start_moved = {
+            let mut st = self.state.borrow_mut();
+            for base in victims {
+                let seg = st.segments.remove(base).expect("victim exists");
+                assert!(
+                    seg.appender.is_none(),
+                    "retention never deletes the active segment"
+                );
+                removed.push(seg);
+            }
+            let first = *st.segments.keys().next().expect("active segment remains");
+            let old = st.log_start_offset;
+            st.log_start_offset = st.log_start_offset.max(first);
+            outcome.log_start_offset = st.log_start_offset;
+            st.check_invariants();
+            st.log_start_offset != old
+        };
+        if start_moved {
+            self.cache
+                .remove_before(self.cache_id, outcome.log_start_offset);
+        }
+        for seg in removed {
+            outcome.segments_deleted += 1;
+            outcome.bytes_deleted += seg.size;
+            self.remove_segment_files(seg.base_offset).await?;
+            tracing::info!(dir = %self.dir.display(), base_offset = seg.base_offset.0, bytes = seg.size, "deleted segment");
+        }
+        if outcome.segments_deleted > 0 {
+            self.storage
+                .sync_dir(&self.dir)
+                .await
+                .map_err(|e| LogError::io("syncing the log directory", e))?;
+        }
+        Ok(outcome)
+    }
+
+    pub(crate) async fn remove_segment_files(&self, base: Offset) -> Result<()> {
+        for path in [
+            segment::log_path(&self.dir, base),
+            segment::index_path(&self.dir, base),
+            segment::time_index_path(&self.dir, base),
+        ] {
+            if self.storage.exists(&path).await {
+                self.storage
+                    .remove(&path)
+                    .await
+                    .map_err(|e| LogError::io("deleting a segment file", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// DeleteRecords: moves the log start offset to `offset` (at most the log end) and deletes
+    /// the segments wholly below it. Returns the new log start offset (Kafka's low watermark).
+    pub async fn delete_records(&self, offset: Offset) -> Result<Offset> {
+        self.check_usable()?;
+        let _io = self.io.lock().await;
+        self.check_usable()?;
+        let (start, end) = {
+            let st = self.state.borrow();
+            (st.log_start_offset, st.log_end_offset)
+        };
+        if offset > end || offset.0 < 0 {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: start,
+                log_end_offset: end,
+            });
+        }
+        if offset <= start {
+            return Ok(start);
+        }
+        // Durable before it is visible: a crash must not bring deleted records back.
+        self.write_log_start_checkpoint(offset).await?;
+        {
+            let mut st = self.state.borrow_mut();
+            st.log_start_offset = offset;
+            st.check_invariants();
+        }
+        self.cache.remove_before(self.cache_id, offset);
+        let victims: Vec<Offset> = {
+            let st = self.state.borrow();
+            let closed = st.segments.len() - 1;
+            st.segments
+                .values()
+                .take(closed)
+                .take_while(|s| s.next_offset <= offset)
+                .map(|s| s.base_offset)
+                .collect()
+        };
+        self.delete_segments_locked(&victims).await?;
+        Ok(offset)
+    }
+
+    /// Removes every batch at or after `offset` (replication truncation, KIP-101). The log end
+    /// becomes the start of the batch holding `offset` (equal to `offset` at a batch boundary).
+    pub async fn truncate_to(&self, offset: Offset) -> Result<Offset> {
+        self.check_usable()?;
+        let _io = self.io.lock().await;
+        self.check_usable()?;
+        self.flush_locked(false).await?;
+        let (start, end) = {
+            let st = self.state.borrow();
+            (st.log_start_offset, st.log_end_offset)
+        };
+        if offset >= end {
+            return Ok(end);
+        }
+        if offset < start {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: start,
+                log_end_offset: end,
+            });
+        }
+        // Segments wholly at or after the offset go first (newest first, so a crash midway
+        // leaves a log that is a prefix of the old one).
+        let (victims, keep) = {
+            let st = self.state.borrow();
+            let first = *st.segments.keys().next().expect("segments");
+            let victims: Vec<Offset> = st
+                .segments
+                .keys()
+                .rev()
+                .copied()
+                .filter(|&b| b >= offset && b > first)
+                .collect();
+            let keep = *st
+                .segments
+                .range(..=offset)
+                .next_back()
+                .expect("offset ≥ first base")
+                .0;
+            (victims, keep)
+        };
+        for base in &victims {
+            self.state.borrow_mut().segments.remove(base);
+            self.remove_segment_files(*base).await?;
+        }
+        // Find where the kept segment ends after truncation.
+        let (file, position, size) = {
+            let st = self.state.borrow();
+            let seg = &st.segments[&keep];
+            let position = if offset > seg.base_offset {
+                seg.offset_index.lookup(seg.relative(offset)).1 as u64
+            } else {
+                0
+            };
+            (seg.file.clone(), position, seg.size)
+        };
+        let cut = crate::segment::reader::position_of(&*file, keep, position, size, offset).await?;
+        if let Err(e) = file.truncate(cut).await {
+            return Err(self.poison(format!(
+                "truncating segment {keep} for replication failed: {e}"
+            )));
+        }
+        if let Err(e) = file.fdatasync().await {
+            return Err(self.poison(format!("fdatasync after truncation failed: {e}")));
+        }
+        let interval = self.config.borrow().index_interval_bytes;
+        let rescanned = scan_segment(file.clone(), keep, cut, interval)
+            .await
+            .map_err(|e| LogError::io("rescanning a truncated segment", e))?;
+        let new_end = rescanned.segment.next_offset;
+        {
+            let mut st = self.state.borrow_mut();
+            st.segments.insert(keep, rescanned.segment);
+            st.log_end_offset = new_end;
+            st.written_end = new_end;
+            st.synced_end = new_end;
+            st.epochs.retain(|&(_, o)| o < new_end);
+            st.epochs_dirty = true;
+        }
+        self.activate_locked(keep).await?;
+        self.cache.remove_from(self.cache_id, new_end);
+        self.storage
+            .sync_dir(&self.dir)
+            .await
+            .map_err(|e| LogError::io("syncing the log directory", e))?;
+        self.write_epochs_checkpoint().await;
+        self.state.borrow().check_invariants();
+        tracing::info!(dir = %self.dir.display(), requested = offset.0, log_end_offset = new_end.0, "log truncated");
+        Ok(new_end)
+    }
+}

@@ -1,0 +1,164 @@
+//! Production storage: O_DIRECT files through glommio's io_uring reactor.
+//!
+//! Must be used from inside a glommio executor. Directory listing and creation use blocking
+//! calls; they happen only when a log is opened or a partition is created, never per request.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
+
+use super::{IoBuf, Storage, StorageFile, ALIGN};
+
+#[derive(Clone, Debug, Default)]
+pub struct DmaStorage;
+
+impl DmaStorage {
+    pub fn new() -> DmaStorage {
+        DmaStorage
+    }
+}
+
+pub struct DmaIoBuf(DmaBuffer);
+
+impl IoBuf for DmaIoBuf {
+    fn as_slice(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.0.as_bytes_mut()
+    }
+}
+
+pub struct DmaStorageFile {
+    file: DmaFile,
+}
+
+impl StorageFile for DmaStorageFile {
+    type Buf = DmaIoBuf;
+
+    fn alloc_buf(&self, len: usize) -> DmaIoBuf {
+        assert_eq!(len as u64 % ALIGN, 0, "unaligned buffer length {len}");
+        let mut buf = self.file.alloc_dma_buffer(len);
+        // A misaligned O_DIRECT buffer makes ext4 fall back to buffered I/O without a word.
+        assert_eq!(buf.as_ptr() as u64 % ALIGN, 0, "DMA buffer is not aligned");
+        buf.as_bytes_mut().fill(0);
+        DmaIoBuf(buf)
+    }
+
+    async fn write_at(&self, buf: DmaIoBuf, pos: u64) -> io::Result<()> {
+        assert_eq!(pos % ALIGN, 0, "unaligned write position {pos}");
+        let len = buf.0.len();
+        let written = self.file.write_at(buf.0, pos).await?;
+        if written != len {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short O_DIRECT write: {written} of {len} bytes at {pos}"),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let result = self.file.read_at(pos, len).await?;
+        Ok(result.to_vec())
+    }
+
+    async fn fdatasync(&self) -> io::Result<()> {
+        Ok(self.file.fdatasync().await?)
+    }
+
+    async fn allocate(&self, len: u64) -> io::Result<()> {
+        // keep_size = false: the file's size grows over the allocated blocks, so later O_DIRECT
+        // writes land inside the file and never pay for extending it.
+        Ok(self.file.pre_allocate(len, false).await?)
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        Ok(self.file.truncate(len).await?)
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        Ok(self.file.file_size().await?)
+    }
+}
+
+thread_local! {
+    /// Devices whose io_uring poll support this thread has settled (see `calibrate`).
+    static CALIBRATED_DEVICES: RefCell<HashSet<u64>> = RefCell::new(HashSet::new());
+}
+
+/// glommio decides, once per device and thread, whether reads may use the io_uring poll ring,
+/// by reading the first block of the first file it opens there. When that file is empty the
+/// probe succeeds vacuously, and on a device without polling (virtio, most cloud disks) every
+/// later read then fails with EOPNOTSUPP. So before the first open on a device, open a file
+/// that has a block of data: the probe then gives the true answer, which glommio caches.
+async fn calibrate(dir: &Path) -> io::Result<()> {
+    let dev = std::fs::metadata(dir)?.dev();
+    if CALIBRATED_DEVICES.with(|d| d.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let probe = dir.join(format!(".sluice-iopoll-probe-{}", std::process::id()));
+    std::fs::write(&probe, [0x5au8; ALIGN as usize])?;
+    let opened = OpenOptions::new().read(true).dma_open(&probe).await;
+    let _ = std::fs::remove_file(&probe);
+    opened?.close().await?;
+    CALIBRATED_DEVICES.with(|d| d.borrow_mut().insert(dev));
+    Ok(())
+}
+
+impl Storage for DmaStorage {
+    type File = DmaStorageFile;
+
+    async fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<DmaStorageFile> {
+        calibrate(path.parent().unwrap_or(Path::new("."))).await?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .dma_open(path)
+            .await?;
+        assert!(
+            file.alignment() <= ALIGN,
+            "device needs {}-byte alignment, more than Sluice's {ALIGN}",
+            file.alignment()
+        );
+        Ok(DmaStorageFile { file })
+    }
+
+    async fn remove(&self, path: &Path) -> io::Result<()> {
+        Ok(glommio::io::remove(path).await?)
+    }
+
+    async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        Ok(glommio::io::rename(from, to).await?)
+    }
+
+    async fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let d = glommio::io::Directory::open(dir).await?;
+        d.sync().await?;
+        Ok(d.close().await?)
+    }
+
+    async fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+}
