@@ -21,7 +21,7 @@ use crate::batch::{self, BatchBuilder, BatchHeader, Records};
 use crate::error::{LogError, Result};
 use crate::segment::reader::{read_batches, scan_segment, ReadBatch};
 use crate::segment::{self};
-use crate::storage::{align_up, write_file_atomic, IoBuf, Storage, StorageFile};
+use crate::storage::{align_up, IoBuf, Storage, StorageFile};
 use crate::types::Offset;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -183,7 +183,7 @@ impl<S: Storage> Log<S> {
                 .map_err(io("reopening a cleaned segment"))?,
         );
         let interval = self.config.borrow().index_interval_bytes;
-        let scanned = scan_segment(file, base, size, interval)
+        let scanned = scan_segment(file, base, size, interval, false)
             .await
             .map_err(io("scanning a cleaned segment"))?;
         let mut seg = scanned.segment;
@@ -193,22 +193,8 @@ impl<S: Storage> Log<S> {
             // Keep the segment's offset range even if its last batches were removed.
             seg.next_offset = seg.next_offset.max(st.segments[&base].next_offset);
         }
-        for (path, bytes) in [
-            (
-                segment::index_path(&self.dir, base),
-                seg.offset_index.encode(seg.size, seg.next_offset.0),
-            ),
-            (
-                segment::time_index_path(&self.dir, base),
-                seg.time_index
-                    .encode(seg.max_timestamp.0, seg.offset_of_max_timestamp.0),
-            ),
-        ] {
-            if let Err(e) = write_file_atomic(&self.storage, &path, &bytes).await {
-                tracing::warn!(path = %path.display(), error = %e, "could not write index of a cleaned segment");
-            }
-        }
         self.state.borrow_mut().segments.insert(base, seg);
+        self.write_segment_indexes(base).await;
         Ok(())
     }
 }

@@ -76,6 +76,9 @@ pub(crate) struct State<F> {
     pub epochs: Vec<(LeaderEpoch, Offset)>,
     pub epochs_dirty: bool,
     pub last_flush_ms: i64,
+    /// A roll or truncation is in progress: appends wait for it instead of buffering into a
+    /// segment that is about to change.
+    pub appends_blocked: bool,
 }
 
 impl<F> State<F> {
@@ -344,7 +347,7 @@ impl<S: Storage> Log<S> {
 
     fn has_room(&self, len: u64, now: i64, config: &LogConfig) -> bool {
         let st = self.state.borrow();
-        if st.poisoned.is_some() {
+        if st.poisoned.is_some() || st.appends_blocked {
             return false;
         }
         let seg = st.active();
@@ -359,6 +362,8 @@ impl<S: Storage> Log<S> {
     }
 
     async fn make_room_locked(&self, len: u64, now: i64, config: &LogConfig) -> Result<()> {
+        // Holding the io lock, no roll is running; a cancelled one must not block appends.
+        self.state.borrow_mut().appends_blocked = false;
         let (pending_full, roll, room) = {
             let st = self.state.borrow();
             let seg = st.active();
@@ -541,14 +546,11 @@ impl<S: Storage> Log<S> {
         }
     }
 
-    /// Starts a new segment at the log end: create and preallocate it first (a full disk then
-    /// changes nothing), make the old one durable, seal it, and switch.
-    pub(crate) async fn roll_locked(&self) -> Result<()> {
-        let (next, segment_bytes) = {
-            let st = self.state.borrow();
-            (st.log_end_offset, self.config.borrow().segment_bytes)
-        };
-        let path = segment::log_path(&self.dir, next);
+    /// Creates and preallocates an empty active segment at `base`. On failure (a full disk)
+    /// nothing is left behind.
+    pub(crate) async fn create_segment_locked(&self, base: Offset) -> Result<Segment<S::File>> {
+        let segment_bytes = self.config.borrow().segment_bytes;
+        let path = segment::log_path(&self.dir, base);
         let file = self.storage.open(&path, true).await.map_err(|e| {
             if is_disk_full(&e) {
                 LogError::DiskFull(e)
@@ -561,13 +563,31 @@ impl<S: Storage> Log<S> {
             drop(file);
             let _ = self.storage.remove(&path).await;
             return Err(if is_disk_full(&e) {
-                tracing::warn!(dir = %self.dir.display(), "disk full: cannot roll a new segment");
+                tracing::warn!(dir = %self.dir.display(), "disk full: cannot create a new segment");
                 LogError::DiskFull(e)
             } else {
                 LogError::io("preallocating a new segment", e)
             });
         }
+        let mut seg = Segment::new(base, Rc::new(file));
+        seg.appender = Some(Appender::new(0, Vec::new(), allocate));
+        Ok(seg)
+    }
+
+    /// Starts a new segment at the log end. Order matters for recovery: the old segment is made
+    /// durable first, so a new segment file on disk always follows a complete one; the new one is
+    /// created and preallocated before the old is sealed, so a full disk changes nothing.
+    pub(crate) async fn roll_locked(&self) -> Result<()> {
+        self.state.borrow_mut().appends_blocked = true;
+        let result = self.roll_inner_locked().await;
+        self.state.borrow_mut().appends_blocked = false;
+        result
+    }
+
+    async fn roll_inner_locked(&self) -> Result<()> {
         self.flush_locked(true).await?;
+        let next = self.state.borrow().log_end_offset;
+        let seg = self.create_segment_locked(next).await?;
         self.seal_active_locked().await?;
         if let Err(e) = self.storage.sync_dir(&self.dir).await {
             return Err(self.poison(format!(
@@ -575,41 +595,45 @@ impl<S: Storage> Log<S> {
             )));
         }
         let mut st = self.state.borrow_mut();
-        let mut seg = Segment::new(next, Rc::new(file));
-        seg.appender = Some(Appender::new(0, Vec::new(), allocate));
         st.segments.insert(next, seg);
         st.check_invariants();
         tracing::debug!(dir = %self.dir.display(), base_offset = next.0, "rolled a new segment");
         Ok(())
     }
 
-    /// Truncates the active segment's file to its logical size, syncs it, and writes its
-    /// indexes. The caller has flushed it. Index write failures only cost a rebuild on open.
-    pub(crate) async fn seal_active_locked(&self) -> Result<()> {
-        let (file, base, size, index, time_index) = {
+    /// Rolls the active segment now if it holds anything (tests and operators; appends roll
+    /// by `segment.bytes` and `segment.ms` on their own).
+    pub async fn roll(&self) -> Result<()> {
+        self.check_usable()?;
+        let _io = self.io.lock().await;
+        self.check_usable()?;
+        if self.state.borrow().active().is_empty() {
+            return Ok(());
+        }
+        self.roll_locked().await
+    }
+
+    /// (base offset, bytes, next offset) of every segment, oldest first.
+    pub fn segments_info(&self) -> Vec<(Offset, u64, Offset)> {
+        let st = self.state.borrow();
+        st.segments
+            .values()
+            .map(|s| (s.base_offset, s.size, s.next_offset))
+            .collect()
+    }
+
+    /// Writes a sealed segment's `.index` and `.timeindex`. Best effort: without them the
+    /// segment is scanned and they are rebuilt on the next open.
+    pub(crate) async fn write_segment_indexes(&self, base: Offset) {
+        let (index, time_index) = {
             let st = self.state.borrow();
-            let seg = st.active();
-            let appender = seg.appender.as_ref().expect("active");
-            assert!(
-                appender.unwritten.is_empty(),
-                "sealing a segment with unwritten batches"
-            );
-            assert_eq!(appender.written, seg.size);
+            let seg = &st.segments[&base];
             (
-                seg.file.clone(),
-                seg.base_offset,
-                seg.size,
                 seg.offset_index.encode(seg.size, seg.next_offset.0),
                 seg.time_index
                     .encode(seg.max_timestamp.0, seg.offset_of_max_timestamp.0),
             )
         };
-        if let Err(e) = file.truncate(size).await {
-            return Err(self.poison(format!("truncating sealed segment {base} failed: {e}")));
-        }
-        if let Err(e) = file.fdatasync().await {
-            return Err(self.poison(format!("fdatasync of sealed segment {base} failed: {e}")));
-        }
         for (path, bytes) in [
             (segment::index_path(&self.dir, base), index),
             (segment::time_index_path(&self.dir, base), time_index),
@@ -618,6 +642,29 @@ impl<S: Storage> Log<S> {
                 tracing::warn!(path = %path.display(), error = %e, "could not write segment index; it will be rebuilt on open");
             }
         }
+    }
+
+    /// Truncates the active segment's file to its logical size, syncs it, and writes its
+    /// indexes. The caller has flushed it. Index write failures only cost a rebuild on open.
+    pub(crate) async fn seal_active_locked(&self) -> Result<()> {
+        let (file, base, size) = {
+            let st = self.state.borrow();
+            let seg = st.active();
+            let appender = seg.appender.as_ref().expect("active");
+            assert!(
+                appender.unwritten.is_empty(),
+                "sealing a segment with unwritten batches"
+            );
+            assert_eq!(appender.written, seg.size);
+            (seg.file.clone(), seg.base_offset, seg.size)
+        };
+        if let Err(e) = file.truncate(size).await {
+            return Err(self.poison(format!("truncating sealed segment {base} failed: {e}")));
+        }
+        if let Err(e) = file.fdatasync().await {
+            return Err(self.poison(format!("fdatasync of sealed segment {base} failed: {e}")));
+        }
+        self.write_segment_indexes(base).await;
         let mut st = self.state.borrow_mut();
         if let Some(seg) = st.segments.get_mut(&base) {
             seg.appender = None;

@@ -93,7 +93,7 @@ impl<S: Storage> Log<S> {
             let seg = match loaded {
                 Some(seg) => seg,
                 None => {
-                    let result = scan_segment(file.clone(), base, file_size, interval)
+                    let result = scan_segment(file.clone(), base, file_size, interval, is_last)
                         .await
                         .map_err(io("scanning a segment"))?;
                     if let ScanEnd::Invalid { position, reason } = &result.end {
@@ -169,6 +169,7 @@ impl<S: Storage> Log<S> {
                 epochs,
                 epochs_dirty: true,
                 last_flush_ms: now,
+                appends_blocked: false,
             }),
             stats: RefCell::new(LogStats::default()),
         };

@@ -167,6 +167,13 @@ impl<S: Storage> Log<S> {
         self.check_usable()?;
         let _io = self.io.lock().await;
         self.check_usable()?;
+        self.state.borrow_mut().appends_blocked = true;
+        let result = self.truncate_locked(offset).await;
+        self.state.borrow_mut().appends_blocked = false;
+        result
+    }
+
+    async fn truncate_locked(&self, offset: Offset) -> Result<Offset> {
         self.flush_locked(false).await?;
         let (start, end) = {
             let st = self.state.borrow();
@@ -184,29 +191,30 @@ impl<S: Storage> Log<S> {
         }
         // Segments wholly at or after the offset go first (newest first, so a crash midway
         // leaves a log that is a prefix of the old one).
-        let (victims, keep) = {
+        let (victims, keep, keep_was_active) = {
             let st = self.state.borrow();
             let first = *st.segments.keys().next().expect("segments");
+            // The segment that will hold the new end: the last one starting below the offset,
+            // or the first one when the log is cut back to its very start.
+            let keep = st
+                .segments
+                .range(..offset)
+                .next_back()
+                .map(|(&b, _)| b)
+                .unwrap_or(first);
             let victims: Vec<Offset> = st
                 .segments
                 .keys()
                 .rev()
                 .copied()
-                .filter(|&b| b >= offset && b > first)
+                .filter(|&b| b > keep)
                 .collect();
-            let keep = *st
-                .segments
-                .range(..=offset)
-                .next_back()
-                .expect("offset ≥ first base")
-                .0;
-            (victims, keep)
+            (victims, keep, st.active().base_offset == keep)
         };
         for base in &victims {
             self.state.borrow_mut().segments.remove(base);
             self.remove_segment_files(*base).await?;
         }
-        // Find where the kept segment ends after truncation.
         let (file, position, size) = {
             let st = self.state.borrow();
             let seg = &st.segments[&keep];
@@ -227,20 +235,39 @@ impl<S: Storage> Log<S> {
             return Err(self.poison(format!("fdatasync after truncation failed: {e}")));
         }
         let interval = self.config.borrow().index_interval_bytes;
-        let rescanned = scan_segment(file.clone(), keep, cut, interval)
+        let rescanned = scan_segment(file.clone(), keep, cut, interval, false)
             .await
             .map_err(|e| LogError::io("rescanning a truncated segment", e))?;
         let new_end = rescanned.segment.next_offset;
+        if new_end < start {
+            self.write_log_start_checkpoint(new_end).await?;
+        }
         {
             let mut st = self.state.borrow_mut();
             st.segments.insert(keep, rescanned.segment);
             st.log_end_offset = new_end;
+            // The batch holding the target may start below a DeleteRecords start offset.
+            st.log_start_offset = st.log_start_offset.min(new_end);
             st.written_end = new_end;
             st.synced_end = new_end;
             st.epochs.retain(|&(_, o)| o < new_end);
             st.epochs_dirty = true;
         }
-        self.activate_locked(keep).await?;
+        if keep_was_active || cut == 0 {
+            self.activate_locked(keep).await?;
+        } else {
+            // A closed segment may have compaction gaps, which an active segment never has:
+            // keep it sealed and start a fresh active segment at the new end.
+            self.write_segment_indexes(keep).await;
+            match self.create_segment_locked(new_end).await {
+                Ok(seg) => {
+                    self.state.borrow_mut().segments.insert(new_end, seg);
+                }
+                Err(e) => {
+                    return Err(self.poison(format!("no active segment after truncation: {e}")))
+                }
+            }
+        }
         self.cache.remove_from(self.cache_id, new_end);
         self.storage
             .sync_dir(&self.dir)

@@ -63,11 +63,16 @@ impl Window {
 }
 
 /// Scans a segment from its start, verifying every batch, and rebuilds its in-memory state.
+///
+/// `contiguous`: every batch must start exactly where the previous one ended (the first at the
+/// segment's base offset). True for a segment that was never compacted, which is every active
+/// segment; it also catches a flipped bit in the base offset, which the CRC does not cover.
 pub async fn scan_segment<F: StorageFile>(
     file: Rc<F>,
     base_offset: Offset,
     file_size: u64,
     index_interval_bytes: u32,
+    contiguous: bool,
 ) -> std::io::Result<ScanResult<F>> {
     let mut segment = Segment::new(base_offset, file.clone());
     let mut epochs: Vec<(LeaderEpoch, Offset)> = Vec::new();
@@ -121,7 +126,9 @@ pub async fn scan_segment<F: StorageFile>(
             Ok(h) => h,
             Err(e) => break invalid(pos, e.to_string()),
         };
-        if header.base_offset() < segment.next_offset {
+        if header.base_offset() < segment.next_offset
+            || (contiguous && header.base_offset() != segment.next_offset)
+        {
             break invalid(
                 pos,
                 format!(

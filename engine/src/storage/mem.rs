@@ -29,10 +29,17 @@ struct Fs {
     dirs: std::collections::BTreeSet<PathBuf>,
 }
 
+/// A handle to the simulated disk. Each handle belongs to one "process": after
+/// [`MemStorage::crash`], the old handle and every file opened through it fail all operations
+/// with EIO, as a dead process can no longer write, and the returned handle sees the disk as
+/// it survived.
 #[derive(Clone, Default)]
 pub struct MemStorage {
+    generation: u64,
+    current_generation: Rc<Cell<u64>>,
     fs: Rc<RefCell<Fs>>,
     fail_countdown: Rc<Cell<Option<u64>>>,
+    fail_suffix: Rc<Cell<&'static str>>,
     capacity: Rc<Cell<Option<u64>>>,
     data_ops: Rc<Cell<u64>>,
 }
@@ -53,6 +60,13 @@ impl MemStorage {
 
     /// The next `n`-th data operation fails with EIO (n = 0: the very next one), once.
     pub fn fail_after(&self, n: u64) {
+        self.fail_after_on(n, "");
+    }
+
+    /// As [`fail_after`](Self::fail_after), counting only operations on files whose name ends
+    /// with `suffix` (e.g. `".log"` for segment files).
+    pub fn fail_after_on(&self, n: u64, suffix: &'static str) {
+        self.fail_suffix.set(suffix);
         self.fail_countdown.set(Some(n));
     }
 
@@ -74,9 +88,14 @@ impl MemStorage {
             .sum()
     }
 
-    /// Simulates a power loss. Open handles keep pointing at the surviving contents, but a test
-    /// should drop the log that used them and open a new one, as a restarted process would.
-    pub fn crash(&self, mode: CrashMode) {
+    /// Simulates a power loss and returns the handle of the restarted process.
+    pub fn crash(&self, mode: CrashMode) -> MemStorage {
+        self.current_generation
+            .set(self.current_generation.get() + 1);
+        let restarted = MemStorage {
+            generation: self.current_generation.get(),
+            ..self.clone()
+        };
         let fs = self.fs.borrow();
         let mut rng = match mode {
             CrashMode::DropUnsynced => 0,
@@ -112,6 +131,16 @@ impl MemStorage {
             *current = survived.clone();
             *durable = survived;
         }
+        drop(fs);
+        restarted
+    }
+
+    fn alive(&self) -> io::Result<()> {
+        if self.generation == self.current_generation.get() {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(libc::EIO))
+        }
     }
 
     /// Direct access to a file's current bytes, for tests that corrupt data on purpose.
@@ -124,8 +153,12 @@ impl MemStorage {
         Some(r)
     }
 
-    fn data_op(&self) -> io::Result<()> {
+    fn data_op(&self, path: &Path) -> io::Result<()> {
+        self.alive()?;
         self.data_ops.set(self.data_ops.get() + 1);
+        if !path.to_string_lossy().ends_with(self.fail_suffix.get()) {
+            return Ok(());
+        }
         match self.fail_countdown.get() {
             Some(0) => {
                 self.fail_countdown.set(None);
@@ -152,6 +185,7 @@ impl MemStorage {
 
 pub struct MemFile {
     storage: MemStorage,
+    path: PathBuf,
     node: Rc<RefCell<Node>>,
 }
 
@@ -164,9 +198,11 @@ impl StorageFile for MemFile {
     }
 
     async fn write_at(&self, buf: Vec<u8>, pos: u64) -> io::Result<()> {
+        // Device I/O completes later: let other tasks run meanwhile, as they would.
+        futures_lite::future::yield_now().await;
         assert_eq!(pos % ALIGN, 0, "unaligned write position {pos}");
         assert_eq!(buf.len() as u64 % ALIGN, 0, "unaligned write length");
-        self.storage.data_op()?;
+        self.storage.data_op(&self.path)?;
         let end = pos as usize + buf.len();
         {
             let node = self.node.borrow();
@@ -181,6 +217,7 @@ impl StorageFile for MemFile {
     }
 
     async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.storage.alive()?;
         let node = self.node.borrow();
         let start = (pos as usize).min(node.current.len());
         let end = (pos as usize).saturating_add(len).min(node.current.len());
@@ -188,14 +225,15 @@ impl StorageFile for MemFile {
     }
 
     async fn fdatasync(&self) -> io::Result<()> {
-        self.storage.data_op()?;
+        futures_lite::future::yield_now().await;
+        self.storage.data_op(&self.path)?;
         let mut node = self.node.borrow_mut();
         node.durable = node.current.clone();
         Ok(())
     }
 
     async fn allocate(&self, len: u64) -> io::Result<()> {
-        self.storage.data_op()?;
+        self.storage.data_op(&self.path)?;
         {
             let node = self.node.borrow();
             self.storage.check_growth(&node, len)?;
@@ -208,7 +246,7 @@ impl StorageFile for MemFile {
     }
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
-        self.storage.data_op()?;
+        self.storage.data_op(&self.path)?;
         {
             let node = self.node.borrow();
             self.storage.check_growth(&node, len)?;
@@ -234,11 +272,13 @@ impl Storage for MemStorage {
     type File = MemFile;
 
     async fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.alive()?;
         self.fs.borrow_mut().dirs.insert(dir.to_path_buf());
         Ok(())
     }
 
     async fn open(&self, path: &Path, create: bool) -> io::Result<MemFile> {
+        self.alive()?;
         let mut fs = self.fs.borrow_mut();
         let node = match fs.files.get(path) {
             Some(node) => node.clone(),
@@ -251,11 +291,13 @@ impl Storage for MemStorage {
         };
         Ok(MemFile {
             storage: self.clone(),
+            path: path.to_path_buf(),
             node,
         })
     }
 
     async fn remove(&self, path: &Path) -> io::Result<()> {
+        self.alive()?;
         match self.fs.borrow_mut().files.remove(path) {
             Some(_) => Ok(()),
             None => Err(not_found(path)),
@@ -263,6 +305,7 @@ impl Storage for MemStorage {
     }
 
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.alive()?;
         let mut fs = self.fs.borrow_mut();
         let node = fs.files.remove(from).ok_or_else(|| not_found(from))?;
         fs.files.insert(to.to_path_buf(), node);
@@ -270,6 +313,7 @@ impl Storage for MemStorage {
     }
 
     async fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.alive()?;
         let fs = self.fs.borrow();
         Ok(fs
             .files
@@ -280,6 +324,7 @@ impl Storage for MemStorage {
     }
 
     async fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        self.alive()?;
         Ok(())
     }
 
