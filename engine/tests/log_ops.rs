@@ -1,0 +1,347 @@
+//! Behaviour of the log's housekeeping: compaction, time-based retention and rolling,
+//! LogAppendTime, ListOffsets lookups and index reuse after a clean shutdown.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use bytes::BytesMut;
+use futures_lite::future::block_on;
+use sluice_engine::batch::{simple_batch, BatchHeader, Records};
+use sluice_engine::{
+    BatchCache, Clock, FlushMode, LeaderEpoch, Log, LogConfig, LogError, MemStorage, Offset,
+    Timestamp, TimestampType,
+};
+
+async fn open(storage: &MemStorage, dir: &str, config: LogConfig, clock: Clock) -> Log<MemStorage> {
+    Log::open(
+        storage.clone(),
+        PathBuf::from(dir),
+        config,
+        BatchCache::new(1 << 20),
+        clock,
+    )
+    .await
+    .expect("open")
+}
+
+async fn append(
+    log: &Log<MemStorage>,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    ts: i64,
+) -> Offset {
+    let b = simple_batch(&[(key, value)], Timestamp(ts));
+    log.append(BytesMut::from(&b[..]), LeaderEpoch(0))
+        .await
+        .expect("append")
+        .base_offset
+}
+
+/// (offset, key, value) of every record from the log start.
+async fn all_records(log: &Log<MemStorage>) -> Vec<(i64, Option<Vec<u8>>, Option<Vec<u8>>)> {
+    let mut out = Vec::new();
+    let mut cur = log.log_start_offset();
+    loop {
+        let batches = log.read(cur, 1 << 20, Offset(i64::MAX)).await.unwrap();
+        if batches.is_empty() {
+            return out;
+        }
+        for b in batches {
+            for r in Records::new(&b.bytes) {
+                let r = r.unwrap();
+                out.push((
+                    b.base_offset.0 + r.offset_delta as i64,
+                    r.key.map(<[u8]>::to_vec),
+                    r.value.map(<[u8]>::to_vec),
+                ));
+            }
+            cur = b.last_offset.next();
+        }
+    }
+}
+
+#[test]
+fn compaction_keeps_the_latest_value_per_key_and_drops_old_tombstones() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let clock = Clock::manual(1_000_000);
+        let config = LogConfig {
+            segment_bytes: 2048,
+            cleanup_compact: true,
+            cleanup_delete: false,
+            delete_retention_ms: 10_000,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/compact/t-0", config.clone(), clock.clone()).await;
+        let mut latest: BTreeMap<Vec<u8>, (i64, Option<Vec<u8>>)> = BTreeMap::new();
+        for i in 0..300i64 {
+            let key = format!("k{}", i % 17).into_bytes();
+            // Every 50th write of a key is a tombstone.
+            let value = if i % 50 == 7 {
+                None
+            } else {
+                Some(format!("v{i}").into_bytes())
+            };
+            let offset = append(&log, Some(&key), value.as_deref(), clock.now_ms()).await;
+            latest.insert(key, (offset.0, value));
+            clock.advance(10);
+        }
+        // A key whose last word is a tombstone, in a closed segment.
+        let offset = append(&log, Some(b"k3"), None, clock.now_ms()).await;
+        latest.insert(b"k3".to_vec(), (offset.0, None));
+        log.roll().await.unwrap();
+        let before = all_records(&log).await;
+        assert_eq!(before.len(), 301);
+        let outcome = log.compact().await.unwrap();
+        assert!(
+            outcome.segments_rewritten > 0 && outcome.records_removed > 200,
+            "{outcome:?}"
+        );
+        let after = all_records(&log).await;
+        // Offsets never move; every record kept is unchanged.
+        let by_offset: BTreeMap<i64, _> = before.iter().map(|r| (r.0, r.clone())).collect();
+        for r in &after {
+            assert_eq!(by_offset[&r.0], *r);
+        }
+        // The latest value of every key survives, and a closed segment holds no superseded
+        // record.
+        let active_base = log.segment_base_offsets().last().unwrap().0;
+        for (key, (offset, value)) in &latest {
+            let found = after
+                .iter()
+                .find(|r| r.0 == *offset)
+                .unwrap_or_else(|| panic!("latest of {key:?} lost"));
+            assert_eq!(&found.2, value);
+        }
+        for r in after.iter().filter(|r| r.0 < active_base) {
+            let (latest_offset, _) = latest[r.1.as_ref().unwrap()];
+            let superseded_in_closed = latest_offset < active_base && latest_offset != r.0;
+            assert!(
+                !superseded_in_closed,
+                "record {} superseded by {latest_offset} was kept",
+                r.0
+            );
+        }
+        // Tombstones younger than delete.retention.ms stay.
+        let tombstones_kept = after.iter().filter(|r| r.2.is_none()).count();
+        assert_eq!(tombstones_kept, 1, "the young tombstone of k3 must stay");
+        // Once they are old enough, compaction drops them.
+        clock.advance(20_000);
+        log.roll().await.unwrap();
+        log.compact().await.unwrap();
+        let later = all_records(&log).await;
+        let active_base = log.segment_base_offsets().last().unwrap().0;
+        assert!(
+            later
+                .iter()
+                .filter(|r| r.0 < active_base)
+                .all(|r| r.2.is_some()),
+            "old tombstones survived"
+        );
+        assert!(
+            !later.iter().any(|r| r.1.as_deref() == Some(&b"k3"[..])),
+            "k3 is deleted for good"
+        );
+        println!(
+            "compaction: 301 records -> {} -> {}, tombstones kept while young: {tombstones_kept}",
+            after.len(),
+            later.len()
+        );
+        // The compacted log reopens (indexes rewritten) and after an unclean reopen too.
+        log.close().await.unwrap();
+        drop(log);
+        let log = open(&storage, "/compact/t-0", config.clone(), clock.clone()).await;
+        assert_eq!(all_records(&log).await, later);
+        assert_eq!(log.log_end_offset(), Offset(301));
+        // Keyless records are refused on a compacted topic.
+        let b = simple_batch(&[(None, Some(b"x"))], Timestamp(1));
+        assert!(matches!(
+            log.append(BytesMut::from(&b[..]), LeaderEpoch(0)).await,
+            Err(LogError::InvalidBatch(_))
+        ));
+    });
+}
+
+#[test]
+fn time_retention_deletes_expired_segments_and_segment_ms_rolls() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let clock = Clock::manual(10_000_000);
+        let config = LogConfig {
+            segment_ms: 1000,
+            retention_ms: 5000,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/retain/t-0", config, clock.clone()).await;
+        for _ in 0..10 {
+            append(&log, None, Some(b"v"), clock.now_ms()).await;
+            clock.advance(1000);
+        }
+        // segment.ms rolled once per second.
+        assert_eq!(log.segment_count(), 10);
+        let outcome = log.enforce_retention().await.unwrap();
+        // Records at t0..t0+9s, now t0+10s, retention 5s: the first 5 segments are older than
+        // 5 s (max timestamps t0..t0+4s < t0+5s).
+        assert_eq!(outcome.segments_deleted, 5, "{outcome:?}");
+        assert_eq!(log.log_start_offset(), Offset(5));
+        assert!(matches!(
+            log.read(Offset(4), 100, Offset(i64::MAX)).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        assert_eq!(all_records(&log).await.len(), 5);
+        // Everything expires, the active segment too: it is rolled and deleted.
+        clock.advance(100_000);
+        log.enforce_retention().await.unwrap();
+        assert_eq!(log.log_start_offset(), Offset(10));
+        assert_eq!(log.log_end_offset(), Offset(10));
+        assert_eq!(
+            append(&log, None, Some(b"after"), clock.now_ms()).await,
+            Offset(10)
+        );
+    });
+}
+
+#[test]
+fn log_append_time_stamps_the_broker_time() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let clock = Clock::manual(777_000);
+        let config = LogConfig {
+            message_timestamp_type: TimestampType::LogAppendTime,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/lat/t-0", config, clock.clone()).await;
+        let b = simple_batch(&[(None, Some(b"v"))], Timestamp(5));
+        let info = log
+            .append(BytesMut::from(&b[..]), LeaderEpoch(0))
+            .await
+            .unwrap();
+        assert_eq!(info.log_append_time, Timestamp(777_000));
+        let read = log.read(Offset(0), 100, Offset(i64::MAX)).await.unwrap();
+        let h = sluice_engine::batch::verify(&read[0].bytes).unwrap();
+        assert!(h.is_log_append_time());
+        assert_eq!(h.max_timestamp(), Timestamp(777_000));
+        assert_eq!(
+            log.offset_for_timestamp(Timestamp(700_000)).await.unwrap(),
+            Some((Offset(0), Timestamp(777_000)))
+        );
+    });
+}
+
+#[test]
+fn list_offsets_by_timestamp_and_max_timestamp_across_segments() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let config = LogConfig {
+            segment_bytes: 1024,
+            index_interval_bytes: 128,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/ts/t-0", config.clone(), Clock::System).await;
+        // Timestamps rise by 10 with one out-of-order record carrying the max.
+        for i in 0..100i64 {
+            let ts = if i == 42 { 5_000 } else { 1_000 + i * 10 };
+            append(&log, None, Some(&[i as u8; 40]), ts).await;
+        }
+        assert!(log.segment_count() > 3);
+        check_lookups(&log).await;
+        log.close().await.unwrap();
+        drop(log);
+        let log = open(&storage, "/ts/t-0", config, Clock::System).await;
+        check_lookups(&log).await;
+    });
+}
+
+async fn check_lookups(log: &Log<MemStorage>) {
+    assert_eq!(
+        log.offset_for_timestamp(Timestamp(0)).await.unwrap(),
+        Some((Offset(0), Timestamp(1000)))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(Timestamp(1_505)).await.unwrap(),
+        Some((Offset(42), Timestamp(5000)))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(Timestamp(1_425)).await.unwrap(),
+        Some((Offset(42), Timestamp(5000)))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(Timestamp(1_410)).await.unwrap(),
+        Some((Offset(41), Timestamp(1410)))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(Timestamp(5_001)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        log.max_timestamp_offset().await.unwrap(),
+        Some((Offset(42), Timestamp(5000)))
+    );
+}
+
+#[test]
+fn clean_reopen_trusts_indexes_and_unclean_reopen_rebuilds_them() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let config = LogConfig {
+            segment_bytes: 4096,
+            index_interval_bytes: 256,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/idx/t-0", config.clone(), Clock::System).await;
+        for i in 0..200i64 {
+            append(&log, Some(&i.to_be_bytes()), Some(&[1; 100]), i).await;
+        }
+        let info = log.segments_info();
+        log.close().await.unwrap();
+        drop(log);
+        let reopened = open(&storage, "/idx/t-0", config.clone(), Clock::System).await;
+        assert_eq!(reopened.segments_info(), info);
+        let records = all_records(&reopened).await;
+        assert_eq!(records.len(), 200);
+        drop(reopened); // unclean
+                        // Lose the index files of a closed segment: it is scanned and rebuilt.
+        let second = info[1].0 .0;
+        storage
+            .with_file_bytes(
+                &PathBuf::from(format!("/idx/t-0/{second:020}.index")),
+                |b| b.truncate(3),
+            )
+            .unwrap();
+        let rebuilt = open(&storage, "/idx/t-0", config, Clock::System).await;
+        assert_eq!(rebuilt.segments_info(), info);
+        assert_eq!(all_records(&rebuilt).await, records);
+        let r = rebuilt
+            .read(Offset(150), 10, Offset(i64::MAX))
+            .await
+            .unwrap();
+        assert_eq!(r[0].base_offset, Offset(150));
+        assert_eq!(BatchHeader::parse(&r[0].bytes).unwrap().record_count(), 1);
+    });
+}
+
+#[test]
+fn interval_flush_syncs_only_when_due() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let clock = Clock::manual(0);
+        let config = LogConfig {
+            flush_mode: FlushMode::Interval,
+            flush_ms: 1000,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/interval/t-0", config, clock.clone()).await;
+        append(&log, None, Some(b"a"), 1).await;
+        assert_eq!(log.log_end_offset(), Offset(1));
+        assert_eq!(
+            log.durable_end_offset(),
+            Offset(0),
+            "interval mode acknowledges before fdatasync"
+        );
+        log.flush_if_due().await.unwrap();
+        assert_eq!(log.durable_end_offset(), Offset(0), "not due yet");
+        clock.advance(1000);
+        log.flush_if_due().await.unwrap();
+        assert_eq!(log.durable_end_offset(), Offset(1));
+    });
+}
