@@ -353,7 +353,7 @@ async fn run_case(case: &Case, args: &Args, data_dir: &Path) -> Result<Value, St
         batch.len(),
         mode_name(case.flush_mode),
         case.in_flight,
-        format_args!("{:.0}s + {:.0}s warm-up", args.seconds, args.warmup_seconds),
+        format_args!("{}s + {}s warm-up", args.seconds, args.warmup_seconds),
         dir.display(),
     );
     let tasks: Vec<_> = (0..case.in_flight)
