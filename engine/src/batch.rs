@@ -520,7 +520,10 @@ impl BatchBuilder {
 }
 
 /// Convenience for tests and tools: one batch from (key, value) pairs at one timestamp.
-pub fn simple_batch(records: &[(Option<&[u8]>, Option<&[u8]>)], timestamp: Timestamp) -> Bytes {
+/// A key and a value, each nullable.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+pub fn simple_batch(records: &[KeyValue<'_>], timestamp: Timestamp) -> Bytes {
     let mut builder = BatchBuilder::new();
     for (key, value) in records {
         builder.push(&NewRecord {

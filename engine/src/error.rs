@@ -67,9 +67,13 @@ impl LogError {
 pub type Result<T, E = LogError> = std::result::Result<T, E>;
 
 /// True for the errors a full filesystem produces.
+/// glommio's errors arrive as `io::Error`s that keep only the kind, so both are checked.
 pub(crate) fn is_disk_full(error: &io::Error) -> bool {
     matches!(
         error.raw_os_error(),
         Some(libc::ENOSPC) | Some(libc::EDQUOT)
+    ) || matches!(
+        error.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
     )
 }

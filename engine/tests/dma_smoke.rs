@@ -10,7 +10,7 @@ use sluice_engine::{
 
 fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
     LocalExecutorBuilder::default()
-        .spawn(move || f())
+        .spawn(f)
         .expect("executor")
         .join()
         .expect("executor thread");

@@ -77,10 +77,10 @@ fn config() -> LogConfig {
     }
 }
 
-async fn open(storage: &MemStorage, dir: &PathBuf, config: LogConfig) -> Log<MemStorage> {
+async fn open(storage: &MemStorage, dir: &std::path::Path, config: LogConfig) -> Log<MemStorage> {
     Log::open(
         storage.clone(),
-        dir.clone(),
+        dir.to_path_buf(),
         config,
         BatchCache::new(4096),
         Clock::manual(1_000_000),

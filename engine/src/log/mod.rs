@@ -43,7 +43,7 @@ pub use retention::RetentionOutcome;
 pub const PREALLOCATE_BYTES: u64 = 16 << 20;
 /// Appended bytes allowed to wait in memory for the device before appends wait for the flusher.
 pub const PENDING_BYTES_MAX: u64 = 64 << 20;
-const _: () = assert!(PREALLOCATE_BYTES % crate::storage::ALIGN == 0);
+const _: () = assert!(PREALLOCATE_BYTES.is_multiple_of(crate::storage::ALIGN));
 const _: () = assert!(
     PENDING_BYTES_MAX >= 2 * 1_048_588,
     "two max-size batches must fit while one is written"
@@ -177,6 +177,17 @@ impl<S: Storage> Log<S> {
     /// One past the last offset that is fdatasync'd.
     pub fn durable_end_offset(&self) -> Offset {
         self.state.borrow().synced_end
+    }
+
+    /// One past the last offset a consumer may see on a single replica: what is as durable as
+    /// `flush.mode` promises (fdatasync'd under `batch`, on the device otherwise). Data a crash
+    /// could take back is never served.
+    pub fn high_watermark(&self) -> Offset {
+        let st = self.state.borrow();
+        match self.config.borrow().flush_mode {
+            FlushMode::Batch => st.synced_end,
+            FlushMode::Interval | FlushMode::None => st.written_end,
+        }
     }
 
     pub fn poisoned(&self) -> Option<String> {

@@ -153,7 +153,9 @@ impl Storage for DmaStorage {
     }
 
     async fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let d = glommio::io::Directory::open(dir).await?;
+        // glommio opens a directory relative to no directory at all: give it an absolute path.
+        let dir = std::path::absolute(dir)?;
+        let d = glommio::io::Directory::open(&dir).await?;
         d.sync().await?;
         Ok(d.close().await?)
     }

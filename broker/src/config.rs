@@ -1,0 +1,171 @@
+//! Broker configuration: Kafka's names, from a TOML file and command-line flags (flags win).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Settings the broker reads at start. Keys in the TOML file are Kafka's (`listeners`,
+/// `advertised.listeners`, `log.dirs`, `num.partitions`, `auto.create.topics.enable`, ...).
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    pub cluster_id: String,
+    /// `listeners`: where the Kafka protocol is served.
+    pub listener: SocketAddr,
+    /// `advertised.listeners`: host and port clients are told to connect to.
+    pub advertised_host: String,
+    pub advertised_port: u16,
+    /// `log.dirs` (one directory).
+    pub data_dir: PathBuf,
+    /// Number of shards (cores); 0 = every core.
+    pub cores: usize,
+    /// `num.partitions`: partitions of auto-created topics and CreateTopics with -1.
+    pub num_partitions: i32,
+    /// `auto.create.topics.enable`
+    pub auto_create_topics: bool,
+    /// `socket.request.max.bytes`: larger frames close the connection.
+    pub socket_request_max_bytes: u32,
+    /// Per-shard batch cache budget.
+    pub batch_cache_bytes: u64,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            node_id: 1,
+            cluster_id: "sluice-single-node".into(),
+            listener: "127.0.0.1:9092".parse().expect("valid address"),
+            advertised_host: "127.0.0.1".into(),
+            advertised_port: 9092,
+            data_dir: PathBuf::from("./data"),
+            cores: 0,
+            num_partitions: 1,
+            auto_create_topics: true,
+            socket_request_max_bytes: 104_857_600,
+            batch_cache_bytes: 256 << 20,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct FileConfig {
+    #[serde(rename = "node.id")]
+    node_id: Option<i32>,
+    #[serde(rename = "cluster.id")]
+    cluster_id: Option<String>,
+    listeners: Option<String>,
+    #[serde(rename = "advertised.listeners")]
+    advertised_listeners: Option<String>,
+    #[serde(rename = "log.dirs")]
+    log_dirs: Option<String>,
+    cores: Option<usize>,
+    #[serde(rename = "num.partitions")]
+    num_partitions: Option<i32>,
+    #[serde(rename = "auto.create.topics.enable")]
+    auto_create_topics: Option<bool>,
+    #[serde(rename = "socket.request.max.bytes")]
+    socket_request_max_bytes: Option<u32>,
+    #[serde(rename = "batch.cache.bytes")]
+    batch_cache_bytes: Option<u64>,
+}
+
+/// Parses `PLAINTEXT://host:port` (or `host:port`) into host and port.
+pub fn parse_listener(value: &str) -> anyhow::Result<(String, u16)> {
+    let first = value.split(',').next().unwrap_or("").trim();
+    let addr = first.split("://").last().unwrap_or(first);
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow::anyhow!("listener {value:?} has no port"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| anyhow::anyhow!("listener {value:?} has a bad port"))?;
+    let host = if host.is_empty() {
+        "0.0.0.0".to_string()
+    } else {
+        host.to_string()
+    };
+    Ok((host, port))
+}
+
+impl BrokerConfig {
+    pub fn apply_file(&mut self, path: &std::path::Path) -> anyhow::Result<()> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        let file: FileConfig = toml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("parsing {}: {e}", path.display()))?;
+        if let Some(v) = file.node_id {
+            self.node_id = v;
+        }
+        if let Some(v) = file.cluster_id {
+            self.cluster_id = v;
+        }
+        if let Some(v) = file.listeners {
+            self.set_listeners(&v)?;
+        }
+        if let Some(v) = file.advertised_listeners {
+            self.set_advertised(&v)?;
+        }
+        if let Some(v) = file.log_dirs {
+            self.data_dir = PathBuf::from(v);
+        }
+        if let Some(v) = file.cores {
+            self.cores = v;
+        }
+        if let Some(v) = file.num_partitions {
+            self.num_partitions = v;
+        }
+        if let Some(v) = file.auto_create_topics {
+            self.auto_create_topics = v;
+        }
+        if let Some(v) = file.socket_request_max_bytes {
+            self.socket_request_max_bytes = v;
+        }
+        if let Some(v) = file.batch_cache_bytes {
+            self.batch_cache_bytes = v;
+        }
+        Ok(())
+    }
+
+    /// Sets `listeners`; the advertised address follows unless set on its own.
+    pub fn set_listeners(&mut self, value: &str) -> anyhow::Result<()> {
+        let (host, port) = parse_listener(value)?;
+        self.listener = format!("{host}:{port}")
+            .parse()
+            .map_err(|_| anyhow::anyhow!("listener {value:?} is not an IP address and port"))?;
+        if host != "0.0.0.0" {
+            self.advertised_host = host;
+        }
+        self.advertised_port = port;
+        Ok(())
+    }
+
+    pub fn set_advertised(&mut self, value: &str) -> anyhow::Result<()> {
+        let (host, port) = parse_listener(value)?;
+        self.advertised_host = host;
+        self.advertised_port = port;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listeners_parse_like_kafka() {
+        assert_eq!(
+            parse_listener("PLAINTEXT://127.0.0.1:9092").unwrap(),
+            ("127.0.0.1".into(), 9092)
+        );
+        assert_eq!(
+            parse_listener("localhost:19092").unwrap(),
+            ("localhost".into(), 19092)
+        );
+        assert!(parse_listener("PLAINTEXT://nohost").is_err());
+        let mut c = BrokerConfig::default();
+        c.set_listeners("PLAINTEXT://127.0.0.1:29092").unwrap();
+        assert_eq!(c.advertised_port, 29092);
+        assert_eq!(c.listener.port(), 29092);
+    }
+}

@@ -1,0 +1,183 @@
+//! CreateTopics, and topic creation for auto-creation: validated here, applied by shard 0
+//! (which owns the metadata image), then every shard opens the partitions it owns.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::metadata::{log_config, validate_topic_name, TopicMeta};
+use crate::shard::Shard;
+
+/// Most partitions one topic may have on this broker.
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+
+#[derive(Debug)]
+pub enum CreateError {
+    Exists,
+    InvalidName(String),
+    InvalidPartitions(String),
+    InvalidReplicationFactor(String),
+    InvalidConfig(String),
+    Storage(String),
+}
+
+impl CreateError {
+    fn code_and_message(&self) -> (i16, String) {
+        match self {
+            CreateError::Exists => (
+                ResponseError::TopicAlreadyExists.code(),
+                "topic already exists".into(),
+            ),
+            CreateError::InvalidName(m) => (ResponseError::InvalidTopicException.code(), m.clone()),
+            CreateError::InvalidPartitions(m) => {
+                (ResponseError::InvalidPartitions.code(), m.clone())
+            }
+            CreateError::InvalidReplicationFactor(m) => {
+                (ResponseError::InvalidReplicationFactor.code(), m.clone())
+            }
+            CreateError::InvalidConfig(m) => (ResponseError::InvalidConfig.code(), m.clone()),
+            CreateError::Storage(m) => (ResponseError::KafkaStorageError.code(), m.clone()),
+        }
+    }
+}
+
+/// Creates a topic (or only validates it), returning once every owner shard has opened its
+/// partitions and every shard has the new metadata image.
+pub async fn create_topic(
+    shard: &Rc<Shard>,
+    name: &str,
+    partitions: i32,
+    configs: BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<(), CreateError> {
+    validate_topic_name(name).map_err(CreateError::InvalidName)?;
+    if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&partitions) {
+        return Err(CreateError::InvalidPartitions(format!(
+            "{partitions} partitions requested; allowed are 1 to {PARTITIONS_PER_TOPIC_MAX}"
+        )));
+    }
+    log_config(&configs).map_err(CreateError::InvalidConfig)?;
+    if shard.image().topics.contains_key(name) {
+        return Err(CreateError::Exists);
+    }
+    if validate_only {
+        return Ok(());
+    }
+    let name = name.to_string();
+    shard
+        .invoke_on(0, move |shard0| async move {
+            apply_create(&shard0, name, partitions, configs).await
+        })
+        .await
+}
+
+/// On shard 0: record the topic, persist the image, open partitions, publish the image.
+async fn apply_create(
+    shard0: &Rc<Shard>,
+    name: String,
+    partitions: i32,
+    configs: BTreeMap<String, String>,
+) -> Result<(), CreateError> {
+    assert_eq!(shard0.id, 0, "topics are created on shard 0");
+    let mut image = (*shard0.image()).clone();
+    if image.topics.contains_key(&name) {
+        return Err(CreateError::Exists);
+    }
+    let shards = shard0.shared.shards as u64;
+    let owners: Vec<u16> = (0..partitions as u64)
+        .map(|p| ((image.next_shard + p) % shards) as u16)
+        .collect();
+    image.next_shard = (image.next_shard + partitions as u64) % shards;
+    image.version += 1;
+    let topic = TopicMeta {
+        name: name.clone(),
+        id: uuid::Uuid::new_v4(),
+        shards: owners,
+        configs,
+    };
+    image.topics.insert(name.clone(), topic.clone());
+    image
+        .store(&shard0.config().data_dir)
+        .map_err(|e| CreateError::Storage(format!("persisting metadata: {e}")))?;
+    let image = Arc::new(image);
+    let results = shard0
+        .invoke_on_all(move |shard| {
+            let image = image.clone();
+            let topic = topic.clone();
+            async move {
+                let opened = shard.open_owned(&topic).await.map_err(|e| e.to_string());
+                *shard.image.borrow_mut() = image;
+                opened
+            }
+        })
+        .await;
+    for r in results {
+        r.map_err(CreateError::Storage)?;
+    }
+    tracing::info!(topic = %name, partitions, "created topic");
+    Ok(())
+}
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let mut response = CreateTopicsResponse::default();
+    for topic in request.topics {
+        let name = topic.name.0.to_string();
+        let partitions = if topic.num_partitions == -1 {
+            shard.config().num_partitions
+        } else {
+            topic.num_partitions
+        };
+        let mut result = CreatableTopicResult::default().with_name(topic.name.clone());
+        let outcome = if !topic.assignments.is_empty() {
+            Err(CreateError::InvalidReplicationFactor(
+                "manual replica assignment needs more than one broker".into(),
+            ))
+        } else if topic.replication_factor != -1 && topic.replication_factor != 1 {
+            Err(CreateError::InvalidReplicationFactor(format!(
+                "replication factor {} is larger than the 1 available broker",
+                topic.replication_factor
+            )))
+        } else {
+            let configs: BTreeMap<String, String> = topic
+                .configs
+                .iter()
+                .filter_map(|c| {
+                    c.value
+                        .as_ref()
+                        .map(|v| (c.name.to_string(), v.to_string()))
+                })
+                .collect();
+            create_topic(shard, &name, partitions, configs, request.validate_only).await
+        };
+        match outcome {
+            Ok(()) => {
+                if version >= 5 {
+                    result.num_partitions = partitions;
+                    result.replication_factor = 1;
+                }
+                if version >= 7 {
+                    if let Some(meta) = shard.image().topics.get(&name) {
+                        result.topic_id = meta.id;
+                    }
+                }
+            }
+            Err(e) => {
+                let (code, message) = e.code_and_message();
+                tracing::info!(topic = %name, error = %message, "CreateTopics refused");
+                result.error_code = code;
+                result.error_message = Some(StrBytes::from_string(message));
+            }
+        }
+        response.topics.push(result);
+    }
+    response
+}

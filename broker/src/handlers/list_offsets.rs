@@ -1,0 +1,90 @@
+//! ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups, answered by the
+//! partition's owner shard. "Latest" is the high watermark: what a consumer can read.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::ResponseError;
+use sluice_engine::Timestamp;
+
+use super::errors::log_error_code;
+use crate::shard::Shard;
+
+pub const LATEST: i64 = -1;
+pub const EARLIEST: i64 = -2;
+pub const MAX_TIMESTAMP: i64 = -3;
+pub const EARLIEST_LOCAL: i64 = -4;
+pub const LATEST_TIERED: i64 = -5;
+
+/// (error code, timestamp, offset)
+pub async fn lookup(
+    shard: &Rc<Shard>,
+    topic: String,
+    partition: i32,
+    timestamp: i64,
+) -> (i16, i64, i64) {
+    let Some(owner) = shard.image().owner(&topic, partition, shard.shared.shards) else {
+        return (ResponseError::UnknownTopicOrPartition.code(), -1, -1);
+    };
+    shard
+        .invoke_on(owner, move |shard| async move {
+            let Some(p) = shard.partition(&topic, partition) else {
+                return (ResponseError::UnknownTopicOrPartition.code(), -1, -1);
+            };
+            let log = &p.log;
+            let hw = log.high_watermark().0;
+            let found = match timestamp {
+                LATEST | LATEST_TIERED => Ok(Some((hw, -1))),
+                EARLIEST | EARLIEST_LOCAL => Ok(Some((log.log_start_offset().0, -1))),
+                MAX_TIMESTAMP => log
+                    .max_timestamp_offset()
+                    .await
+                    .map(|o| o.map(|(o, t)| (o.0, t.0))),
+                t if t >= 0 => log
+                    .offset_for_timestamp(Timestamp(t))
+                    .await
+                    .map(|o| o.map(|(o, t)| (o.0, t.0))),
+                _ => return (ResponseError::InvalidRequest.code(), -1, -1),
+            };
+            match found {
+                Ok(Some((offset, ts))) if offset <= hw => (0, ts, offset),
+                Ok(_) => (0, -1, -1),
+                Err(e) => (log_error_code(&e), -1, -1),
+            }
+        })
+        .await
+}
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
+    let mut response = ListOffsetsResponse::default();
+    for topic in request.topics {
+        let mut t = ListOffsetsTopicResponse::default().with_name(topic.name.clone());
+        for p in topic.partitions {
+            let (code, ts, offset) = lookup(
+                shard,
+                topic.name.0.to_string(),
+                p.partition_index,
+                p.timestamp,
+            )
+            .await;
+            let mut pr = ListOffsetsPartitionResponse::default()
+                .with_partition_index(p.partition_index)
+                .with_error_code(code)
+                .with_timestamp(ts)
+                .with_offset(offset);
+            if version >= 4 {
+                pr.leader_epoch = if code == 0 { 0 } else { -1 };
+            }
+            t.partitions.push(pr);
+        }
+        response.topics.push(t);
+    }
+    response
+}

@@ -1,0 +1,113 @@
+//! Metadata: this broker, and the topics asked for (all of them when the list is null),
+//! creating unknown ones when `auto.create.topics.enable` and the client allow it.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::create_topics::{create_topic, CreateError};
+use crate::metadata::validate_topic_name;
+use crate::shard::Shard;
+
+pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
+    let config = shard.config().clone();
+    let mut response = MetadataResponse::default();
+    response.brokers = vec![MetadataResponseBroker::default()
+        .with_node_id(BrokerId(config.node_id))
+        .with_host(StrBytes::from_string(config.advertised_host.clone()))
+        .with_port(config.advertised_port as i32)];
+    if version >= 2 {
+        response.cluster_id = Some(StrBytes::from_string(config.cluster_id.clone()));
+    }
+    response.controller_id = BrokerId(if version >= 1 { config.node_id } else { -1 });
+
+    let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = request.topics.map(|topics| {
+        topics
+            .into_iter()
+            .map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id))
+            .collect()
+    });
+    let auto_create =
+        config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+    let names: Vec<(Option<String>, uuid::Uuid)> = match wanted {
+        None => shard
+            .image()
+            .topics
+            .keys()
+            .map(|n| (Some(n.clone()), uuid::Uuid::nil()))
+            .collect(),
+        Some(list) => list,
+    };
+    for (name, id) in names {
+        let image = shard.image();
+        let name = match name {
+            Some(n) => n,
+            None => match image.topic_by_id(id) {
+                Some(t) => t.name.clone(),
+                None => {
+                    response.topics.push(
+                        MetadataResponseTopic::default()
+                            .with_error_code(ResponseError::UnknownTopicId.code())
+                            .with_topic_id(id),
+                    );
+                    continue;
+                }
+            },
+        };
+        let mut topic = MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(name.clone()))));
+        if let Err(reason) = validate_topic_name(&name) {
+            tracing::debug!(topic = %name, %reason, "metadata for an invalid topic name");
+            response
+                .topics
+                .push(topic.with_error_code(ResponseError::InvalidTopicException.code()));
+            continue;
+        }
+        let mut meta = image.topics.get(&name).cloned();
+        if meta.is_none() && auto_create {
+            match create_topic(
+                shard,
+                &name,
+                config.num_partitions,
+                Default::default(),
+                false,
+            )
+            .await
+            {
+                Ok(()) | Err(CreateError::Exists) => {
+                    meta = shard.image().topics.get(&name).cloned()
+                }
+                Err(e) => tracing::warn!(topic = %name, error = ?e, "auto-creating a topic failed"),
+            }
+        }
+        let Some(meta) = meta else {
+            response
+                .topics
+                .push(topic.with_error_code(ResponseError::UnknownTopicOrPartition.code()));
+            continue;
+        };
+        if version >= 10 {
+            topic.topic_id = meta.id;
+        }
+        topic.partitions = (0..meta.shards.len() as i32)
+            .map(|p| {
+                let mut partition = MetadataResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_leader_id(BrokerId(config.node_id))
+                    .with_replica_nodes(vec![BrokerId(config.node_id)])
+                    .with_isr_nodes(vec![BrokerId(config.node_id)]);
+                if version >= 7 {
+                    partition.leader_epoch = 0;
+                }
+                partition
+            })
+            .collect();
+        response.topics.push(topic);
+    }
+    response
+}

@@ -1,0 +1,89 @@
+//! One file per Kafka API. `dispatch` decodes a request body for its API and version, runs the
+//! handler and encodes the response body.
+
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+
+use crate::shard::Shard;
+
+pub mod api_versions;
+pub mod create_topics;
+pub mod errors;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+/// Every API this broker implements, with the versions it implements. ApiVersions advertises
+/// exactly this table; anything else is refused.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 11),
+    (ApiKey::Fetch, 4, 15),
+    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+];
+
+pub fn supported(key: ApiKey, version: i16) -> bool {
+    SUPPORTED
+        .iter()
+        .any(|&(k, min, max)| k == key && (min..=max).contains(&version))
+}
+
+/// Runs one request. `Ok(None)` means the API sends no response (produce with acks=0).
+pub async fn dispatch(
+    shard: &Rc<Shard>,
+    key: ApiKey,
+    version: i16,
+    body: &mut Bytes,
+) -> anyhow::Result<Option<(ResponseKind, i16)>> {
+    let request = RequestKind::decode(key, body, version)?;
+    let response = match request {
+        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(&r, None)),
+        RequestKind::Metadata(r) => {
+            ResponseKind::Metadata(metadata::handle(shard, r, version).await)
+        }
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(create_topics::handle(shard, r, version).await)
+        }
+        RequestKind::Produce(r) => match produce::handle(shard, r, version).await {
+            Some(r) => ResponseKind::Produce(r),
+            None => return Ok(None),
+        },
+        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(shard, r, version).await),
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(list_offsets::handle(shard, r, version).await)
+        }
+        other => anyhow::bail!("no handler for {:?}", api_name(&other)),
+    };
+    Ok(Some((response, version)))
+}
+
+fn api_name(r: &RequestKind) -> &'static str {
+    match r {
+        RequestKind::Produce(_) => "Produce",
+        _ => "an unsupported API",
+    }
+}
+
+/// Encodes a response frame: size prefix, response header, body.
+pub fn encode_response(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    response: &ResponseKind,
+) -> anyhow::Result<Bytes> {
+    let header_version = key.response_header_version(version);
+    let header =
+        kafka_protocol::messages::ResponseHeader::default().with_correlation_id(correlation_id);
+    let mut buf = BytesMut::with_capacity(64);
+    buf.extend_from_slice(&[0; 4]);
+    kafka_protocol::protocol::Encodable::encode(&header, &mut buf, header_version)?;
+    response.encode(&mut buf, version)?;
+    let size = (buf.len() - 4) as u32;
+    buf[0..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf.freeze())
+}

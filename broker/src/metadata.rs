@@ -1,0 +1,198 @@
+//! The metadata image: topics, their ids, partition counts, configs and the shard that owns
+//! each partition. Shard 0 owns the authoritative copy and persists it; every shard holds an
+//! immutable `Arc<MetadataImage>` replaced by message when it changes.
+//!
+//! Persisted as JSON in `<data>/.sluice-metadata.json`, replaced atomically. (The controller
+//! quorum will replace this file with the replicated `__cluster_metadata` log.)
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sluice_engine::{FlushMode, LogConfig, TimestampType};
+
+pub const METADATA_FILE: &str = ".sluice-metadata.json";
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TopicMeta {
+    pub name: String,
+    pub id: uuid::Uuid,
+    /// Owner shard of each partition, by partition index. Stored so placement survives
+    /// restarts; with fewer shards than recorded, the owner is `shard % shards`.
+    pub shards: Vec<u16>,
+    /// Topic-level config overrides, Kafka names.
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct MetadataImage {
+    pub version: u64,
+    pub topics: BTreeMap<String, TopicMeta>,
+    /// Round-robin cursor for placing new partitions.
+    pub next_shard: u64,
+}
+
+impl MetadataImage {
+    pub fn path(data_dir: &Path) -> PathBuf {
+        data_dir.join(METADATA_FILE)
+    }
+
+    pub fn load(data_dir: &Path) -> anyhow::Result<MetadataImage> {
+        let path = Self::path(data_dir);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| anyhow::anyhow!("metadata {} is damaged: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(MetadataImage::default()),
+            Err(e) => Err(anyhow::anyhow!("reading {}: {e}", path.display())),
+        }
+    }
+
+    /// Writes the image durably (temp file, fsync, rename, directory fsync). Runs on shard 0
+    /// only when topics change, never on the produce or fetch path.
+    pub fn store(&self, data_dir: &Path) -> std::io::Result<()> {
+        let path = Self::path(data_dir);
+        let tmp = path.with_extension("tmp");
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&serde_json::to_vec_pretty(self).expect("metadata serializes"))?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(data_dir)?.sync_all()
+    }
+
+    pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<&TopicMeta> {
+        self.topics.values().find(|t| t.id == id)
+    }
+
+    pub fn owner(&self, topic: &str, partition: i32, shards: usize) -> Option<usize> {
+        let t = self.topics.get(topic)?;
+        let s = *t.shards.get(usize::try_from(partition).ok()?)?;
+        Some(s as usize % shards)
+    }
+}
+
+/// Kafka's topic name rules.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("topic name is empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("topic name {name:?} is not allowed"));
+    }
+    if name.len() > 249 {
+        return Err(format!(
+            "topic name is {} characters, the limit is 249",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '.' || *c == '_' || *c == '-'))
+    {
+        return Err(format!("topic name {name:?} contains {c:?}; allowed are ASCII letters, digits, '.', '_' and '-'"));
+    }
+    Ok(())
+}
+
+/// Builds the engine's config from topic overrides, checking every value.
+pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, String> {
+    let mut c = LogConfig::default();
+    for (key, value) in configs {
+        let int = || {
+            value
+                .parse::<i64>()
+                .map_err(|_| format!("{key}={value:?} is not a number"))
+        };
+        match key.as_str() {
+            "cleanup.policy" => {
+                let parts: Vec<&str> = value.split(',').map(str::trim).collect();
+                if parts.iter().any(|p| *p != "delete" && *p != "compact") || parts.is_empty() {
+                    return Err(format!(
+                        "cleanup.policy={value:?}: expected delete, compact or both"
+                    ));
+                }
+                c.cleanup_delete = parts.contains(&"delete");
+                c.cleanup_compact = parts.contains(&"compact");
+            }
+            "delete.retention.ms" => c.delete_retention_ms = int()?.max(0),
+            "flush.mode" => {
+                c.flush_mode = match value.as_str() {
+                    "batch" => FlushMode::Batch,
+                    "interval" => FlushMode::Interval,
+                    "none" => FlushMode::None,
+                    _ => {
+                        return Err(format!(
+                            "flush.mode={value:?}: expected batch, interval or none"
+                        ))
+                    }
+                }
+            }
+            "flush.ms" => c.flush_ms = int()?.max(0),
+            "index.interval.bytes" => {
+                c.index_interval_bytes = int()?.clamp(0, i32::MAX as i64) as u32
+            }
+            "max.message.bytes" => {
+                let v = int()?;
+                if v < 0 {
+                    return Err(format!("max.message.bytes={value} must be at least 0"));
+                }
+                c.max_message_bytes = v.min(u32::MAX as i64) as u32;
+            }
+            "message.timestamp.type" => {
+                c.message_timestamp_type = match value.as_str() {
+                    "CreateTime" => TimestampType::CreateTime,
+                    "LogAppendTime" => TimestampType::LogAppendTime,
+                    _ => {
+                        return Err(format!(
+                        "message.timestamp.type={value:?}: expected CreateTime or LogAppendTime"
+                    ))
+                    }
+                }
+            }
+            "retention.bytes" => c.retention_bytes = int()?,
+            "retention.ms" => c.retention_ms = int()?,
+            "segment.bytes" => {
+                let v = int()?;
+                if v < 14 {
+                    return Err(format!("segment.bytes={value} must be at least 14"));
+                }
+                c.segment_bytes = v as u64;
+            }
+            "segment.ms" => c.segment_ms = int()?.max(1),
+            other => return Err(format!("unknown topic config {other:?}")),
+        }
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_2-x").is_ok());
+        assert!(validate_topic_name("").is_err());
+        assert!(validate_topic_name("..").is_err());
+        assert!(validate_topic_name("a/b").is_err());
+        assert!(validate_topic_name(&"x".repeat(250)).is_err());
+    }
+
+    #[test]
+    fn configs_map_to_the_engine() {
+        let mut m = BTreeMap::new();
+        m.insert("cleanup.policy".to_string(), "compact,delete".to_string());
+        m.insert("flush.mode".to_string(), "none".to_string());
+        m.insert("segment.bytes".to_string(), "1048576".to_string());
+        let c = log_config(&m).unwrap();
+        assert!(c.cleanup_compact && c.cleanup_delete);
+        assert_eq!(c.flush_mode, FlushMode::None);
+        assert_eq!(c.segment_bytes, 1 << 20);
+        m.insert("retention.ms".to_string(), "soon".to_string());
+        assert!(log_config(&m).is_err());
+        let mut bad = BTreeMap::new();
+        bad.insert("no.such.config".to_string(), "1".to_string());
+        assert!(log_config(&bad).is_err());
+    }
+}

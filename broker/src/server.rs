@@ -1,0 +1,96 @@
+//! Starting the broker: load the metadata image, start one shard per core, open every
+//! partition on its owner shard, serve the Kafka protocol on every shard (SO_REUSEPORT), and on
+//! SIGTERM/SIGINT stop accepting, close every log cleanly and exit.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
+
+use crate::config::BrokerConfig;
+use crate::metadata::MetadataImage;
+use crate::shard::{Job, Shard, Shared, MESH_QUEUE_DEPTH};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(signal, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| anyhow::anyhow!("creating {}: {e}", config.data_dir.display()))?;
+    let image = Arc::new(MetadataImage::load(&config.data_dir)?);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let shards = if config.cores == 0 {
+        cores
+    } else {
+        config.cores
+    };
+    install_signal_handlers();
+    // Bind once here so a taken port fails fast with a clear error; shards bind their own
+    // SO_REUSEPORT sockets.
+    drop(
+        std::net::TcpListener::bind(config.listener)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listener))?,
+    );
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        shards,
+        appended: (0..shards).map(|_| event_listener::Event::new()).collect(),
+    });
+    let mesh = MeshBuilder::<Job, _>::full(shards, MESH_QUEUE_DEPTH);
+    tracing::info!(shards, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
+    let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shards, None))
+        .name("shard")
+        .spin_before_park(Duration::from_micros(200))
+        .on_all_shards(move || {
+            let shared = shared.clone();
+            let image = image.clone();
+            let mesh = mesh.clone();
+            async move {
+                let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
+                let id = senders.peer_id();
+                let shard = Shard::new(id, shared.clone(), image.clone(), senders);
+                shard.serve_jobs(receivers);
+                for topic in image.topics.values() {
+                    shard.open_owned(topic).await?;
+                }
+                let listener = TcpListener::bind(shared.config.listener).map_err(|e| anyhow::anyhow!("shard {id}: binding: {e}"))?;
+                let server = glommio::spawn_local(crate::net::serve(shard.clone(), listener));
+                if id == 0 {
+                    tracing::info!(listener = %shared.config.listener, "serving the Kafka protocol");
+                }
+                while !STOP.load(Ordering::SeqCst) {
+                    glommio::timer::sleep(Duration::from_millis(100)).await;
+                }
+                server.cancel().await;
+                shard.close_all().await;
+                tracing::info!(shard = id, "shard stopped cleanly");
+                Ok::<_, anyhow::Error>(())
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("starting shards: {e}"))?;
+    for result in handles.join_all() {
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(e) => return Err(anyhow::anyhow!("a shard panicked: {e:?}")),
+        }
+    }
+    Ok(())
+}

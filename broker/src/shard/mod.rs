@@ -1,0 +1,185 @@
+//! Shards: one glommio executor per core, each owning a disjoint set of partitions.
+//!
+//! A shard owns its partitions' logs, its batch cache and its connections. Work for a
+//! partition owned elsewhere is sent to the owner as a job over a bounded `channel_mesh` queue
+//! (a full queue makes the sender wait: backpressure, never a drop); the job runs on the owner and
+//! its result comes back over a oneshot channel. Jobs carry `Bytes` (reference counted), never
+//! copies. Shard 0 also owns the authoritative metadata image and applies topic changes.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use glommio::channels::channel_mesh::{Receivers, Senders};
+use sluice_engine::{BatchCache, Clock, DmaStorage, Log};
+
+use crate::config::BrokerConfig;
+use crate::metadata::{log_config, MetadataImage, TopicMeta};
+
+pub mod partition;
+
+pub use partition::Partition;
+
+/// Jobs queued between two shards before senders wait.
+pub const MESH_QUEUE_DEPTH: usize = 1024;
+
+pub type Job = Box<dyn FnOnce(Rc<Shard>) -> Pin<Box<dyn Future<Output = ()>>> + Send>;
+
+/// What every shard shares read-only with the others.
+pub struct Shared {
+    pub config: BrokerConfig,
+    pub shards: usize,
+    /// Notified after every append on the shard with that index; fetches waiting for data on
+    /// partitions of that shard listen here (cross-thread wake-ups are glommio's own).
+    pub appended: Vec<event_listener::Event>,
+}
+
+pub struct Shard {
+    pub id: usize,
+    pub shared: Arc<Shared>,
+    pub image: RefCell<Arc<MetadataImage>>,
+    pub partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    pub cache: Rc<BatchCache>,
+    senders: Senders<Job>,
+}
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        image: Arc<MetadataImage>,
+        senders: Senders<Job>,
+    ) -> Rc<Shard> {
+        let cache = BatchCache::new(shared.config.batch_cache_bytes);
+        Rc::new(Shard {
+            id,
+            shared,
+            image: RefCell::new(image),
+            partitions: RefCell::new(HashMap::new()),
+            cache,
+            senders,
+        })
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.shared.config
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    /// Runs every job other shards send here.
+    pub fn serve_jobs(self: &Rc<Self>, mut receivers: Receivers<Job>) {
+        for (_, stream) in receivers.streams() {
+            let shard = self.clone();
+            glommio::spawn_local(async move {
+                while let Some(job) = stream.recv().await {
+                    glommio::spawn_local(job(shard.clone())).detach();
+                }
+            })
+            .detach();
+        }
+    }
+
+    /// Runs `f` on shard `target` and returns its result.
+    pub async fn invoke_on<T, F, Fut>(self: &Rc<Self>, target: usize, f: F) -> T
+    where
+        T: Send + 'static,
+        F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+    {
+        if target == self.id {
+            return f(self.clone()).await;
+        }
+        let (tx, rx) = futures_channel::oneshot::channel();
+        let job: Job = Box::new(move |shard| {
+            Box::pin(async move {
+                let _ = tx.send(f(shard).await);
+            })
+        });
+        if self.senders.send_to(target, job).await.is_err() {
+            panic!("shard {target} is gone");
+        }
+        rx.await.expect("a shard job never completed")
+    }
+
+    /// Runs `f` on every shard, this one included, and collects the results in shard order.
+    pub async fn invoke_on_all<T, F, Fut>(self: &Rc<Self>, f: F) -> Vec<T>
+    where
+        T: Send + 'static,
+        F: Fn(Rc<Shard>) -> Fut + Send + Clone + 'static,
+        Fut: Future<Output = T> + 'static,
+    {
+        let mut tasks = Vec::new();
+        for target in 0..self.shared.shards {
+            let shard = self.clone();
+            let f = f.clone();
+            tasks.push(glommio::spawn_local(async move {
+                shard.invoke_on(target, f).await
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await);
+        }
+        out
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .cloned()
+    }
+
+    /// Opens (creating or recovering) the partitions of `topic` that this shard owns.
+    pub async fn open_owned(self: &Rc<Self>, topic: &TopicMeta) -> anyhow::Result<()> {
+        let config =
+            log_config(&topic.configs).map_err(|e| anyhow::anyhow!("topic {}: {e}", topic.name))?;
+        for (index, &owner) in topic.shards.iter().enumerate() {
+            if owner as usize % self.shared.shards != self.id {
+                continue;
+            }
+            let key = (topic.name.clone(), index as i32);
+            if self.partitions.borrow().contains_key(&key) {
+                continue;
+            }
+            let dir = self
+                .config()
+                .data_dir
+                .join(format!("{}-{}", topic.name, index));
+            let log = Log::open(
+                DmaStorage::new(),
+                dir,
+                config.clone(),
+                self.cache.clone(),
+                Clock::System,
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("opening {}-{}: {e}", topic.name, index))?;
+            self.partitions
+                .borrow_mut()
+                .insert(key, Rc::new(Partition::new(log)));
+        }
+        Ok(())
+    }
+
+    /// Notifies fetches waiting on this shard's partitions.
+    pub fn notify_appended(&self) {
+        self.shared.appended[self.id].notify(usize::MAX);
+    }
+
+    /// Closes every partition log cleanly (graceful shutdown).
+    pub async fn close_all(&self) {
+        let partitions: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
+        for p in partitions {
+            if let Err(e) = p.log.close().await {
+                tracing::error!(dir = %p.log.dir().display(), error = %e, "log did not close cleanly; it will be recovered on start");
+            }
+        }
+    }
+}
