@@ -501,8 +501,7 @@ async fn run_all(args: Args, cases: Vec<Case>) -> Result<(), String> {
         .dir
         .join(format!("engine-append-{}", std::process::id()));
     fs::create_dir_all(&data_dir).map_err(|e| format!("creating {}: {e}", data_dir.display()))?;
-    // glommio 0.9 opens directories (for `sync_dir`) with dirfd -1, so a relative log path
-    // fails with EBADF when the log is opened: hand the engine an absolute one.
+    // An absolute path, so that progress lines say exactly where the data goes.
     let data_dir = fs::canonicalize(&data_dir)
         .map_err(|e| format!("resolving {}: {e}", data_dir.display()))?;
     let mut out: Box<dyn Write> = match &args.json {
