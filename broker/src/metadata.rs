@@ -31,6 +31,12 @@ pub struct MetadataImage {
     pub topics: BTreeMap<String, TopicMeta>,
     /// Round-robin cursor for placing new partitions.
     pub next_shard: u64,
+    /// Shards of the running broker; set at start, not persisted meaningfully.
+    #[serde(default)]
+    pub shards: usize,
+    /// Next idempotent producer id to hand out (InitProducerId).
+    #[serde(default)]
+    pub next_producer_id: i64,
 }
 
 impl MetadataImage {
@@ -94,6 +100,21 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Topic configs this broker understands, with Kafka's defaults (DescribeConfigs lists them).
+pub const TOPIC_CONFIG_DEFAULTS: &[(&str, &str)] = &[
+    ("cleanup.policy", "delete"),
+    ("delete.retention.ms", "86400000"),
+    ("flush.mode", "batch"),
+    ("flush.ms", "1000"),
+    ("index.interval.bytes", "4096"),
+    ("max.message.bytes", "1048588"),
+    ("message.timestamp.type", "CreateTime"),
+    ("retention.bytes", "-1"),
+    ("retention.ms", "604800000"),
+    ("segment.bytes", "1073741824"),
+    ("segment.ms", "604800000"),
+];
 
 /// Builds the engine's config from topic overrides, checking every value.
 pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, String> {

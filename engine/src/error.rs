@@ -38,6 +38,8 @@ pub enum LogError {
         log_start_offset: Offset,
         log_end_offset: Offset,
     },
+    #[error("idempotent producer: {0}")]
+    Producer(#[from] crate::producer_state::ProducerError),
     #[error("offset {offset} was truncated away before it became durable")]
     Truncated { offset: Offset },
     #[error("disk full: {0}")]

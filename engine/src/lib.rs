@@ -14,6 +14,7 @@ pub mod batch_cache;
 pub mod config;
 pub mod error;
 pub mod log;
+pub mod producer_state;
 pub mod segment;
 pub mod storage;
 pub mod types;

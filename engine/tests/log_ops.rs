@@ -345,3 +345,97 @@ fn interval_flush_syncs_only_when_due() {
         assert_eq!(log.durable_end_offset(), Offset(1));
     });
 }
+
+fn producer_batch(pid: i64, epoch: i16, seq: i32, n: usize) -> BytesMut {
+    let mut b = sluice_engine::batch::BatchBuilder::new().producer(pid, epoch, seq);
+    for i in 0..n {
+        b.push(&sluice_engine::batch::NewRecord {
+            value: Some(format!("p{pid}-s{}", seq as usize + i).into_bytes()),
+            timestamp: Timestamp(1),
+            ..Default::default()
+        });
+    }
+    BytesMut::from(&b.build()[..])
+}
+
+#[test]
+fn idempotent_retries_are_deduplicated_across_clean_and_unclean_restarts() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let config = LogConfig {
+            segment_bytes: 1024,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/idem/t-0", config.clone(), Clock::System).await;
+        let mut seq = 0;
+        let mut last = None;
+        for _ in 0..20 {
+            let info = log
+                .append(producer_batch(42, 0, seq, 3), LeaderEpoch(0))
+                .await
+                .unwrap();
+            last = Some((seq, info));
+            seq += 3;
+        }
+        let (last_seq, last_info) = last.unwrap();
+        // A retry of the last batch is answered with its original offsets, and not appended.
+        let end = log.log_end_offset();
+        let retry = log
+            .append(producer_batch(42, 0, last_seq, 3), LeaderEpoch(0))
+            .await
+            .unwrap();
+        assert_eq!(
+            (retry.base_offset, retry.last_offset),
+            (last_info.base_offset, last_info.last_offset)
+        );
+        assert_eq!(log.log_end_offset(), end);
+        // A gap in the sequence and an old epoch are refused.
+        assert!(matches!(
+            log.append(producer_batch(42, 0, seq + 1, 1), LeaderEpoch(0))
+                .await,
+            Err(LogError::Producer(
+                sluice_engine::producer_state::ProducerError::OutOfOrderSequence { .. }
+            ))
+        ));
+        assert!(matches!(
+            log.append(producer_batch(42, -1, 0, 1), LeaderEpoch(0))
+                .await,
+            Err(LogError::Producer(
+                sluice_engine::producer_state::ProducerError::InvalidEpoch { .. }
+            ))
+        ));
+        assert!(log.segment_count() > 2, "rolls wrote snapshots");
+        // Clean restart: the snapshot written at close knows the producer.
+        log.close().await.unwrap();
+        drop(log);
+        let log = open(&storage, "/idem/t-0", config.clone(), Clock::System).await;
+        let retry = log
+            .append(producer_batch(42, 0, last_seq, 3), LeaderEpoch(0))
+            .await
+            .unwrap();
+        assert_eq!(retry.base_offset, last_info.base_offset);
+        let info = log
+            .append(producer_batch(42, 0, seq, 2), LeaderEpoch(0))
+            .await
+            .unwrap();
+        assert_eq!(info.base_offset, end);
+        // Unclean restart: the state is rebuilt from the last snapshot plus the log after it.
+        drop(log);
+        let log = open(&storage, "/idem/t-0", config, Clock::System).await;
+        let retry = log
+            .append(producer_batch(42, 0, seq, 2), LeaderEpoch(0))
+            .await
+            .unwrap();
+        assert_eq!(
+            retry.base_offset, info.base_offset,
+            "retry after a crash must not be appended twice"
+        );
+        assert_eq!(log.log_end_offset(), Offset(info.last_offset.0 + 1));
+        // A new epoch starts at sequence 0.
+        let bumped = log
+            .append(producer_batch(42, 1, 0, 1), LeaderEpoch(0))
+            .await
+            .unwrap();
+        assert_eq!(bumped.base_offset, Offset(info.last_offset.0 + 1));
+    });
+}

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
@@ -69,58 +68,46 @@ pub async fn create_topic(
         return Ok(());
     }
     let name = name.to_string();
+    let created = name.clone();
     shard
-        .invoke_on(0, move |shard0| async move {
-            apply_create(&shard0, name, partitions, configs).await
+        .update_metadata(move |image| {
+            if image.topics.contains_key(&name) {
+                return Err(TOPIC_EXISTS.to_string());
+            }
+            let shards = image_shards(image);
+            let owners: Vec<u16> = (0..partitions as u64)
+                .map(|p| ((image.next_shard + p) % shards) as u16)
+                .collect();
+            image.next_shard = (image.next_shard + partitions as u64) % shards;
+            image.topics.insert(
+                name.clone(),
+                TopicMeta {
+                    name,
+                    id: uuid::Uuid::new_v4(),
+                    shards: owners,
+                    configs,
+                },
+            );
+            Ok(())
         })
         .await
+        .map_err(|e| {
+            if e == TOPIC_EXISTS {
+                CreateError::Exists
+            } else {
+                CreateError::Storage(e)
+            }
+        })?;
+    tracing::info!(topic = %created, partitions, "created topic");
+    Ok(())
 }
 
-/// On shard 0: record the topic, persist the image, open partitions, publish the image.
-async fn apply_create(
-    shard0: &Rc<Shard>,
-    name: String,
-    partitions: i32,
-    configs: BTreeMap<String, String>,
-) -> Result<(), CreateError> {
-    assert_eq!(shard0.id, 0, "topics are created on shard 0");
-    let mut image = (*shard0.image()).clone();
-    if image.topics.contains_key(&name) {
-        return Err(CreateError::Exists);
-    }
-    let shards = shard0.shared.shards as u64;
-    let owners: Vec<u16> = (0..partitions as u64)
-        .map(|p| ((image.next_shard + p) % shards) as u16)
-        .collect();
-    image.next_shard = (image.next_shard + partitions as u64) % shards;
-    image.version += 1;
-    let topic = TopicMeta {
-        name: name.clone(),
-        id: uuid::Uuid::new_v4(),
-        shards: owners,
-        configs,
-    };
-    image.topics.insert(name.clone(), topic.clone());
-    image
-        .store(&shard0.config().data_dir)
-        .map_err(|e| CreateError::Storage(format!("persisting metadata: {e}")))?;
-    let image = Arc::new(image);
-    let results = shard0
-        .invoke_on_all(move |shard| {
-            let image = image.clone();
-            let topic = topic.clone();
-            async move {
-                let opened = shard.open_owned(&topic).await.map_err(|e| e.to_string());
-                *shard.image.borrow_mut() = image;
-                opened
-            }
-        })
-        .await;
-    for r in results {
-        r.map_err(CreateError::Storage)?;
-    }
-    tracing::info!(topic = %name, partitions, "created topic");
-    Ok(())
+const TOPIC_EXISTS: &str = "topic already exists";
+
+/// Placement spreads over the shards the broker runs; the image records the count in use
+/// when it was written.
+fn image_shards(image: &crate::metadata::MetadataImage) -> u64 {
+    image.shards.max(1) as u64
 }
 
 pub async fn handle(

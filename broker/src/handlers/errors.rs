@@ -1,6 +1,7 @@
 //! The one place where engine and domain errors become Kafka error codes.
 
 use kafka_protocol::ResponseError;
+use sluice_engine::producer_state::ProducerError;
 use sluice_engine::{BatchError, LogError};
 
 /// Kafka error code for an engine error, as Apache Kafka would answer a client.
@@ -19,6 +20,12 @@ pub fn log_error_code(error: &LogError) -> i16 {
             ResponseError::KafkaStorageError
         }
         LogError::Truncated { .. } => ResponseError::NotLeaderOrFollower,
+        LogError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
+            ResponseError::OutOfOrderSequenceNumber
+        }
+        LogError::Producer(ProducerError::InvalidEpoch { .. }) => {
+            ResponseError::InvalidProducerEpoch
+        }
     };
     e.code()
 }

@@ -9,9 +9,15 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use crate::shard::Shard;
 
 pub mod api_versions;
+pub mod configs;
+pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_records;
+pub mod delete_topics;
+pub mod describe_cluster;
 pub mod errors;
 pub mod fetch;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -25,6 +31,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::DescribeCluster, 0, 1),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -56,6 +70,28 @@ pub async fn dispatch(
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(shard, r, version).await),
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(shard, r, version).await)
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(delete_topics::handle(shard, r, version).await)
+        }
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(create_partitions::handle(shard, r).await)
+        }
+        RequestKind::DescribeConfigs(r) => {
+            ResponseKind::DescribeConfigs(configs::describe(shard, r).await)
+        }
+        RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(configs::alter(shard, r).await),
+        RequestKind::IncrementalAlterConfigs(r) => {
+            ResponseKind::IncrementalAlterConfigs(configs::incremental_alter(shard, r).await)
+        }
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(delete_records::handle(shard, r).await)
+        }
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(init_producer_id::handle(shard, r).await)
+        }
+        RequestKind::DescribeCluster(_) => {
+            ResponseKind::DescribeCluster(describe_cluster::handle(shard))
         }
         other => anyhow::bail!("no handler for {:?}", api_name(&other)),
     };

@@ -19,6 +19,7 @@ use sluice_engine::{BatchCache, Clock, DmaStorage, Log};
 use crate::config::BrokerConfig;
 use crate::metadata::{log_config, MetadataImage, TopicMeta};
 
+pub mod apply;
 pub mod partition;
 
 pub use partition::Partition;

@@ -136,6 +136,102 @@ impl<S: Storage> Log<S> {
     }
 }
 
+/// Producer state snapshots kept per partition; older ones are deleted.
+const PRODUCER_SNAPSHOTS_KEPT: usize = 2;
+
+pub fn snapshot_name(offset: Offset) -> String {
+    format!("{:020}.snapshot", offset.0)
+}
+
+fn parse_snapshot_name(name: &str) -> Option<Offset> {
+    let stem = name.strip_suffix(".snapshot")?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok().map(Offset)
+}
+
+impl<S: Storage> Log<S> {
+    async fn snapshot_offsets(&self) -> Vec<Offset> {
+        let mut offsets: Vec<Offset> = match self.storage.list_dir(&self.dir).await {
+            Ok(names) => names
+                .iter()
+                .filter_map(|n| parse_snapshot_name(n))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        offsets.sort();
+        offsets
+    }
+
+    /// Writes the producer state as of the log end (the caller holds the io lock and no append
+    /// can buffer meanwhile), then prunes old snapshots. Best effort: a missing snapshot only
+    /// means a longer replay on open.
+    pub(crate) async fn write_producer_snapshot_locked(&self) {
+        let (offset, bytes) = {
+            let st = self.state.borrow();
+            (st.log_end_offset, st.producers.encode(st.log_end_offset))
+        };
+        let path = self.dir.join(snapshot_name(offset));
+        if let Err(e) = write_file_atomic(&self.storage, &path, &bytes).await {
+            tracing::warn!(path = %path.display(), error = %e, "could not write a producer state snapshot");
+            return;
+        }
+        let offsets = self.snapshot_offsets().await;
+        if offsets.len() > PRODUCER_SNAPSHOTS_KEPT {
+            for old in &offsets[..offsets.len() - PRODUCER_SNAPSHOTS_KEPT] {
+                let _ = self
+                    .storage
+                    .remove(&self.dir.join(snapshot_name(*old)))
+                    .await;
+            }
+        }
+    }
+
+    /// Rebuilds producer state from the latest usable snapshot at or below the log end, plus
+    /// the batches after it. Snapshots past the log end (after a truncation) are deleted.
+    pub(crate) async fn rebuild_producer_state(&self) -> Result<()> {
+        let end = self.state.borrow().log_end_offset;
+        let mut state = crate::producer_state::ProducerStateManager::default();
+        let mut from = self.state.borrow().log_start_offset;
+        for offset in self.snapshot_offsets().await.into_iter().rev() {
+            let path = self.dir.join(snapshot_name(offset));
+            if offset > end {
+                let _ = self.storage.remove(&path).await;
+                continue;
+            }
+            match read_file(&self.storage, &path)
+                .await
+                .ok()
+                .and_then(|b| crate::producer_state::ProducerStateManager::decode(&b))
+            {
+                Some((loaded, at)) if at == offset => {
+                    state = loaded;
+                    from = from.max(offset);
+                    break;
+                }
+                _ => {
+                    tracing::warn!(path = %path.display(), "damaged producer state snapshot ignored")
+                }
+            }
+        }
+        let mut cur = from;
+        while cur < end {
+            let batches = self.read(cur, 4 << 20, end).await?;
+            if batches.is_empty() {
+                break;
+            }
+            for b in batches {
+                let header = crate::batch::BatchHeader::parse(&b.bytes)?;
+                state.record(&header, b.base_offset, b.last_offset);
+                cur = b.last_offset.next();
+            }
+        }
+        self.state.borrow_mut().producers = state;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

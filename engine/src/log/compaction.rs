@@ -157,6 +157,7 @@ impl<S: Storage> Log<S> {
                 slice[at..at + b.len()].copy_from_slice(b);
                 at += b.len();
             }
+            slice[at..].fill(0);
             file.write_at(buf, 0)
                 .await
                 .map_err(io("writing a cleaned segment"))?;

@@ -24,6 +24,7 @@ use crate::batch::{self, BatchHeader, Records};
 use crate::batch_cache::BatchCache;
 use crate::config::{Clock, FlushMode, LogConfig, TimestampType};
 use crate::error::{is_disk_full, BatchError, LogError, Result};
+use crate::producer_state::{ProducerStateManager, SequenceCheck};
 use crate::segment::appender::{Appender, PendingBatch};
 use crate::segment::{self, Segment};
 use crate::storage::{align_down, align_up, write_file_atomic, Storage, StorageFile};
@@ -76,6 +77,12 @@ pub(crate) struct State<F> {
     pub epochs: Vec<(LeaderEpoch, Offset)>,
     pub epochs_dirty: bool,
     pub last_flush_ms: i64,
+    /// Idempotent producers' sequence state.
+    pub producers: ProducerStateManager,
+    /// Appends take tickets and buffer in ticket order.
+    pub next_ticket: u64,
+    pub serving_ticket: u64,
+    pub abandoned_tickets: std::collections::BTreeSet<u64>,
     /// A roll or truncation is in progress: appends wait for it instead of buffering into a
     /// segment that is about to change.
     pub appends_blocked: bool,
@@ -140,6 +147,33 @@ impl Default for LogStats {
     }
 }
 
+/// An append's place in line; see [`Log::take_turn`].
+struct Turn<'a, S: Storage> {
+    log: &'a Log<S>,
+    ticket: u64,
+}
+
+impl<S: Storage> Drop for Turn<'_, S> {
+    fn drop(&mut self) {
+        let mut st = self.log.state.borrow_mut();
+        if st.serving_ticket == self.ticket {
+            st.serving_ticket += 1;
+            loop {
+                let serving = st.serving_ticket;
+                if !st.abandoned_tickets.remove(&serving) {
+                    break;
+                }
+                st.serving_ticket += 1;
+            }
+            drop(st);
+            self.log.turn_event.notify(usize::MAX);
+        } else {
+            // Dropped while still waiting in line: skip this ticket when its turn comes.
+            st.abandoned_tickets.insert(self.ticket);
+        }
+    }
+}
+
 pub struct Log<S: Storage> {
     pub(crate) dir: PathBuf,
     pub(crate) storage: S,
@@ -150,6 +184,7 @@ pub struct Log<S: Storage> {
     pub(crate) io: async_lock::Mutex<()>,
     pub(crate) state: RefCell<State<S::File>>,
     pub(crate) stats: RefCell<LogStats>,
+    pub(crate) turn_event: event_listener::Event,
 }
 
 impl<S: Storage> Log<S> {
@@ -280,6 +315,9 @@ impl<S: Storage> Log<S> {
             }
         }
         let len = batch.len() as u64;
+        // Appends to one log take effect in arrival order, even when one has to wait for room:
+        // an idempotent producer's pipelined batches must not overtake each other.
+        let turn = self.take_turn().await;
         // Make room first: nothing is assigned an offset until there is space to write it.
         loop {
             let now = self.clock.now_ms();
@@ -295,6 +333,31 @@ impl<S: Storage> Log<S> {
         }
         // No await from here until the batch is buffered: offsets are assigned in order.
         let now = self.clock.now_ms();
+        let duplicate = {
+            let st = self.state.borrow();
+            let header = BatchHeader::parse(&batch)?;
+            match st.producers.check(&header)? {
+                SequenceCheck::Append => None,
+                SequenceCheck::Duplicate {
+                    base_offset,
+                    last_offset,
+                } => {
+                    tracing::debug!(dir = %self.dir.display(), producer_id = header.producer_id(), base_offset = base_offset.0, "duplicate batch from an idempotent producer; answering with its original offsets");
+                    Some(AppendInfo {
+                        base_offset,
+                        last_offset,
+                        log_append_time: Timestamp::NONE,
+                        log_start_offset: st.log_start_offset,
+                    })
+                }
+            }
+        };
+        if let Some(info) = duplicate {
+            drop(turn);
+            self.wait_durable(info.last_offset.next(), config.flush_mode)
+                .await?;
+            return Ok(info);
+        }
         let info = {
             let mut st = self.state.borrow_mut();
             let base = st.log_end_offset;
@@ -307,6 +370,7 @@ impl<S: Storage> Log<S> {
             let bytes = batch.freeze();
             let header = BatchHeader::parse(&bytes).expect("validated");
             let last = header.last_offset();
+            st.producers.record(&header, base, last);
             let seg = st.active_mut();
             let position = seg.size;
             seg.track_batch(&header, position, config.index_interval_bytes);
@@ -333,6 +397,7 @@ impl<S: Storage> Log<S> {
                 log_start_offset: st.log_start_offset,
             }
         };
+        drop(turn);
         {
             let mut stats = self.stats.borrow_mut();
             stats.appends += 1;
@@ -341,6 +406,27 @@ impl<S: Storage> Log<S> {
         self.wait_durable(info.last_offset.next(), config.flush_mode)
             .await?;
         Ok(info)
+    }
+
+    /// Waits for this append's turn. The returned guard passes the turn on when dropped, also
+    /// when the append fails or its future is dropped midway.
+    async fn take_turn(&self) -> Turn<'_, S> {
+        let ticket = {
+            let mut st = self.state.borrow_mut();
+            st.next_ticket += 1;
+            st.next_ticket - 1
+        };
+        let turn = Turn { log: self, ticket };
+        loop {
+            if self.state.borrow().serving_ticket == ticket {
+                return turn;
+            }
+            let listener = self.turn_event.listen();
+            if self.state.borrow().serving_ticket == ticket {
+                return turn;
+            }
+            listener.await;
+        }
     }
 
     fn should_roll(&self, seg: &Segment<S::File>, len: u64, now: i64, config: &LogConfig) -> bool {
@@ -600,6 +686,7 @@ impl<S: Storage> Log<S> {
         let next = self.state.borrow().log_end_offset;
         let seg = self.create_segment_locked(next).await?;
         self.seal_active_locked().await?;
+        self.write_producer_snapshot_locked().await;
         if let Err(e) = self.storage.sync_dir(&self.dir).await {
             return Err(self.poison(format!(
                 "syncing the log directory after a roll failed: {e}"
@@ -740,8 +827,10 @@ impl<S: Storage> Log<S> {
         self.check_usable()?;
         let _io = self.io.lock().await;
         self.check_usable()?;
+        self.state.borrow_mut().appends_blocked = true;
         self.flush_locked(true).await?;
         self.seal_active_locked().await?;
+        self.write_producer_snapshot_locked().await;
         self.state.borrow_mut().closed = true;
         self.write_epochs_checkpoint().await;
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);

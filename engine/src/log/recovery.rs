@@ -170,8 +170,13 @@ impl<S: Storage> Log<S> {
                 epochs_dirty: true,
                 last_flush_ms: now,
                 appends_blocked: false,
+                producers: Default::default(),
+                next_ticket: 0,
+                serving_ticket: 0,
+                abandoned_tickets: Default::default(),
             }),
             stats: RefCell::new(LogStats::default()),
+            turn_event: event_listener::Event::new(),
         };
         {
             let _io = log.io.lock().await;
@@ -190,6 +195,7 @@ impl<S: Storage> Log<S> {
                 .map_err(io("syncing the log directory"))?;
             log.write_epochs_checkpoint().await;
         }
+        log.rebuild_producer_state().await?;
         log.state.borrow().check_invariants();
         tracing::info!(
             dir = %log.dir.display(), clean, segments = log.segment_count(),

@@ -275,6 +275,7 @@ impl<S: Storage> Log<S> {
             .map_err(|e| LogError::io("syncing the log directory", e))?;
         self.write_epochs_checkpoint().await;
         self.state.borrow().check_invariants();
+        self.rebuild_producer_state().await?;
         tracing::info!(dir = %self.dir.display(), requested = offset.0, log_end_offset = new_end.0, "log truncated");
         Ok(new_end)
     }

@@ -89,6 +89,8 @@ impl Appender {
             at += batch.bytes.len();
         }
         assert_eq!(position + at as u64, end);
+        // Zero the padding after the last batch: recovery reads zeros as the end of the log.
+        slice[at..].fill(0);
         let tail_start = (align_down(end) - position) as usize;
         let new_tail = slice[tail_start..at].to_vec();
         Some(WritePlan {

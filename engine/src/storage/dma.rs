@@ -42,10 +42,10 @@ impl StorageFile for DmaStorageFile {
 
     fn alloc_buf(&self, len: usize) -> DmaIoBuf {
         assert_eq!(len as u64 % ALIGN, 0, "unaligned buffer length {len}");
-        let mut buf = self.file.alloc_dma_buffer(len);
+        let buf = self.file.alloc_dma_buffer(len);
         // A misaligned O_DIRECT buffer makes ext4 fall back to buffered I/O without a word.
         assert_eq!(buf.as_ptr() as u64 % ALIGN, 0, "DMA buffer is not aligned");
-        buf.as_bytes_mut().fill(0);
+        // Not zeroed: callers fill what they write and zero only the padding after it.
         DmaIoBuf(buf)
     }
 

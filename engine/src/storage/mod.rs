@@ -48,7 +48,8 @@ impl IoBuf for Vec<u8> {
 pub trait StorageFile: 'static {
     type Buf: IoBuf;
 
-    /// A zeroed buffer of `len` bytes (a multiple of [`ALIGN`]) suitable for `write_at`.
+    /// A buffer of `len` bytes (a multiple of [`ALIGN`]) suitable for `write_at`. Its contents
+    /// are unspecified: the caller writes every byte, zeroing any padding.
     fn alloc_buf(&self, len: usize) -> Self::Buf;
     /// Writes the whole buffer at `pos` (a multiple of [`ALIGN`]).
     async fn write_at(&self, buf: Self::Buf, pos: u64) -> io::Result<()>;
@@ -90,6 +91,7 @@ pub async fn write_file_atomic<S: Storage>(
     if !data.is_empty() {
         let mut buf = file.alloc_buf(align_up(data.len() as u64) as usize);
         buf.as_mut_slice()[..data.len()].copy_from_slice(data);
+        buf.as_mut_slice()[data.len()..].fill(0);
         file.write_at(buf, 0).await?;
         file.truncate(data.len() as u64).await?;
     }

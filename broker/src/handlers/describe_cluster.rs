@@ -1,0 +1,23 @@
+//! DescribeCluster: the brokers, the controller and the cluster id.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{BrokerId, DescribeClusterResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::shard::Shard;
+
+pub fn handle(shard: &Rc<Shard>) -> DescribeClusterResponse {
+    let config = shard.config();
+    let mut response = DescribeClusterResponse::default()
+        .with_cluster_id(StrBytes::from_string(config.cluster_id.clone()))
+        .with_controller_id(BrokerId(config.node_id));
+    response.brokers.push(
+        DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(config.node_id))
+            .with_host(StrBytes::from_string(config.advertised_host.clone()))
+            .with_port(config.advertised_port as i32),
+    );
+    response
+}

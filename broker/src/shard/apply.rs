@@ -1,0 +1,102 @@
+//! Metadata changes: decided and persisted on shard 0, then applied by every shard to the
+//! partitions it owns (open new ones, reconfigure, delete), and the new image published.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use super::Shard;
+use crate::metadata::{log_config, MetadataImage};
+
+impl Shard {
+    /// Runs `change` on shard 0 against a copy of the image; if it succeeds the image is
+    /// persisted and every shard applies it. Returns `change`'s value.
+    pub async fn update_metadata<T, F>(self: &Rc<Self>, change: F) -> Result<T, String>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut MetadataImage) -> Result<T, String> + Send + 'static,
+    {
+        self.invoke_on(0, move |shard0| async move {
+            let mut image = (*shard0.image()).clone();
+            let value = change(&mut image)?;
+            image.version += 1;
+            image
+                .store(&shard0.config().data_dir)
+                .map_err(|e| format!("persisting metadata: {e}"))?;
+            let image = Arc::new(image);
+            let results = shard0
+                .invoke_on_all(move |shard| {
+                    let image = image.clone();
+                    async move { shard.apply_image(image).await }
+                })
+                .await;
+            for r in results {
+                r?;
+            }
+            Ok(value)
+        })
+        .await
+    }
+
+    /// Brings this shard's partitions in line with `image`.
+    pub async fn apply_image(self: &Rc<Self>, image: Arc<MetadataImage>) -> Result<(), String> {
+        // Deleted topics (or a topic re-created under the same name with a new id): drop the
+        // partitions and delete their directories.
+        let stale: Vec<(String, i32)> = self
+            .partitions
+            .borrow()
+            .keys()
+            .filter(|(topic, p)| {
+                image
+                    .topics
+                    .get(topic)
+                    .is_none_or(|t| *p as usize >= t.shards.len())
+            })
+            .cloned()
+            .collect();
+        for key in stale {
+            let removed = self.partitions.borrow_mut().remove(&key);
+            if let Some(partition) = removed {
+                let dir = partition.log.dir().to_path_buf();
+                drop(partition);
+                let trash = dir.with_file_name(format!(
+                    "{}.{}-delete",
+                    key.0,
+                    uuid::Uuid::new_v4().simple()
+                ));
+                if let Err(e) =
+                    std::fs::rename(&dir, &trash).and_then(|_| std::fs::remove_dir_all(&trash))
+                {
+                    tracing::warn!(dir = %dir.display(), error = %e, "could not delete a deleted topic's partition directory");
+                }
+                tracing::info!(topic = %key.0, partition = key.1, "deleted partition");
+            }
+        }
+        let mut errors = Vec::new();
+        for topic in image.topics.values() {
+            if let Err(e) = self.open_owned(topic).await {
+                errors.push(e.to_string());
+            }
+            match log_config(&topic.configs) {
+                Ok(config) => {
+                    let ours: Vec<_> = self
+                        .partitions
+                        .borrow()
+                        .iter()
+                        .filter(|((t, _), _)| t == &topic.name)
+                        .map(|(_, p)| p.clone())
+                        .collect();
+                    for p in ours {
+                        p.log.set_config(config.clone());
+                    }
+                }
+                Err(e) => errors.push(format!("topic {}: {e}", topic.name)),
+            }
+        }
+        *self.image.borrow_mut() = image;
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
