@@ -531,7 +531,20 @@ impl<S: Storage> Log<S> {
         };
         if let Some(plan) = plan {
             let len = plan.end - plan.position;
-            if let Err(e) = file.write_at(plan.buf, plan.position).await {
+            let mut writes = plan.writes.into_iter();
+            let (first_at, first) = writes.next().expect("a write plan has a write");
+            let result = match writes.next() {
+                None => file.write_at(first, first_at).await,
+                Some((second_at, second)) => {
+                    let (a, b) = futures_lite::future::zip(
+                        file.write_at(first, first_at),
+                        file.write_at(second, second_at),
+                    )
+                    .await;
+                    a.and(b)
+                }
+            };
+            if let Err(e) = result {
                 return Err(self.poison(format!(
                     "write of {len} bytes at {} in segment {segment_base} failed: {e}",
                     plan.position

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::storage::{align_down, align_up, IoBuf, StorageFile};
+use crate::storage::{align_down, align_up, IoBuf, StorageFile, ALIGN};
 use crate::types::Offset;
 
 /// A batch that is in the log (readable, cached) but not yet on the device.
@@ -34,7 +34,8 @@ pub struct Appender {
 /// One aligned write the flusher performs, prepared while holding no borrow across an await.
 pub struct WritePlan<B> {
     pub position: u64,
-    pub buf: B,
+    /// (position, buffer) of each aligned write; they do not overlap and may run together.
+    pub writes: Vec<(u64, B)>,
     /// The segment size the write brings to the device.
     pub end: u64,
     /// How many unwritten batches it covers.
@@ -80,22 +81,70 @@ impl Appender {
             "write past preallocated space: end {end}, allocated {}",
             self.allocated
         );
-        let mut buf = file.alloc_buf((align_up(end) - position) as usize);
-        let slice = buf.as_mut_slice();
-        let mut at = self.tail.len();
-        slice[..at].copy_from_slice(&self.tail);
-        for batch in &self.unwritten {
-            slice[at..at + batch.bytes.len()].copy_from_slice(&batch.bytes);
-            at += batch.bytes.len();
+        let total = (align_up(end) - position) as usize;
+        // The partly written tail block goes out as its own write, side by side with the rest:
+        // one write covering both an already written block and never written (preallocated)
+        // blocks cannot be issued without blocking on ext4, and io_uring hands it to a worker
+        // thread; two writes that each cover one kind can be.
+        let split = if !self.tail.is_empty() && total > ALIGN as usize {
+            ALIGN as usize
+        } else {
+            0
+        };
+        let mut head = (split > 0).then(|| file.alloc_buf(split));
+        let mut rest = file.alloc_buf(total - split);
+        let mut at = 0usize;
+        {
+            let head_slice: &mut [u8] = match head.as_mut() {
+                Some(h) => h.as_mut_slice(),
+                None => &mut [],
+            };
+            let rest_slice = rest.as_mut_slice();
+            let mut put = |at: &mut usize, bytes: &[u8]| {
+                let mut bytes = bytes;
+                if *at < split {
+                    let n = bytes.len().min(split - *at);
+                    head_slice[*at..*at + n].copy_from_slice(&bytes[..n]);
+                    bytes = &bytes[n..];
+                    *at += n;
+                }
+                if !bytes.is_empty() {
+                    let r = *at - split;
+                    rest_slice[r..r + bytes.len()].copy_from_slice(bytes);
+                    *at += bytes.len();
+                }
+            };
+            put(&mut at, &self.tail);
+            for batch in &self.unwritten {
+                put(&mut at, &batch.bytes);
+            }
+            assert_eq!(position + at as u64, end);
+            // Zero the padding after the last batch: recovery reads zeros as the end of the log.
+            if at < split {
+                head_slice[at..].fill(0);
+                rest_slice.fill(0);
+            } else {
+                rest_slice[at - split..].fill(0);
+            }
         }
-        assert_eq!(position + at as u64, end);
-        // Zero the padding after the last batch: recovery reads zeros as the end of the log.
-        slice[at..].fill(0);
+        // The new tail: the bytes of the last, partly filled block.
         let tail_start = (align_down(end) - position) as usize;
-        let new_tail = slice[tail_start..at].to_vec();
+        let mut new_tail = Vec::with_capacity(at - tail_start);
+        for i in tail_start..at {
+            new_tail.push(if i < split {
+                head.as_ref().expect("head exists below split").as_slice()[i]
+            } else {
+                rest.as_slice()[i - split]
+            });
+        }
+        let mut writes = Vec::with_capacity(2);
+        if let Some(h) = head {
+            writes.push((position, h));
+        }
+        writes.push((position + split as u64, rest));
         Some(WritePlan {
             position,
-            buf,
+            writes,
             end,
             batch_count: self.unwritten.len(),
             new_tail,
