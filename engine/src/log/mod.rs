@@ -182,6 +182,8 @@ pub struct Log<S: Storage> {
     pub(crate) cache: Rc<BatchCache>,
     pub(crate) cache_id: u64,
     pub(crate) io: async_lock::Mutex<()>,
+    /// Held by the fdatasync stage of group commit, which runs outside the io lock.
+    pub(crate) sync: async_lock::Mutex<()>,
     pub(crate) state: RefCell<State<S::File>>,
     pub(crate) stats: RefCell<LogStats>,
     pub(crate) turn_event: event_listener::Event,
@@ -506,12 +508,52 @@ impl<S: Storage> Log<S> {
             if reached(&self.state.borrow())? {
                 return Ok(());
             }
-            let _io = self.io.lock().await;
-            if reached(&self.state.borrow())? {
-                return Ok(());
+            {
+                let _io = self.io.lock().await;
+                if reached(&self.state.borrow())? {
+                    return Ok(());
+                }
+                self.flush_locked(false).await?;
             }
-            self.flush_locked(mode == FlushMode::Batch).await?;
+            if mode == FlushMode::Batch {
+                // The io lock is free again while this fdatasync runs, so the next group of
+                // appends is written meanwhile and covered by the following fdatasync.
+                let _sync = self.sync.lock().await;
+                if reached(&self.state.borrow())? {
+                    return Ok(());
+                }
+                self.sync_written().await?;
+            }
         }
+    }
+
+    /// fdatasyncs the active segment, making everything written so far durable. Runs under the
+    /// `sync` lock (or the io lock); segments before the active one were synced when sealed.
+    async fn sync_written(&self) -> Result<()> {
+        let (file, target, segment_base) = {
+            let st = self.state.borrow();
+            (
+                st.active().file.clone(),
+                st.written_end,
+                st.active().base_offset,
+            )
+        };
+        if self.state.borrow().synced_end >= target {
+            return Ok(());
+        }
+        let started = Instant::now();
+        if let Err(e) = file.fdatasync().await {
+            return Err(self.poison(format!("fdatasync of segment {segment_base} failed: {e}")));
+        }
+        let micros = started.elapsed().as_micros() as u64;
+        let _ = self.stats.borrow_mut().fdatasync_us.record(micros.max(1));
+        let mut st = self.state.borrow_mut();
+        // A truncation may have run meanwhile: never claim more than is written.
+        let target = target.min(st.written_end);
+        st.synced_end = st.synced_end.max(target);
+        st.last_flush_ms = self.clock.now_ms();
+        st.check_invariants();
+        Ok(())
     }
 
     /// Writes everything buffered to the device and, with `sync`, fdatasyncs it.
@@ -568,24 +610,10 @@ impl<S: Storage> Log<S> {
             stats.device_written_bytes += align_up(len);
         }
         if sync {
-            let target = self.state.borrow().written_end;
-            if self.state.borrow().synced_end < target {
-                let started = Instant::now();
-                if let Err(e) = file.fdatasync().await {
-                    return Err(
-                        self.poison(format!("fdatasync of segment {segment_base} failed: {e}"))
-                    );
-                }
-                let micros = started.elapsed().as_micros() as u64;
-                let _ = self.stats.borrow_mut().fdatasync_us.record(micros.max(1));
-                let mut st = self.state.borrow_mut();
-                st.synced_end = st.synced_end.max(target);
-                st.last_flush_ms = self.clock.now_ms();
-                st.check_invariants();
-            }
-            if self.state.borrow().epochs_dirty {
-                self.write_epochs_checkpoint().await;
-            }
+            self.sync_written().await?;
+        }
+        if self.state.borrow().epochs_dirty {
+            self.write_epochs_checkpoint().await;
         }
         Ok(())
     }

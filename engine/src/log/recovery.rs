@@ -158,6 +158,7 @@ impl<S: Storage> Log<S> {
             cache,
             cache_id,
             io: async_lock::Mutex::new(()),
+            sync: async_lock::Mutex::new(()),
             state: RefCell::new(State {
                 segments,
                 log_start_offset,
