@@ -28,6 +28,10 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: u32,
     /// Per-shard batch cache budget.
     pub batch_cache_bytes: u64,
+    /// `group.initial.rebalance.delay.ms`: how long a new group waits for more members.
+    pub group_initial_rebalance_delay_ms: u64,
+    /// `offsets.topic.num.partitions`
+    pub offsets_topic_partitions: i32,
 }
 
 impl Default for BrokerConfig {
@@ -44,6 +48,8 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             socket_request_max_bytes: 104_857_600,
             batch_cache_bytes: 256 << 20,
+            group_initial_rebalance_delay_ms: 3000,
+            offsets_topic_partitions: 50,
         }
     }
 }
@@ -68,6 +74,10 @@ struct FileConfig {
     socket_request_max_bytes: Option<u32>,
     #[serde(rename = "batch.cache.bytes")]
     batch_cache_bytes: Option<u64>,
+    #[serde(rename = "group.initial.rebalance.delay.ms")]
+    group_initial_rebalance_delay_ms: Option<u64>,
+    #[serde(rename = "offsets.topic.num.partitions")]
+    offsets_topic_partitions: Option<i32>,
 }
 
 /// Parses `PLAINTEXT://host:port` (or `host:port`) into host and port.
@@ -123,6 +133,12 @@ impl BrokerConfig {
         }
         if let Some(v) = file.batch_cache_bytes {
             self.batch_cache_bytes = v;
+        }
+        if let Some(v) = file.group_initial_rebalance_delay_ms {
+            self.group_initial_rebalance_delay_ms = v;
+        }
+        if let Some(v) = file.offsets_topic_partitions {
+            self.offsets_topic_partitions = v.max(1);
         }
         Ok(())
     }

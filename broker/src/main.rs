@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod config;
+mod group;
 mod handlers;
 mod metadata;
 mod net;
@@ -52,6 +53,9 @@ struct ServeArgs {
     /// Partitions of auto-created topics (`num.partitions`).
     #[arg(long)]
     num_partitions: Option<i32>,
+    /// How long a new consumer group waits for more members (`group.initial.rebalance.delay.ms`).
+    #[arg(long)]
+    group_initial_rebalance_delay_ms: Option<u64>,
 }
 
 fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
@@ -73,6 +77,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(n) = args.num_partitions {
         config.num_partitions = n;
+    }
+    if let Some(d) = args.group_initial_rebalance_delay_ms {
+        config.group_initial_rebalance_delay_ms = d;
     }
     Ok(config)
 }

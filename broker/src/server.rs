@@ -70,6 +70,17 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                 for topic in image.topics.values() {
                     shard.open_owned(topic).await?;
                 }
+                shard.load_offsets().await?;
+                shard.start_group_timers();
+                if id == 0 && !image.topics.contains_key(crate::group::offsets_topic::OFFSETS_TOPIC) {
+                    let mut configs = std::collections::BTreeMap::new();
+                    configs.insert("cleanup.policy".to_string(), "compact".to_string());
+                    configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
+                    let partitions = shared.config.offsets_topic_partitions;
+                    crate::handlers::create_topics::create_topic(&shard, crate::group::offsets_topic::OFFSETS_TOPIC, partitions, configs, false)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("creating the offsets topic: {e:?}"))?;
+                }
                 let listener = TcpListener::bind(shared.config.listener).map_err(|e| anyhow::anyhow!("shard {id}: binding: {e}"))?;
                 let server = glommio::spawn_local(crate::net::serve(shard.clone(), listener));
                 if id == 0 {

@@ -17,10 +17,18 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod errors;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod groups_admin;
+pub mod heartbeat;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod produce;
+pub mod sync_group;
 
 /// Every API this broker implements, with the versions it implements. ApiVersions advertises
 /// exactly this table; anything else is refused.
@@ -39,6 +47,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -47,12 +66,19 @@ pub fn supported(key: ApiKey, version: i16) -> bool {
         .any(|&(k, min, max)| k == key && (min..=max).contains(&version))
 }
 
+/// Who sent a request: the header's client id and the peer's host, for group membership.
+pub struct Client {
+    pub client_id: String,
+    pub host: String,
+}
+
 /// Runs one request. `Ok(None)` means the API sends no response (produce with acks=0).
 pub async fn dispatch(
     shard: &Rc<Shard>,
     key: ApiKey,
     version: i16,
     body: &mut Bytes,
+    client: Client,
 ) -> anyhow::Result<Option<(ResponseKind, i16)>> {
     let request = RequestKind::decode(key, body, version)?;
     let response = match request {
@@ -92,6 +118,35 @@ pub async fn dispatch(
         }
         RequestKind::DescribeCluster(_) => {
             ResponseKind::DescribeCluster(describe_cluster::handle(shard))
+        }
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(find_coordinator::handle(shard, r, version))
+        }
+        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(
+            join_group::handle(shard, r, version, client.client_id, client.host).await,
+        ),
+        RequestKind::SyncGroup(r) => {
+            ResponseKind::SyncGroup(sync_group::handle(shard, r, version).await)
+        }
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(heartbeat::handle(shard, r).await),
+        RequestKind::LeaveGroup(r) => {
+            ResponseKind::LeaveGroup(leave_group::handle(shard, r, version).await)
+        }
+        RequestKind::OffsetCommit(r) => {
+            ResponseKind::OffsetCommit(offset_commit::handle(shard, r).await)
+        }
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(offset_fetch::handle(shard, r, version).await)
+        }
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups_admin::list(shard, r).await),
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(groups_admin::describe(shard, r, version).await)
+        }
+        RequestKind::DeleteGroups(r) => {
+            ResponseKind::DeleteGroups(groups_admin::delete(shard, r).await)
+        }
+        RequestKind::OffsetDelete(r) => {
+            ResponseKind::OffsetDelete(groups_admin::offset_delete(shard, r).await)
         }
         other => anyhow::bail!("no handler for {:?}", api_name(&other)),
     };

@@ -144,7 +144,11 @@ fn prepare(
     let header = RequestHeader::decode(&mut body, key.request_header_version(version))?;
     let shard = shard.clone();
     Ok(glommio::spawn_local(async move {
-        match handlers::dispatch(&shard, key, version, &mut body).await {
+        let client = handlers::Client {
+            client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
+            host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
+        };
+        match handlers::dispatch(&shard, key, version, &mut body, client).await {
             Ok(Some((response, version))) => match handlers::encode_response(key, version, header.correlation_id, &response) {
                 Ok(frame) => Ok(Some(frame)),
                 Err(e) => {

@@ -44,6 +44,7 @@ pub struct Shard {
     pub image: RefCell<Arc<MetadataImage>>,
     pub partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     pub cache: Rc<BatchCache>,
+    pub groups: crate::group::GroupCoordinator,
     senders: Senders<Job>,
 }
 
@@ -61,6 +62,7 @@ impl Shard {
             image: RefCell::new(image),
             partitions: RefCell::new(HashMap::new()),
             cache,
+            groups: Default::default(),
             senders,
         })
     }

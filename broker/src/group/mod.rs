@@ -1,0 +1,801 @@
+//! The classic consumer group coordinator (JoinGroup / SyncGroup / Heartbeat / LeaveGroup and
+//! committed offsets), one per shard for the groups whose `__consumer_offsets` partition that
+//! shard owns, as in Kafka.
+//!
+//! A group moves Empty → PreparingRebalance (members (re)join) → CompletingRebalance (the
+//! leader computes assignments) → Stable (SyncGroup delivered them). The broker relays the
+//! members' protocol metadata and the leader's assignments unchanged, so eager and cooperative
+//! (incremental) assignors both work: nothing here revokes partitions on its own.
+//!
+//! Committed offsets are appended to the group's `__consumer_offsets` partition (durable before
+//! the commit is acknowledged) and rebuilt from it when the shard starts. Group membership is
+//! in memory: after a broker restart members get UNKNOWN_MEMBER_ID and simply rejoin.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures_channel::oneshot;
+use kafka_protocol::ResponseError;
+use sluice_engine::batch::{BatchBuilder, NewRecord, Records};
+use sluice_engine::{LeaderEpoch, Timestamp};
+
+use crate::shard::Shard;
+
+pub mod offsets_topic;
+
+use offsets_topic::{CommitKey, CommitValue, OFFSETS_TOPIC};
+
+/// Kafka's `group.min.session.timeout.ms` and `group.max.session.timeout.ms`.
+pub const SESSION_TIMEOUT_MS_MIN: i32 = 6_000;
+pub const SESSION_TIMEOUT_MS_MAX: i32 = 1_800_000;
+/// Members one group may have (Kafka's `group.max.size` defaults to unlimited; a bound is kept).
+pub const GROUP_MEMBERS_MAX: usize = 10_000;
+/// How often expired sessions are looked for.
+const SESSION_SWEEP_MS: u64 = 200;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct JoinResult {
+    pub error: i16,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// (member id, group instance id, metadata), for the leader only.
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct SyncResult {
+    pub error: i16,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub assignment: Bytes,
+}
+
+pub struct Member {
+    pub id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub protocols: Vec<(String, Bytes)>,
+    pub assignment: Bytes,
+    pub last_heartbeat: Instant,
+    join_waiter: Option<oneshot::Sender<JoinResult>>,
+    sync_waiter: Option<oneshot::Sender<SyncResult>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Committed {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+pub struct Group {
+    pub id: String,
+    pub state: GroupState,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED and not yet used (KIP-394).
+    pending_members: Vec<String>,
+    pub offsets: BTreeMap<(String, i32), Committed>,
+    /// Bumped on every rebalance so a stale rebalance timer does nothing.
+    rebalance_round: u64,
+    /// While set, a new group waits for more members before completing its first join.
+    initial_delay_until: Option<Instant>,
+}
+
+impl Group {
+    fn new(id: &str) -> Group {
+        Group {
+            id: id.to_string(),
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            pending_members: Vec::new(),
+            offsets: BTreeMap::new(),
+            rebalance_round: 0,
+            initial_delay_until: None,
+        }
+    }
+
+    fn rebalance_timeout(&self) -> Duration {
+        self.members
+            .values()
+            .map(|m| m.rebalance_timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(1))
+    }
+
+    /// Protocols every member supports, in the order of the first member's preference.
+    fn select_protocol(&self) -> Option<String> {
+        let first = self.members.values().next()?;
+        first
+            .protocols
+            .iter()
+            .map(|(name, _)| name)
+            .find(|name| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(n, _)| n == *name))
+            })
+            .cloned()
+    }
+}
+
+#[derive(Default)]
+pub struct GroupCoordinator {
+    pub groups: RefCell<HashMap<String, Group>>,
+}
+
+pub struct JoinRequest {
+    pub group_id: String,
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+: a new member first gets its id back with MEMBER_ID_REQUIRED.
+    pub require_known_member_id: bool,
+}
+
+fn new_member_id(client_id: &str) -> String {
+    format!(
+        "{}-{}",
+        if client_id.is_empty() {
+            "member"
+        } else {
+            client_id
+        },
+        uuid::Uuid::new_v4()
+    )
+}
+
+fn err(e: ResponseError) -> i16 {
+    e.code()
+}
+
+impl Shard {
+    /// Starts the session-expiry sweep of this shard's groups.
+    pub fn start_group_timers(self: &Rc<Self>) {
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(SESSION_SWEEP_MS)).await;
+                shard.expire_sessions();
+            }
+        })
+        .detach();
+    }
+
+    fn expire_sessions(self: &Rc<Self>) {
+        let now = Instant::now();
+        let mut touched = Vec::new();
+        {
+            let mut groups = self.groups.groups.borrow_mut();
+            for group in groups.values_mut() {
+                let expired: Vec<String> = group
+                    .members
+                    .values()
+                    // A member waiting in JoinGroup is bounded by the rebalance timeout instead.
+                    .filter(|m| {
+                        m.join_waiter.is_none()
+                            && now.duration_since(m.last_heartbeat) > m.session_timeout
+                    })
+                    .map(|m| m.id.clone())
+                    .collect();
+                for id in expired {
+                    tracing::info!(group = %group.id, member = %id, "member session expired");
+                    group.members.remove(&id);
+                    touched.push(group.id.clone());
+                }
+            }
+        }
+        for id in touched {
+            self.membership_changed(&id);
+        }
+    }
+
+    /// After members left or expired: rebalance the rest, or empty the group.
+    fn membership_changed(self: &Rc<Self>, group_id: &str) {
+        let mut groups = self.groups.groups.borrow_mut();
+        let Some(group) = groups.get_mut(group_id) else {
+            return;
+        };
+        match group.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                drop(groups);
+                self.prepare_rebalance(group_id, false);
+            }
+            GroupState::PreparingRebalance => {
+                drop(groups);
+                self.maybe_complete_join(group_id, false);
+            }
+            GroupState::Empty => {}
+        }
+    }
+
+    fn prepare_rebalance(self: &Rc<Self>, group_id: &str, new_group: bool) {
+        let (round, delay) = {
+            let mut groups = self.groups.groups.borrow_mut();
+            let Some(group) = groups.get_mut(group_id) else {
+                return;
+            };
+            if group.state == GroupState::CompletingRebalance {
+                // Members waiting in SyncGroup must rejoin.
+                for m in group.members.values_mut() {
+                    if let Some(w) = m.sync_waiter.take() {
+                        let _ = w.send(SyncResult {
+                            error: err(ResponseError::RebalanceInProgress),
+                            ..Default::default()
+                        });
+                    }
+                }
+            }
+            group.state = GroupState::PreparingRebalance;
+            group.rebalance_round += 1;
+            let delay = if new_group {
+                let d = Duration::from_millis(self.config().group_initial_rebalance_delay_ms);
+                group.initial_delay_until = Some(Instant::now() + d);
+                d.min(group.rebalance_timeout())
+            } else {
+                group.rebalance_timeout()
+            };
+            (group.rebalance_round, delay)
+        };
+        let shard = self.clone();
+        let id = group_id.to_string();
+        glommio::spawn_local(async move {
+            glommio::timer::sleep(delay).await;
+            let current = shard
+                .groups
+                .groups
+                .borrow()
+                .get(&id)
+                .map(|g| (g.rebalance_round, g.state));
+            if current == Some((round, GroupState::PreparingRebalance)) {
+                if let Some(g) = shard.groups.groups.borrow_mut().get_mut(&id) {
+                    g.initial_delay_until = None;
+                }
+                shard.maybe_complete_join(&id, true);
+            }
+        })
+        .detach();
+    }
+
+    /// Completes the join phase when every member has rejoined (or, with `deadline`, with
+    /// whoever has).
+    fn maybe_complete_join(self: &Rc<Self>, group_id: &str, deadline: bool) {
+        let mut groups = self.groups.groups.borrow_mut();
+        let Some(group) = groups.get_mut(group_id) else {
+            return;
+        };
+        if group.state != GroupState::PreparingRebalance {
+            return;
+        }
+        let all_joined = group.members.values().all(|m| m.join_waiter.is_some());
+        let waiting_initial = group
+            .initial_delay_until
+            .is_some_and(|t| Instant::now() < t);
+        if !deadline && (!all_joined || waiting_initial) {
+            return;
+        }
+        // Members that did not rejoin in time are out.
+        let gone: Vec<String> = group
+            .members
+            .values()
+            .filter(|m| m.join_waiter.is_none())
+            .map(|m| m.id.clone())
+            .collect();
+        for id in gone {
+            tracing::info!(group = %group.id, member = %id, "member did not rejoin in time");
+            group.members.remove(&id);
+        }
+        group.generation += 1;
+        if group.members.is_empty() {
+            group.state = GroupState::Empty;
+            group.leader = None;
+            group.protocol = None;
+            return;
+        }
+        group.protocol = group.select_protocol();
+        if group
+            .leader
+            .as_ref()
+            .is_none_or(|l| !group.members.contains_key(l))
+        {
+            group.leader = group.members.keys().next().cloned();
+        }
+        group.state = GroupState::CompletingRebalance;
+        let leader = group.leader.clone().unwrap_or_default();
+        let protocol = group.protocol.clone();
+        let all: Vec<(String, Option<String>, Bytes)> = group
+            .members
+            .values()
+            .map(|m| {
+                let metadata = m
+                    .protocols
+                    .iter()
+                    .find(|(n, _)| Some(n) == protocol.as_ref())
+                    .map(|(_, md)| md.clone())
+                    .unwrap_or_default();
+                (m.id.clone(), m.instance_id.clone(), metadata)
+            })
+            .collect();
+        tracing::info!(group = %group.id, generation = group.generation, members = group.members.len(), protocol = ?protocol, "rebalance: join complete");
+        let (generation, protocol_type) = (group.generation, group.protocol_type.clone());
+        for m in group.members.values_mut() {
+            m.last_heartbeat = Instant::now();
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinResult {
+                    error: 0,
+                    generation,
+                    protocol_type: protocol_type.clone(),
+                    protocol: protocol.clone(),
+                    leader: leader.clone(),
+                    member_id: m.id.clone(),
+                    members: if m.id == leader {
+                        all.clone()
+                    } else {
+                        Vec::new()
+                    },
+                });
+            }
+        }
+    }
+
+    pub async fn join_group(self: &Rc<Self>, req: JoinRequest) -> JoinResult {
+        let fail = |e: ResponseError, member_id: &str| JoinResult {
+            error: err(e),
+            member_id: member_id.to_string(),
+            generation: -1,
+            ..Default::default()
+        };
+        if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&req.session_timeout_ms) {
+            return fail(ResponseError::InvalidSessionTimeout, &req.member_id);
+        }
+        if req.protocols.is_empty() || req.protocol_type.is_empty() {
+            return fail(ResponseError::InconsistentGroupProtocol, &req.member_id);
+        }
+        let rx = {
+            let mut groups = self.groups.groups.borrow_mut();
+            let new_group = !groups.contains_key(&req.group_id);
+            let group = groups
+                .entry(req.group_id.clone())
+                .or_insert_with(|| Group::new(&req.group_id));
+            if !group.members.is_empty() {
+                let type_ok = group.protocol_type.as_deref() == Some(req.protocol_type.as_str());
+                let any_common = req.protocols.iter().any(|(n, _)| {
+                    group
+                        .members
+                        .values()
+                        .all(|m| m.protocols.iter().any(|(mn, _)| mn == n))
+                });
+                if !type_ok || !any_common {
+                    return fail(ResponseError::InconsistentGroupProtocol, &req.member_id);
+                }
+            }
+            let mut member_id = req.member_id.clone();
+            if member_id.is_empty() {
+                if let Some(instance) = &req.instance_id {
+                    // A static member coming back takes over its old identity's place.
+                    let old = group
+                        .members
+                        .values()
+                        .find(|m| m.instance_id.as_ref() == Some(instance))
+                        .map(|m| m.id.clone());
+                    if let Some(old) = old {
+                        if let Some(mut m) = group.members.remove(&old) {
+                            if let Some(w) = m.join_waiter.take() {
+                                let _ = w.send(JoinResult {
+                                    error: err(ResponseError::FencedInstanceId),
+                                    member_id: old.clone(),
+                                    generation: -1,
+                                    ..Default::default()
+                                });
+                            }
+                        }
+                        if group.leader.as_ref() == Some(&old) {
+                            group.leader = None;
+                        }
+                    }
+                    member_id = new_member_id(&req.client_id);
+                } else {
+                    member_id = new_member_id(&req.client_id);
+                    if req.require_known_member_id {
+                        group.pending_members.push(member_id.clone());
+                        return fail(ResponseError::MemberIdRequired, &member_id);
+                    }
+                }
+            } else if !group.members.contains_key(&member_id) {
+                match group.pending_members.iter().position(|p| *p == member_id) {
+                    Some(i) => {
+                        group.pending_members.remove(i);
+                    }
+                    None => return fail(ResponseError::UnknownMemberId, &member_id),
+                }
+            }
+            if !group.members.contains_key(&member_id) && group.members.len() >= GROUP_MEMBERS_MAX {
+                return fail(ResponseError::GroupMaxSizeReached, &member_id);
+            }
+            let (tx, rx) = oneshot::channel();
+            let member = group
+                .members
+                .entry(member_id.clone())
+                .or_insert_with(|| Member {
+                    id: member_id.clone(),
+                    instance_id: req.instance_id.clone(),
+                    client_id: req.client_id.clone(),
+                    client_host: req.client_host.clone(),
+                    session_timeout: Duration::ZERO,
+                    rebalance_timeout: Duration::ZERO,
+                    protocols: Vec::new(),
+                    assignment: Bytes::new(),
+                    last_heartbeat: Instant::now(),
+                    join_waiter: None,
+                    sync_waiter: None,
+                });
+            member.session_timeout = Duration::from_millis(req.session_timeout_ms as u64);
+            member.rebalance_timeout =
+                Duration::from_millis(req.rebalance_timeout_ms.max(req.session_timeout_ms) as u64);
+            member.protocols = req.protocols.clone();
+            member.last_heartbeat = Instant::now();
+            if let Some(old) = member.join_waiter.replace(tx) {
+                let _ = old.send(JoinResult {
+                    error: err(ResponseError::UnknownMemberId),
+                    member_id: member_id.clone(),
+                    generation: -1,
+                    ..Default::default()
+                });
+            }
+            group.protocol_type = Some(req.protocol_type.clone());
+            let state = group.state;
+            drop(groups);
+            if state != GroupState::PreparingRebalance {
+                self.prepare_rebalance(&req.group_id, new_group || state == GroupState::Empty);
+            }
+            self.maybe_complete_join(&req.group_id, false);
+            rx
+        };
+        rx.await.unwrap_or_else(|_| JoinResult {
+            error: err(ResponseError::RebalanceInProgress),
+            generation: -1,
+            ..Default::default()
+        })
+    }
+
+    pub async fn sync_group(
+        self: &Rc<Self>,
+        group_id: &str,
+        member_id: &str,
+        generation: i32,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        let fail = |e: ResponseError| SyncResult {
+            error: err(e),
+            ..Default::default()
+        };
+        let rx = {
+            let mut groups = self.groups.groups.borrow_mut();
+            let Some(group) = groups.get_mut(group_id) else {
+                return fail(ResponseError::UnknownMemberId);
+            };
+            if !group.members.contains_key(member_id) {
+                return fail(ResponseError::UnknownMemberId);
+            }
+            if generation != group.generation {
+                return fail(ResponseError::IllegalGeneration);
+            }
+            let (protocol_type, protocol) = (group.protocol_type.clone(), group.protocol.clone());
+            match group.state {
+                GroupState::PreparingRebalance | GroupState::Empty => {
+                    return fail(ResponseError::RebalanceInProgress)
+                }
+                GroupState::Stable => {
+                    let m = &group.members[member_id];
+                    return SyncResult {
+                        error: 0,
+                        protocol_type,
+                        protocol,
+                        assignment: m.assignment.clone(),
+                    };
+                }
+                GroupState::CompletingRebalance => {}
+            }
+            let (tx, rx) = oneshot::channel();
+            let member = group.members.get_mut(member_id).expect("checked");
+            member.last_heartbeat = Instant::now();
+            member.sync_waiter = Some(tx);
+            if group.leader.as_deref() == Some(member_id) {
+                let given: HashMap<String, Bytes> = assignments.into_iter().collect();
+                for m in group.members.values_mut() {
+                    m.assignment = given.get(&m.id).cloned().unwrap_or_default();
+                    if let Some(w) = m.sync_waiter.take() {
+                        let _ = w.send(SyncResult {
+                            error: 0,
+                            protocol_type: protocol_type.clone(),
+                            protocol: protocol.clone(),
+                            assignment: m.assignment.clone(),
+                        });
+                    }
+                }
+                group.state = GroupState::Stable;
+                tracing::info!(group = %group.id, generation = group.generation, "rebalance: assignments delivered; group stable");
+            }
+            rx
+        };
+        rx.await
+            .unwrap_or_else(|_| fail(ResponseError::RebalanceInProgress))
+    }
+
+    pub fn heartbeat(&self, group_id: &str, member_id: &str, generation: i32) -> i16 {
+        let mut groups = self.groups.groups.borrow_mut();
+        let Some(group) = groups.get_mut(group_id) else {
+            return err(ResponseError::UnknownMemberId);
+        };
+        let state = group.state;
+        let current = group.generation;
+        let Some(member) = group.members.get_mut(member_id) else {
+            return err(ResponseError::UnknownMemberId);
+        };
+        member.last_heartbeat = Instant::now();
+        if state == GroupState::PreparingRebalance {
+            return err(ResponseError::RebalanceInProgress);
+        }
+        if generation != current {
+            return err(ResponseError::IllegalGeneration);
+        }
+        0
+    }
+
+    /// Removes members by id or group instance id; per member an error code.
+    pub fn leave_group(
+        self: &Rc<Self>,
+        group_id: &str,
+        leaving: Vec<(String, Option<String>)>,
+    ) -> (i16, Vec<i16>) {
+        let mut codes = Vec::new();
+        let mut changed = false;
+        {
+            let mut groups = self.groups.groups.borrow_mut();
+            let Some(group) = groups.get_mut(group_id) else {
+                return (
+                    err(ResponseError::UnknownMemberId),
+                    leaving
+                        .iter()
+                        .map(|_| err(ResponseError::UnknownMemberId))
+                        .collect(),
+                );
+            };
+            for (member_id, instance_id) in leaving {
+                let id = if member_id.is_empty() {
+                    instance_id.as_ref().and_then(|i| {
+                        group
+                            .members
+                            .values()
+                            .find(|m| m.instance_id.as_ref() == Some(i))
+                            .map(|m| m.id.clone())
+                    })
+                } else {
+                    Some(member_id)
+                };
+                match id.and_then(|id| group.members.remove(&id)) {
+                    Some(mut m) => {
+                        if let Some(w) = m.join_waiter.take() {
+                            let _ = w.send(JoinResult {
+                                error: err(ResponseError::UnknownMemberId),
+                                generation: -1,
+                                ..Default::default()
+                            });
+                        }
+                        tracing::info!(group = %group.id, member = %m.id, "member left the group");
+                        changed = true;
+                        codes.push(0);
+                    }
+                    None => codes.push(err(ResponseError::UnknownMemberId)),
+                }
+            }
+        }
+        if changed {
+            self.membership_changed(group_id);
+        }
+        (0, codes)
+    }
+
+    /// Checks that a commit may be made on behalf of `member_id` at `generation`
+    /// (generation -1: a commit outside group membership, allowed while the group has no members).
+    pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> i16 {
+        let groups = self.groups.groups.borrow();
+        let Some(group) = groups.get(group_id) else {
+            return if generation < 0 {
+                0
+            } else {
+                err(ResponseError::IllegalGeneration)
+            };
+        };
+        if generation < 0 && member_id.is_empty() {
+            return if group.members.is_empty() {
+                0
+            } else {
+                err(ResponseError::UnknownMemberId)
+            };
+        }
+        if !group.members.contains_key(member_id) {
+            return err(ResponseError::UnknownMemberId);
+        }
+        if generation != group.generation {
+            return err(ResponseError::IllegalGeneration);
+        }
+        if group.state == GroupState::PreparingRebalance {
+            return err(ResponseError::RebalanceInProgress);
+        }
+        0
+    }
+
+    /// Appends commits (or deletions, `None`) to the group's offsets partition and, once durable,
+    /// applies them to the in-memory view.
+    pub async fn store_offsets(
+        self: &Rc<Self>,
+        group_id: &str,
+        commits: Vec<((String, i32), Option<Committed>)>,
+    ) -> Result<(), i16> {
+        if commits.is_empty() {
+            return Ok(());
+        }
+        let partitions = self.config().offsets_topic_partitions;
+        let p = offsets_topic::partition_for(group_id, partitions);
+        let Some(log) = self.partition(OFFSETS_TOPIC, p) else {
+            return Err(err(ResponseError::CoordinatorNotAvailable));
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let mut builder = BatchBuilder::new();
+        for ((topic, partition), committed) in &commits {
+            let key = offsets_topic::encode_key(&CommitKey {
+                group: group_id.to_string(),
+                topic: topic.clone(),
+                partition: *partition,
+            });
+            let value = committed.as_ref().map(|c| {
+                offsets_topic::encode_value(&CommitValue {
+                    offset: c.offset,
+                    leader_epoch: c.leader_epoch,
+                    metadata: c.metadata.clone(),
+                    commit_timestamp: now,
+                })
+            });
+            builder.push(&NewRecord {
+                key: Some(key.to_vec()),
+                value: value.map(|v| v.to_vec()),
+                headers: Vec::new(),
+                timestamp: Timestamp(now),
+            });
+        }
+        let batch = builder.build();
+        if let Err(e) = log
+            .log
+            .append(BytesMut::from(&batch[..]), LeaderEpoch(0))
+            .await
+        {
+            tracing::error!(group = %group_id, error = %e, "could not store committed offsets");
+            return Err(crate::handlers::errors::log_error_code(&e));
+        }
+        let mut groups = self.groups.groups.borrow_mut();
+        let group = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(group_id));
+        for (key, committed) in commits {
+            match committed {
+                Some(c) => {
+                    group.offsets.insert(key, c);
+                }
+                None => {
+                    group.offsets.remove(&key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds committed offsets from this shard's `__consumer_offsets` partitions.
+    pub async fn load_offsets(self: &Rc<Self>) -> anyhow::Result<()> {
+        let owned: Vec<_> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|((t, _), _)| t == OFFSETS_TOPIC)
+            .map(|(_, p)| p.clone())
+            .collect();
+        let mut loaded = 0usize;
+        for partition in owned {
+            let log = &partition.log;
+            let end = log.high_watermark();
+            let mut cur = log.log_start_offset();
+            while cur < end {
+                let batches = log.read(cur, 4 << 20, end).await?;
+                if batches.is_empty() {
+                    break;
+                }
+                for b in batches {
+                    cur = b.last_offset.next();
+                    for record in Records::new(&b.bytes) {
+                        let Ok(record) = record else { break };
+                        let Some(key) = record.key.and_then(offsets_topic::decode_key) else {
+                            continue;
+                        };
+                        let mut groups = self.groups.groups.borrow_mut();
+                        let group = groups
+                            .entry(key.group.clone())
+                            .or_insert_with(|| Group::new(&key.group));
+                        match record.value.and_then(offsets_topic::decode_value) {
+                            Some(v) => {
+                                group.offsets.insert(
+                                    (key.topic, key.partition),
+                                    Committed {
+                                        offset: v.offset,
+                                        leader_epoch: v.leader_epoch,
+                                        metadata: v.metadata,
+                                    },
+                                );
+                                loaded += 1;
+                            }
+                            None => {
+                                group.offsets.remove(&(key.topic, key.partition));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if loaded > 0 {
+            tracing::info!(
+                shard = self.id,
+                commits = loaded,
+                "committed offsets loaded"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The shard that coordinates `group_id`: the owner of its `__consumer_offsets` partition.
+pub fn coordinator_shard(shard: &Shard, group_id: &str) -> Option<usize> {
+    let p = offsets_topic::partition_for(group_id, shard.config().offsets_topic_partitions);
+    shard.image().owner(OFFSETS_TOPIC, p, shard.shared.shards)
+}

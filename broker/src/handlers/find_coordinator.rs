@@ -1,0 +1,56 @@
+//! FindCoordinator: this broker coordinates every group (single node). Transaction
+//! coordinators are not available yet.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::shard::Shard;
+
+const KEY_TYPE_GROUP: i8 = 0;
+
+pub fn handle(
+    shard: &Rc<Shard>,
+    request: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    let config = shard.config();
+    let answer = |key: StrBytes| {
+        let mut c = Coordinator::default().with_key(key);
+        if request.key_type == KEY_TYPE_GROUP {
+            c.node_id = BrokerId(config.node_id);
+            c.host = StrBytes::from_string(config.advertised_host.clone());
+            c.port = config.advertised_port as i32;
+        } else {
+            c.node_id = BrokerId(-1);
+            c.port = -1;
+            c.error_code = ResponseError::CoordinatorNotAvailable.code();
+            c.error_message = Some(StrBytes::from_static_str(
+                "transactions are not supported yet",
+            ));
+        }
+        c
+    };
+    let mut response = FindCoordinatorResponse::default();
+    if version >= 4 {
+        response.coordinators = request
+            .coordinator_keys
+            .iter()
+            .cloned()
+            .map(answer)
+            .collect();
+    } else {
+        let c = answer(request.key.clone());
+        response.error_code = c.error_code;
+        response.node_id = c.node_id;
+        response.host = c.host;
+        response.port = c.port;
+        if version >= 1 {
+            response.error_message = c.error_message;
+        }
+    }
+    response
+}

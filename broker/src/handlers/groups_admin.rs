@@ -1,0 +1,236 @@
+//! ListGroups, DescribeGroups, DeleteGroups and OffsetDelete: the group administration APIs
+//! that `kafka-consumer-groups` and `sluice group` use.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::{
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    GroupId, ListGroupsRequest, ListGroupsResponse, OffsetDeleteRequest, OffsetDeleteResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::group::{coordinator_shard, GroupState};
+use crate::shard::Shard;
+
+pub async fn list(shard: &Rc<Shard>, request: ListGroupsRequest) -> ListGroupsResponse {
+    let per_shard = shard
+        .invoke_on_all(|s| async move {
+            s.groups
+                .groups
+                .borrow()
+                .values()
+                .map(|g| {
+                    (
+                        g.id.clone(),
+                        g.protocol_type.clone().unwrap_or_else(|| "consumer".into()),
+                        g.state.name().to_string(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+    let mut response = ListGroupsResponse::default();
+    for (id, protocol_type, state) in per_shard.into_iter().flatten() {
+        if !request.states_filter.is_empty()
+            && !request
+                .states_filter
+                .iter()
+                .any(|s| s.as_str().eq_ignore_ascii_case(&state))
+        {
+            continue;
+        }
+        response.groups.push(
+            ListedGroup::default()
+                .with_group_id(GroupId(StrBytes::from_string(id)))
+                .with_protocol_type(StrBytes::from_string(protocol_type))
+                .with_group_state(StrBytes::from_string(state))
+                .with_group_type(StrBytes::from_static_str("classic")),
+        );
+    }
+    response
+}
+
+pub async fn describe(
+    shard: &Rc<Shard>,
+    request: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let mut response = DescribeGroupsResponse::default();
+    for group_id in request.groups {
+        let id = group_id.0.to_string();
+        let mut described = DescribedGroup::default().with_group_id(group_id.clone());
+        match coordinator_shard(shard, &id) {
+            None => described.error_code = ResponseError::CoordinatorNotAvailable.code(),
+            Some(owner) => {
+                let found = shard
+                    .invoke_on(owner, move |s| async move {
+                        let groups = s.groups.groups.borrow();
+                        groups.get(&id).map(|g| {
+                            let protocol = g.protocol.clone();
+                            let members: Vec<_> = g
+                                .members
+                                .values()
+                                .map(|m| {
+                                    let metadata = m
+                                        .protocols
+                                        .iter()
+                                        .find(|(n, _)| Some(n) == protocol.as_ref())
+                                        .map(|(_, md)| md.clone())
+                                        .unwrap_or_default();
+                                    (
+                                        m.id.clone(),
+                                        m.instance_id.clone(),
+                                        m.client_id.clone(),
+                                        m.client_host.clone(),
+                                        metadata,
+                                        m.assignment.clone(),
+                                    )
+                                })
+                                .collect();
+                            (
+                                g.state.name().to_string(),
+                                g.protocol_type.clone().unwrap_or_default(),
+                                protocol.unwrap_or_default(),
+                                members,
+                            )
+                        })
+                    })
+                    .await;
+                match found {
+                    Some((state, protocol_type, protocol, members)) => {
+                        described.group_state = StrBytes::from_string(state);
+                        described.protocol_type = StrBytes::from_string(protocol_type);
+                        described.protocol_data = StrBytes::from_string(protocol);
+                        described.members = members
+                            .into_iter()
+                            .map(|(id, instance, client, host, metadata, assignment)| {
+                                let mut m = DescribedGroupMember::default()
+                                    .with_member_id(StrBytes::from_string(id))
+                                    .with_client_id(StrBytes::from_string(client))
+                                    .with_client_host(StrBytes::from_string(host))
+                                    .with_member_metadata(metadata)
+                                    .with_member_assignment(assignment);
+                                if version >= 4 {
+                                    m.group_instance_id = instance.map(StrBytes::from_string);
+                                }
+                                m
+                            })
+                            .collect();
+                    }
+                    None => {
+                        // Kafka describes an unknown group as Dead, without an error.
+                        described.group_state = StrBytes::from_static_str("Dead");
+                    }
+                }
+            }
+        }
+        response.groups.push(described);
+    }
+    response
+}
+
+pub async fn delete(shard: &Rc<Shard>, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut response = DeleteGroupsResponse::default();
+    for group_id in request.groups_names {
+        let id = group_id.0.to_string();
+        let code = match coordinator_shard(shard, &id) {
+            None => ResponseError::CoordinatorNotAvailable.code(),
+            Some(owner) => {
+                shard
+                    .invoke_on(owner, move |s| async move {
+                        let keys = {
+                            let groups = s.groups.groups.borrow();
+                            match groups.get(&id) {
+                                None => return ResponseError::GroupIdNotFound.code(),
+                                Some(g) if g.state != GroupState::Empty => {
+                                    return ResponseError::NonEmptyGroup.code()
+                                }
+                                Some(g) => g.offsets.keys().cloned().collect::<Vec<_>>(),
+                            }
+                        };
+                        let tombstones = keys.into_iter().map(|k| (k, None)).collect();
+                        if let Err(code) = s.store_offsets(&id, tombstones).await {
+                            return code;
+                        }
+                        s.groups.groups.borrow_mut().remove(&id);
+                        tracing::info!(group = %id, "deleted group");
+                        0
+                    })
+                    .await
+            }
+        };
+        response.results.push(
+            DeletableGroupResult::default()
+                .with_group_id(group_id)
+                .with_error_code(code),
+        );
+    }
+    response
+}
+
+pub async fn offset_delete(
+    shard: &Rc<Shard>,
+    request: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
+    let id = request.group_id.0.to_string();
+    let keys: Vec<(String, i32)> = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.name.0.to_string(), p.partition_index))
+        })
+        .collect();
+    let code = match coordinator_shard(shard, &id) {
+        None => ResponseError::CoordinatorNotAvailable.code(),
+        Some(owner) => {
+            let keys = keys.clone();
+            shard
+                .invoke_on(owner, move |s| async move {
+                    match s.groups.groups.borrow().get(&id) {
+                        None => return ResponseError::GroupIdNotFound.code(),
+                        Some(g) if g.state != GroupState::Empty => {
+                            return ResponseError::GroupSubscribedToTopic.code()
+                        }
+                        Some(_) => {}
+                    }
+                    let tombstones = keys.into_iter().map(|k| (k, None)).collect();
+                    match s.store_offsets(&id, tombstones).await {
+                        Ok(()) => 0,
+                        Err(code) => code,
+                    }
+                })
+                .await
+        }
+    };
+    let mut response = OffsetDeleteResponse::default();
+    let group_level = matches!(code, c if c == ResponseError::GroupIdNotFound.code() || c == ResponseError::CoordinatorNotAvailable.code());
+    if group_level {
+        response.error_code = code;
+    }
+    for t in request.topics {
+        response.topics.push(
+            OffsetDeleteResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetDeleteResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(if group_level { 0 } else { code })
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    response
+}

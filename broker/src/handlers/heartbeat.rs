@@ -1,0 +1,26 @@
+//! Heartbeat: keeps a member's session alive and tells it when to rejoin.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
+use kafka_protocol::ResponseError;
+
+use crate::group::coordinator_shard;
+use crate::shard::Shard;
+
+pub async fn handle(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatResponse {
+    let group_id = request.group_id.0.to_string();
+    let code = match coordinator_shard(shard, &group_id) {
+        None => ResponseError::CoordinatorNotAvailable.code(),
+        Some(owner) => {
+            let member_id = request.member_id.to_string();
+            let generation = request.generation_id;
+            shard
+                .invoke_on(owner, move |s| async move {
+                    s.heartbeat(&group_id, &member_id, generation)
+                })
+                .await
+        }
+    };
+    HeartbeatResponse::default().with_error_code(code)
+}

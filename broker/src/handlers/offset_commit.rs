@@ -1,0 +1,71 @@
+//! OffsetCommit: checked against the group's generation, stored durably in
+//! `__consumer_offsets` before it is acknowledged.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+use kafka_protocol::ResponseError;
+
+use crate::group::{coordinator_shard, Committed};
+use crate::shard::Shard;
+
+pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCommitResponse {
+    let group_id = request.group_id.0.to_string();
+    let mut commits = Vec::new();
+    for t in &request.topics {
+        for p in &t.partitions {
+            commits.push((
+                (t.name.0.to_string(), p.partition_index),
+                Some(Committed {
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p
+                        .committed_metadata
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                }),
+            ));
+        }
+    }
+    let code = match coordinator_shard(shard, &group_id) {
+        None => ResponseError::CoordinatorNotAvailable.code(),
+        Some(owner) => {
+            let member_id = request.member_id.to_string();
+            let generation = request.generation_id_or_member_epoch;
+            shard
+                .invoke_on(owner, move |s| async move {
+                    let check = s.check_commit(&group_id, &member_id, generation);
+                    if check != 0 {
+                        return check;
+                    }
+                    match s.store_offsets(&group_id, commits).await {
+                        Ok(()) => 0,
+                        Err(code) => code,
+                    }
+                })
+                .await
+        }
+    };
+    let mut response = OffsetCommitResponse::default();
+    for t in request.topics {
+        response.topics.push(
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetCommitResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    response
+}

@@ -1,0 +1,145 @@
+//! OffsetFetch, for one group (v1-7) or several (v8+). Partitions without a commit answer -1.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::group::coordinator_shard;
+use crate::shard::Shard;
+
+/// (partition, offset, leader epoch, metadata)
+type PartitionOffset = (i32, i64, i32, String);
+/// (topic, its partitions' offsets), or an error code for the group.
+type GroupOffsets = Result<Vec<(String, Vec<PartitionOffset>)>, i16>;
+
+async fn fetch(
+    shard: &Rc<Shard>,
+    group_id: String,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+) -> GroupOffsets {
+    let Some(owner) = coordinator_shard(shard, &group_id) else {
+        return Err(ResponseError::CoordinatorNotAvailable.code());
+    };
+    shard
+        .invoke_on(owner, move |s| async move {
+            let groups = s.groups.groups.borrow();
+            let committed = groups.get(&group_id).map(|g| &g.offsets);
+            let lookup = |topic: &str, p: i32| {
+                committed
+                    .and_then(|o| o.get(&(topic.to_string(), p)))
+                    .map(|c| (p, c.offset, c.leader_epoch, c.metadata.clone()))
+                    .unwrap_or((p, -1, -1, String::new()))
+            };
+            Ok(match wanted {
+                Some(topics) => topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        let parts = ps.iter().map(|&p| lookup(&t, p)).collect();
+                        (t, parts)
+                    })
+                    .collect(),
+                None => {
+                    let mut by_topic: Vec<(String, Vec<PartitionOffset>)> = Vec::new();
+                    if let Some(offsets) = committed {
+                        for ((t, p), c) in offsets {
+                            let entry = (*p, c.offset, c.leader_epoch, c.metadata.clone());
+                            match by_topic.iter_mut().find(|(n, _)| n == t) {
+                                Some((_, v)) => v.push(entry),
+                                None => by_topic.push((t.clone(), vec![entry])),
+                            }
+                        }
+                    }
+                    by_topic
+                }
+            })
+        })
+        .await
+}
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
+    let mut response = OffsetFetchResponse::default();
+    if version >= 8 {
+        for g in request.groups {
+            let wanted = g.topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| (t.name.0.to_string(), t.partition_indexes))
+                    .collect()
+            });
+            let mut group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+            match fetch(shard, g.group_id.0.to_string(), wanted).await {
+                Ok(topics) => {
+                    group.topics = topics
+                        .into_iter()
+                        .map(|(t, parts)| {
+                            OffsetFetchResponseTopics::default()
+                                .with_name(TopicName(StrBytes::from_string(t)))
+                                .with_partitions(
+                                    parts
+                                        .into_iter()
+                                        .map(|(p, o, e, m)| {
+                                            OffsetFetchResponsePartitions::default()
+                                                .with_partition_index(p)
+                                                .with_committed_offset(o)
+                                                .with_committed_leader_epoch(e)
+                                                .with_metadata(Some(StrBytes::from_string(m)))
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect()
+                }
+                Err(code) => group.error_code = code,
+            }
+            response.groups.push(group);
+        }
+        return response;
+    }
+    let wanted = request.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    let GroupId(group_id) = request.group_id;
+    match fetch(shard, group_id.to_string(), wanted).await {
+        Ok(topics) => {
+            response.topics = topics
+                .into_iter()
+                .map(|(t, parts)| {
+                    OffsetFetchResponseTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(t)))
+                        .with_partitions(
+                            parts
+                                .into_iter()
+                                .map(|(p, o, e, m)| {
+                                    let mut r = OffsetFetchResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(o)
+                                        .with_metadata(Some(StrBytes::from_string(m)));
+                                    if version >= 5 {
+                                        r.committed_leader_epoch = e;
+                                    }
+                                    r
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+        }
+        Err(code) => {
+            if version >= 2 {
+                response.error_code = code;
+            }
+        }
+    }
+    response
+}

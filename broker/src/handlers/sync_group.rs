@@ -1,0 +1,47 @@
+//! SyncGroup: the leader hands in assignments; every member gets its own.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::group::{coordinator_shard, SyncResult};
+use crate::shard::Shard;
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: SyncGroupRequest,
+    version: i16,
+) -> SyncGroupResponse {
+    let group_id = request.group_id.0.to_string();
+    let result = match coordinator_shard(shard, &group_id) {
+        None => SyncResult {
+            error: ResponseError::CoordinatorNotAvailable.code(),
+            ..Default::default()
+        },
+        Some(owner) => {
+            let member_id = request.member_id.to_string();
+            let generation = request.generation_id;
+            let assignments: Vec<(String, bytes::Bytes)> = request
+                .assignments
+                .into_iter()
+                .map(|a| (a.member_id.to_string(), a.assignment))
+                .collect();
+            shard
+                .invoke_on(owner, move |s| async move {
+                    s.sync_group(&group_id, &member_id, generation, assignments)
+                        .await
+                })
+                .await
+        }
+    };
+    let mut response = SyncGroupResponse::default()
+        .with_error_code(result.error)
+        .with_assignment(result.assignment);
+    if version >= 5 {
+        response.protocol_type = result.protocol_type.map(StrBytes::from_string);
+        response.protocol_name = result.protocol.map(StrBytes::from_string);
+    }
+    response
+}
