@@ -6,8 +6,8 @@
 //! partition into the response (one copy) and the response is encoded into the frame (one
 //! copy). Zero-copy transfer from segment files is not done yet.
 //!
-//! Fetch sessions (KIP-227) are not implemented: the response carries session id 0, which
-//! tells clients to keep sending full fetch requests.
+//! Fetch sessions (KIP-227): a client that opens a session sends only changed partitions and
+//! gets back only partitions with news (records, a moved high watermark or log start, errors).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,12 +28,126 @@ use crate::shard::Shard;
 /// Longest long-poll honoured, whatever the client asks.
 pub const FETCH_WAIT_MS_MAX: i32 = 30_000;
 
-struct Wanted {
+#[derive(Clone)]
+pub struct Wanted {
     topic: String,
     topic_id: uuid::Uuid,
     partition: i32,
     offset: i64,
     max_bytes: i32,
+}
+
+/// Fetch sessions (KIP-227) open on one shard; a client keeps its session on one connection,
+/// so a session lives on the shard that accepted it.
+pub const FETCH_SESSIONS_PER_SHARD_MAX: usize = 1000;
+
+/// A fetch session: the partitions a client fetches, with what it was last told about each,
+/// so an incremental response carries only partitions that changed.
+pub struct FetchSession {
+    next_epoch: i32,
+    partitions: Vec<(Wanted, i64, i64)>,
+    last_used: Instant,
+}
+
+#[derive(Default)]
+pub struct FetchSessions {
+    sessions: std::collections::HashMap<i32, FetchSession>,
+}
+
+impl FetchSessions {
+    fn create(&mut self, partitions: Vec<Wanted>) -> i32 {
+        if self.sessions.len() >= FETCH_SESSIONS_PER_SHARD_MAX {
+            let oldest = self
+                .sessions
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(&id, _)| id);
+            if let Some(id) = oldest {
+                self.sessions.remove(&id);
+            }
+        }
+        let mut id = (uuid::Uuid::new_v4().as_u128() as i32) & 0x7fff_ffff;
+        while id == 0 || self.sessions.contains_key(&id) {
+            id = (uuid::Uuid::new_v4().as_u128() as i32) & 0x7fff_ffff;
+        }
+        self.sessions.insert(
+            id,
+            FetchSession {
+                next_epoch: 1,
+                partitions: partitions.into_iter().map(|w| (w, -2, -2)).collect(),
+                last_used: Instant::now(),
+            },
+        );
+        id
+    }
+}
+
+/// What the request does to the shard's sessions: sessionless, a new full session, or an
+/// incremental step in an existing one. Returns the partitions to fetch, the session id to
+/// answer with and whether the response is incremental, or a top-level error.
+fn apply_session(
+    shard: &Shard,
+    request: &FetchRequest,
+    version: i16,
+    wanted: Vec<Wanted>,
+) -> Result<(Vec<Wanted>, i32, bool), i16> {
+    const FINAL_EPOCH: i32 = -1;
+    let mut sessions = shard.fetch_sessions.borrow_mut();
+    let (id, epoch) = (request.session_id, request.session_epoch);
+    if version < 7 || epoch == FINAL_EPOCH {
+        if id > 0 {
+            sessions.sessions.remove(&id);
+        }
+        return Ok((wanted, 0, false));
+    }
+    if epoch == 0 {
+        if id > 0 {
+            sessions.sessions.remove(&id);
+        }
+        let new_id = sessions.create(wanted.clone());
+        return Ok((wanted, new_id, false));
+    }
+    let Some(session) = sessions.sessions.get_mut(&id) else {
+        return Err(ResponseError::FetchSessionIdNotFound.code());
+    };
+    if session.next_epoch != epoch {
+        return Err(ResponseError::InvalidFetchSessionEpoch.code());
+    }
+    session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+    session.last_used = Instant::now();
+    let image = shard.image();
+    for forgotten in &request.forgotten_topics_data {
+        let name = if version >= 13 {
+            image
+                .topic_by_id(forgotten.topic_id)
+                .map(|t| t.name.clone())
+                .unwrap_or_default()
+        } else {
+            forgotten.topic.0.to_string()
+        };
+        session
+            .partitions
+            .retain(|(w, _, _)| !(w.topic == name && forgotten.partitions.contains(&w.partition)));
+    }
+    for w in wanted {
+        match session
+            .partitions
+            .iter_mut()
+            .find(|(s, _, _)| s.topic == w.topic && s.partition == w.partition)
+        {
+            Some((s, _, _)) => *s = w,
+            None => session.partitions.push((w, -2, -2)),
+        }
+    }
+    Ok((
+        session
+            .partitions
+            .iter()
+            .map(|(w, _, _)| w.clone())
+            .collect(),
+        id,
+        true,
+    ))
 }
 
 #[derive(Default)]
@@ -141,6 +255,18 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
             });
         }
     }
+    let (wanted, session_id, incremental) = match apply_session(shard, &request, version, wanted) {
+        Ok(x) => x,
+        Err(code) => {
+            tracing::debug!(
+                session_id = request.session_id,
+                epoch = request.session_epoch,
+                code,
+                "fetch session error"
+            );
+            return FetchResponse::default().with_error_code(code);
+        }
+    };
     let max_wait = Duration::from_millis(request.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
     let deadline = Instant::now() + max_wait;
     let response_max = if request.max_bytes <= 0 {
@@ -194,7 +320,35 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
     };
 
     let mut response = FetchResponse::default();
-    for (w, f) in wanted.iter().zip(results) {
+    if version >= 7 {
+        response.session_id = session_id;
+    }
+    // In an incremental response, a partition appears only if something about it changed.
+    let mut keep = vec![true; wanted.len()];
+    if session_id > 0 {
+        let mut sessions = shard.fetch_sessions.borrow_mut();
+        if let Some(session) = sessions.sessions.get_mut(&session_id) {
+            for (i, (w, f)) in wanted.iter().zip(results.iter()).enumerate() {
+                if let Some((_, hw, start)) = session
+                    .partitions
+                    .iter_mut()
+                    .find(|(s, _, _)| s.topic == w.topic && s.partition == w.partition)
+                {
+                    let changed = !f.records.is_empty()
+                        || f.error_code != 0
+                        || *hw != f.high_watermark
+                        || *start != f.log_start_offset;
+                    keep[i] = !incremental || changed;
+                    *hw = f.high_watermark;
+                    *start = f.log_start_offset;
+                }
+            }
+        }
+    }
+    for ((w, f), keep) in wanted.iter().zip(results).zip(keep) {
+        if !keep {
+            continue;
+        }
         let mut pd = PartitionData::default()
             .with_partition_index(w.partition)
             .with_error_code(f.error_code)

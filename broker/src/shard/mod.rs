@@ -45,6 +45,7 @@ pub struct Shard {
     pub partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     pub cache: Rc<BatchCache>,
     pub groups: crate::group::GroupCoordinator,
+    pub fetch_sessions: RefCell<crate::handlers::fetch::FetchSessions>,
     senders: Senders<Job>,
 }
 
@@ -63,6 +64,7 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             cache,
             groups: Default::default(),
+            fetch_sessions: Default::default(),
             senders,
         })
     }
