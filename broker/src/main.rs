@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+mod cli;
 mod config;
 mod group;
 mod handlers;
@@ -31,6 +32,8 @@ struct Cli {
 enum Command {
     /// Run a broker (the default).
     Serve(ServeArgs),
+    #[command(flatten)]
+    Client(cli::Command),
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -96,6 +99,7 @@ fn main() -> anyhow::Result<()> {
     let args = match &cli.command {
         Some(Command::Serve(args)) => args.clone(),
         None => cli.serve.clone(),
+        Some(Command::Client(command)) => cli::run(command),
     };
     server::run(broker_config(&args)?)
 }
