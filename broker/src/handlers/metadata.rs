@@ -94,6 +94,7 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
         if version >= 10 {
             topic.topic_id = meta.id;
         }
+        topic.is_internal = version >= 1 && meta.name == crate::group::offsets_topic::OFFSETS_TOPIC;
         topic.partitions = (0..meta.shards.len() as i32)
             .map(|p| {
                 let mut partition = MetadataResponsePartition::default()

@@ -16,6 +16,8 @@ impl Shard {
         F: FnOnce(&mut MetadataImage) -> Result<T, String> + Send + 'static,
     {
         self.invoke_on(0, move |shard0| async move {
+            // One change at a time: each starts from the image the previous one published.
+            let _serial = shard0.metadata_lock.lock().await;
             let mut image = (*shard0.image()).clone();
             let value = change(&mut image)?;
             image.version += 1;

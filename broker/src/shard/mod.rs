@@ -46,6 +46,8 @@ pub struct Shard {
     pub cache: Rc<BatchCache>,
     pub groups: crate::group::GroupCoordinator,
     pub fetch_sessions: RefCell<crate::handlers::fetch::FetchSessions>,
+    /// Serialises metadata changes; used on shard 0 only.
+    pub metadata_lock: async_lock::Mutex<()>,
     senders: Senders<Job>,
 }
 
@@ -65,6 +67,7 @@ impl Shard {
             cache,
             groups: Default::default(),
             fetch_sessions: Default::default(),
+            metadata_lock: async_lock::Mutex::new(()),
             senders,
         })
     }
