@@ -72,6 +72,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                 }
                 shard.load_offsets().await?;
                 shard.start_group_timers();
+                shard.start_housekeeping();
                 if id == 0 && !image.topics.contains_key(crate::group::offsets_topic::OFFSETS_TOPIC) {
                     let mut configs = std::collections::BTreeMap::new();
                     configs.insert("cleanup.policy".to_string(), "compact".to_string());

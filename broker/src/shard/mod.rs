@@ -20,6 +20,7 @@ use crate::config::BrokerConfig;
 use crate::metadata::{log_config, MetadataImage, TopicMeta};
 
 pub mod apply;
+pub mod housekeeping;
 pub mod partition;
 
 pub use partition::Partition;

@@ -1,0 +1,57 @@
+//! Per-shard background work on the shard's partitions, off the produce path: `flush.mode =
+//! interval` fdatasyncs, retention (`retention.ms`, `retention.bytes`, the log start offset) and
+//! compaction of `cleanup.policy = compact` topics.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::Shard;
+
+/// How often interval-flushed logs are checked (`flush.ms` decides whether one is due).
+pub const FLUSH_CHECK_MS: u64 = 50;
+/// Kafka's `log.retention.check.interval.ms` is 5 minutes; a shorter period keeps disk use
+/// closer to the configured limits and costs little (retention looks only at segment metadata).
+pub const RETENTION_CHECK_MS: u64 = 30_000;
+/// How often compacted topics are cleaned.
+pub const COMPACTION_CHECK_MS: u64 = 60_000;
+
+impl Shard {
+    pub fn start_housekeeping(self: &Rc<Self>) {
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            let mut last_retention = Instant::now();
+            let mut last_compaction = Instant::now();
+            loop {
+                glommio::timer::sleep(Duration::from_millis(FLUSH_CHECK_MS)).await;
+                let partitions: Vec<_> = shard.partitions.borrow().iter().map(|(k, p)| (k.clone(), p.clone())).collect();
+                for ((topic, index), p) in &partitions {
+                    if let Err(e) = p.log.flush_if_due().await {
+                        tracing::error!(topic = %topic, partition = index, error = %e, "interval flush failed");
+                    }
+                }
+                if last_retention.elapsed() >= Duration::from_millis(RETENTION_CHECK_MS) {
+                    last_retention = Instant::now();
+                    for ((topic, index), p) in &partitions {
+                        match p.log.enforce_retention().await {
+                            Ok(outcome) if outcome.segments_deleted > 0 => tracing::info!(
+                                topic = %topic, partition = index, segments = outcome.segments_deleted,
+                                bytes = outcome.bytes_deleted, log_start_offset = outcome.log_start_offset.0, "retention deleted segments"
+                            ),
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(topic = %topic, partition = index, error = %e, "retention failed"),
+                        }
+                    }
+                }
+                if last_compaction.elapsed() >= Duration::from_millis(COMPACTION_CHECK_MS) {
+                    last_compaction = Instant::now();
+                    for ((topic, index), p) in &partitions {
+                        if let Err(e) = p.log.compact().await {
+                            tracing::warn!(topic = %topic, partition = index, error = %e, "compaction failed");
+                        }
+                    }
+                }
+            }
+        })
+        .detach();
+    }
+}
