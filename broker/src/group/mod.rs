@@ -24,6 +24,7 @@ use sluice_engine::{LeaderEpoch, Timestamp};
 
 use crate::shard::Shard;
 
+pub mod consumer;
 pub mod offsets_topic;
 
 use offsets_topic::{CommitKey, CommitValue, OFFSETS_TOPIC};
@@ -111,6 +112,8 @@ pub struct Group {
     rebalance_round: u64,
     /// While set, a new group waits for more members before completing its first join.
     initial_delay_until: Option<Instant>,
+    /// Set when the group uses the KIP-848 consumer protocol.
+    pub consumer: Option<consumer::ConsumerGroup>,
 }
 
 impl Group {
@@ -127,6 +130,7 @@ impl Group {
             offsets: BTreeMap::new(),
             rebalance_round: 0,
             initial_delay_until: None,
+            consumer: None,
         }
     }
 
@@ -228,6 +232,46 @@ impl Shard {
         for id in touched {
             self.membership_changed(&id);
         }
+        let image = self.image();
+        let partitions_of = |t: &str| image.topics.get(t).map(|m| (m.id, m.shards.len() as i32));
+        for group in self.groups.groups.borrow_mut().values_mut() {
+            if let Some(c) = group.consumer.as_mut() {
+                for id in c.expire(now, &partitions_of) {
+                    tracing::info!(group = %group.id, member = %id, "consumer group member session expired");
+                }
+            }
+        }
+    }
+
+    /// KIP-848 ConsumerGroupHeartbeat on the coordinator shard.
+    pub fn consumer_heartbeat(
+        &self,
+        group_id: &str,
+        req: consumer::HeartbeatRequest,
+    ) -> consumer::HeartbeatResult {
+        let image = self.image();
+        let partitions_of = |t: &str| image.topics.get(t).map(|m| (m.id, m.shards.len() as i32));
+        let mut groups = self.groups.groups.borrow_mut();
+        let group = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(group_id));
+        if !group.members.is_empty() {
+            return consumer::HeartbeatResult {
+                error: ResponseError::GroupIdNotFound.code(),
+                message: Some("the group is in use by members of the classic protocol".into()),
+                ..Default::default()
+            };
+        }
+        let before = group.consumer.as_ref().map(|c| c.epoch);
+        let result = group
+            .consumer
+            .get_or_insert_with(Default::default)
+            .heartbeat(req, &partitions_of);
+        let after = group.consumer.as_ref().map(|c| c.epoch);
+        if before != after {
+            tracing::info!(group = %group_id, epoch = ?after, members = group.consumer.as_ref().map(|c| c.members.len()), "consumer group epoch bumped");
+        }
+        result
     }
 
     /// After members left or expired: rebalance the rest, or empty the group.
@@ -647,6 +691,13 @@ impl Shard {
                 err(ResponseError::IllegalGeneration)
             };
         };
+        if let Some(c) = group.consumer.as_ref().filter(|c| !c.members.is_empty()) {
+            return match c.members.get(member_id) {
+                None => err(ResponseError::UnknownMemberId),
+                Some(m) if generation != m.epoch => err(ResponseError::StaleMemberEpoch),
+                Some(_) => 0,
+            };
+        }
         if generation < 0 && member_id.is_empty() {
             return if group.members.is_empty() {
                 0

@@ -26,18 +26,25 @@ pub async fn list(shard: &Rc<Shard>, request: ListGroupsRequest) -> ListGroupsRe
                 .groups
                 .borrow()
                 .values()
-                .map(|g| {
-                    (
+                .map(|g| match &g.consumer {
+                    Some(c) if g.members.is_empty() => (
+                        g.id.clone(),
+                        "consumer".to_string(),
+                        c.state().to_string(),
+                        "consumer",
+                    ),
+                    _ => (
                         g.id.clone(),
                         g.protocol_type.clone().unwrap_or_else(|| "consumer".into()),
                         g.state.name().to_string(),
-                    )
+                        "classic",
+                    ),
                 })
                 .collect::<Vec<_>>()
         })
         .await;
     let mut response = ListGroupsResponse::default();
-    for (id, protocol_type, state) in per_shard.into_iter().flatten() {
+    for (id, protocol_type, state, group_type) in per_shard.into_iter().flatten() {
         if !request.states_filter.is_empty()
             && !request
                 .states_filter
@@ -51,7 +58,7 @@ pub async fn list(shard: &Rc<Shard>, request: ListGroupsRequest) -> ListGroupsRe
                 .with_group_id(GroupId(StrBytes::from_string(id)))
                 .with_protocol_type(StrBytes::from_string(protocol_type))
                 .with_group_state(StrBytes::from_string(state))
-                .with_group_type(StrBytes::from_static_str("classic")),
+                .with_group_type(StrBytes::from_static_str(group_type)),
         );
     }
     response

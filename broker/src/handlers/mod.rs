@@ -10,6 +10,8 @@ use crate::shard::Shard;
 
 pub mod api_versions;
 pub mod configs;
+pub mod consumer_group_describe;
+pub mod consumer_group_heartbeat;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_records;
@@ -58,6 +60,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 pub fn supported(key: ApiKey, version: i16) -> bool {
@@ -147,6 +151,12 @@ pub async fn dispatch(
         }
         RequestKind::OffsetDelete(r) => {
             ResponseKind::OffsetDelete(groups_admin::offset_delete(shard, r).await)
+        }
+        RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
+            consumer_group_heartbeat::handle(shard, r, client.client_id, client.host).await,
+        ),
+        RequestKind::ConsumerGroupDescribe(r) => {
+            ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(shard, r).await)
         }
         other => anyhow::bail!("no handler for {:?}", api_name(&other)),
     };

@@ -1,0 +1,120 @@
+//! ConsumerGroupDescribe (KIP-848): epochs, assignor, and each member's current and target
+//! assignment.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::messages::consumer_group_describe_response::{
+    Assignment, DescribedGroup, Member, TopicPartitions,
+};
+use kafka_protocol::messages::{
+    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use crate::group::consumer::Tp;
+use crate::group::coordinator_shard;
+use crate::shard::Shard;
+
+fn assignment(
+    set: &std::collections::BTreeSet<Tp>,
+    names: &BTreeMap<uuid::Uuid, String>,
+) -> Assignment {
+    let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
+    for (t, p) in set {
+        by_topic.entry(*t).or_default().push(*p);
+    }
+    Assignment::default().with_topic_partitions(
+        by_topic
+            .into_iter()
+            .map(|(t, ps)| {
+                TopicPartitions::default()
+                    .with_topic_id(t)
+                    .with_topic_name(TopicName(StrBytes::from_string(
+                        names.get(&t).cloned().unwrap_or_default(),
+                    )))
+                    .with_partitions(ps)
+            })
+            .collect(),
+    )
+}
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: ConsumerGroupDescribeRequest,
+) -> ConsumerGroupDescribeResponse {
+    let names: BTreeMap<uuid::Uuid, String> = shard
+        .image()
+        .topics
+        .values()
+        .map(|t| (t.id, t.name.clone()))
+        .collect();
+    let mut response = ConsumerGroupDescribeResponse::default();
+    for group_id in request.group_ids {
+        let id = group_id.0.to_string();
+        let mut described = DescribedGroup::default().with_group_id(group_id.clone());
+        let Some(owner) = coordinator_shard(shard, &id) else {
+            response
+                .groups
+                .push(described.with_error_code(ResponseError::CoordinatorNotAvailable.code()));
+            continue;
+        };
+        let names = names.clone();
+        let found = shard
+            .invoke_on(owner, move |s| async move {
+                let groups = s.groups.groups.borrow();
+                let c = groups.get(&id)?.consumer.as_ref()?;
+                let members: Vec<Member> = c
+                    .members
+                    .values()
+                    .map(|m| {
+                        Member::default()
+                            .with_member_id(StrBytes::from_string(m.id.clone()))
+                            .with_instance_id(m.instance_id.clone().map(StrBytes::from_string))
+                            .with_rack_id(m.rack_id.clone().map(StrBytes::from_string))
+                            .with_member_epoch(m.epoch)
+                            .with_client_id(StrBytes::from_string(m.client_id.clone()))
+                            .with_client_host(StrBytes::from_string(m.client_host.clone()))
+                            .with_subscribed_topic_names(
+                                m.subscribed
+                                    .iter()
+                                    .map(|t| TopicName(StrBytes::from_string(t.clone())))
+                                    .collect(),
+                            )
+                            .with_assignment(assignment(&m.assigned, &names))
+                            .with_target_assignment(assignment(
+                                &c.target.get(&m.id).cloned().unwrap_or_default(),
+                                &names,
+                            ))
+                    })
+                    .collect();
+                Some((
+                    c.state().to_string(),
+                    c.epoch,
+                    c.assignment_epoch,
+                    c.assignor.clone(),
+                    members,
+                ))
+            })
+            .await;
+        match found {
+            Some((state, epoch, assignment_epoch, assignor, members)) => {
+                described.group_state = StrBytes::from_string(state);
+                described.group_epoch = epoch;
+                described.assignment_epoch = assignment_epoch;
+                described.assignor_name = StrBytes::from_string(assignor);
+                described.members = members;
+            }
+            None => {
+                described.error_code = ResponseError::GroupIdNotFound.code();
+                described.error_message = Some(StrBytes::from_string(format!(
+                    "group {} is not a consumer-protocol group",
+                    group_id.0.as_str()
+                )));
+            }
+        }
+        response.groups.push(described);
+    }
+    response
+}
