@@ -39,8 +39,10 @@ const _: () = assert!((REQUEST_TIMEOUT_MS as u64) < RESPONSE_TIMEOUT.as_millis()
 /// The versions of each API this client implements: (API, lowest, highest). The highest a
 /// broker also supports is used. Lower bounds are where the fields this client relies on
 /// appeared: record batches v2 (Produce 3, Fetch 4), Metadata without implicit topic creation
-/// (4), `num_partitions = -1` in CreateTopics (4). Fetch stays below 13, which names topics by
-/// id instead of by name.
+/// (4), `num_partitions = -1` in CreateTopics (4), all of a group's offsets with null topics
+/// in OffsetFetch (2), group states in ListGroups (4 has them; earlier versions are shown
+/// without). Fetch stays below 13, which names topics by id instead of by name; OffsetFetch
+/// and OffsetCommit stay at 8, the last versions before KIP-848's member epochs.
 pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::Metadata, 4, 12),
@@ -51,6 +53,12 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetFetch, 2, 8),
+    (ApiKey::OffsetCommit, 2, 8),
 ];
 
 /// Kafka's name for an error code, as in `org.apache.kafka.common.protocol.Errors`:

@@ -1,5 +1,5 @@
 //! Operator subcommands that speak the Kafka protocol to a running broker, like Kafka's own
-//! command-line tools and kcat: `topic`, `produce`, `consume` and `cluster`.
+//! command-line tools and kcat: `topic`, `produce`, `consume`, `cluster` and `group`.
 //!
 //! Everything here is blocking and single-threaded on the calling thread (`client.rs`); the
 //! CLI never starts a shard. Results go to stdout, notes and errors to stderr, and any error
@@ -10,6 +10,7 @@ use clap::Subcommand;
 pub mod client;
 mod cluster;
 mod consume;
+mod group;
 mod produce;
 mod topic;
 
@@ -24,6 +25,8 @@ pub enum Command {
     Consume(consume::ConsumeArgs),
     /// Show the brokers, the controller, topic counts and the API versions of the broker.
     Cluster(cluster::ClusterArgs),
+    /// List, describe and delete consumer groups, show their lag and reset their offsets.
+    Group(group::GroupArgs),
 }
 
 /// The `--bootstrap-server` option every subcommand takes.
@@ -47,6 +50,7 @@ pub fn run(command: &Command) -> ! {
         Command::Produce(args) => produce::run(args),
         Command::Consume(args) => consume::run(args),
         Command::Cluster(args) => cluster::run(args),
+        Command::Group(args) => group::run(args),
     };
     let code = match result {
         Ok(()) => 0,
