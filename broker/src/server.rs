@@ -29,10 +29,26 @@ fn install_signal_handlers() {
     }
 }
 
+/// Fails if something already accepts connections on `addr`. Binding a probe socket would not
+/// do: connections of a previous run that linger after a restart hold the port too, and the
+/// shards' SO_REUSEPORT sockets can share it with them but not with a probe.
+fn check_port_free(addr: std::net::SocketAddr) -> std::io::Result<()> {
+    let mut probe = addr;
+    if probe.ip().is_unspecified() {
+        probe.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    match std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_millis(300)) {
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "another process is listening there",
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| anyhow::anyhow!("creating {}: {e}", config.data_dir.display()))?;
-    let image = Arc::new(MetadataImage::load(&config.data_dir)?);
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -41,13 +57,15 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     } else {
         config.cores
     };
+    let mut image = MetadataImage::load(&config.data_dir)?;
+    // Placement of new partitions spreads over the shards this process runs.
+    image.shards = shards;
+    let image = Arc::new(image);
     install_signal_handlers();
-    // Bind once here so a taken port fails fast with a clear error; shards bind their own
-    // SO_REUSEPORT sockets.
-    drop(
-        std::net::TcpListener::bind(config.listener)
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listener))?,
-    );
+    // Shards bind their own SO_REUSEPORT sockets, which would quietly share the port with
+    // another broker; so bind once here first, to fail fast with a clear error.
+    check_port_free(config.listener)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listener))?;
     let shared = Arc::new(Shared {
         config: config.clone(),
         shards,

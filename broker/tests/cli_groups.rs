@@ -846,10 +846,6 @@ fn group_subcommands_against_a_real_broker() {
 /// the rebalance that the leave starts completes at once (generation + 1, state Empty), so
 /// the group can be deleted or its offsets reset right away.
 #[test]
-#[ignore = "broker bug: when the last member leaves, the group stays PreparingRebalance for the \
-            1 s fallback rebalance timeout (group/mod.rs: membership_changed → prepare_rebalance \
-            with no member left) instead of becoming Empty at once; DeleteGroups answers \
-            NON_EMPTY_GROUP meanwhile"]
 fn a_group_is_empty_as_soon_as_its_last_member_leaves() {
     let broker = Broker::start_with(&[
         "--group-initial-rebalance-delay-ms",
@@ -878,9 +874,6 @@ fn a_group_is_empty_as_soon_as_its_last_member_leaves() {
 
 /// Committed offsets survive a restart; a deleted group does not come back.
 #[test]
-#[ignore = "broker bug: a deleted group comes back after a restart, Empty and without offsets \
-            (group/mod.rs load_offsets creates a group for every key it reads from \
-            __consumer_offsets, the deletion's tombstones included)"]
 fn a_deleted_group_stays_deleted_after_a_restart() {
     let mut broker = Broker::start_with(&[
         "--group-initial-rebalance-delay-ms",

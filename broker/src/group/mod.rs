@@ -284,6 +284,8 @@ impl Shard {
             GroupState::Stable | GroupState::CompletingRebalance => {
                 drop(groups);
                 self.prepare_rebalance(group_id, false);
+                // With nobody left to rejoin, the group is Empty at once.
+                self.maybe_complete_join(group_id, false);
             }
             GroupState::PreparingRebalance => {
                 drop(groups);
@@ -834,6 +836,11 @@ impl Shard {
                 }
             }
         }
+        // A group whose every commit was deleted (DeleteGroups, OffsetDelete) is gone.
+        self.groups
+            .groups
+            .borrow_mut()
+            .retain(|_, g| !g.offsets.is_empty() || !g.members.is_empty());
         if loaded > 0 {
             tracing::info!(
                 shard = self.id,

@@ -35,7 +35,7 @@ pub async fn list(shard: &Rc<Shard>, request: ListGroupsRequest) -> ListGroupsRe
                     ),
                     _ => (
                         g.id.clone(),
-                        g.protocol_type.clone().unwrap_or_else(|| "consumer".into()),
+                        g.protocol_type.clone().unwrap_or_default(),
                         g.state.name().to_string(),
                         "classic",
                     ),
