@@ -16,6 +16,9 @@ use crate::shard::{Job, Shard, Shared, MESH_QUEUE_DEPTH};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// How long a shutdown waits for requests in flight (long-polling fetches included).
+const SHUTDOWN_DRAIN_MAX: Duration = Duration::from_secs(3);
+
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
@@ -70,6 +73,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         config: config.clone(),
         shards,
         appended: (0..shards).map(|_| event_listener::Event::new()).collect(),
+        drained: std::sync::atomic::AtomicUsize::new(0),
     });
     let mesh = MeshBuilder::<Job, _>::full(shards, MESH_QUEUE_DEPTH);
     tracing::info!(shards, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
@@ -108,7 +112,20 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                 while !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(100)).await;
                 }
+                // Stop accepting, let requests in flight finish (they may need other shards, which
+                // keep serving jobs), then close the logs once every shard has drained.
                 server.cancel().await;
+                let started = std::time::Instant::now();
+                while shard.requests_in_flight() > 0 && started.elapsed() < SHUTDOWN_DRAIN_MAX {
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
+                if shard.requests_in_flight() > 0 {
+                    tracing::warn!(shard = id, requests = shard.requests_in_flight(), "shutting down with requests still in flight");
+                }
+                shared.drained.fetch_add(1, Ordering::SeqCst);
+                while shared.drained.load(Ordering::SeqCst) < shared.shards && started.elapsed() < 2 * SHUTDOWN_DRAIN_MAX {
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
                 shard.close_all().await;
                 tracing::info!(shard = id, "shard stopped cleanly");
                 Ok::<_, anyhow::Error>(())

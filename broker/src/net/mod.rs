@@ -144,6 +144,7 @@ fn prepare(
     let header = RequestHeader::decode(&mut body, key.request_header_version(version))?;
     let shard = shard.clone();
     Ok(glommio::spawn_local(async move {
+        let _in_flight = shard.request_guard();
         let client = handlers::Client {
             client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
             host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),

@@ -37,6 +37,18 @@ pub struct Shared {
     /// Notified after every append on the shard with that index; fetches waiting for data on
     /// partitions of that shard listen here (cross-thread wake-ups are glommio's own).
     pub appended: Vec<event_listener::Event>,
+    /// Shards that have stopped accepting and drained their requests (graceful shutdown).
+    pub drained: std::sync::atomic::AtomicUsize,
+}
+
+pub struct RequestGuard {
+    shard: Rc<Shard>,
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.shard.in_flight.set(self.shard.in_flight.get() - 1);
+    }
 }
 
 pub struct Shard {
@@ -47,6 +59,7 @@ pub struct Shard {
     pub cache: Rc<BatchCache>,
     pub groups: crate::group::GroupCoordinator,
     pub fetch_sessions: RefCell<crate::handlers::fetch::FetchSessions>,
+    in_flight: std::cell::Cell<usize>,
     /// Serialises metadata changes; used on shard 0 only.
     pub metadata_lock: async_lock::Mutex<()>,
     senders: Senders<Job>,
@@ -69,6 +82,7 @@ impl Shard {
             groups: Default::default(),
             fetch_sessions: Default::default(),
             metadata_lock: async_lock::Mutex::new(()),
+            in_flight: std::cell::Cell::new(0),
             senders,
         })
     }
@@ -111,9 +125,29 @@ impl Shard {
             })
         });
         if self.senders.send_to(target, job).await.is_err() {
-            panic!("shard {target} is gone");
+            // Only while the process shuts down: the caller's request is abandoned.
+            tracing::debug!(target, "shard is gone; abandoning a job");
+            return std::future::pending().await;
         }
-        rx.await.expect("a shard job never completed")
+        match rx.await {
+            Ok(value) => value,
+            Err(_) => {
+                tracing::debug!(target, "shard dropped a job while stopping");
+                std::future::pending().await
+            }
+        }
+    }
+
+    /// Counts a request as in flight until the guard drops (graceful shutdown waits for zero).
+    pub fn request_guard(self: &Rc<Self>) -> RequestGuard {
+        self.in_flight.set(self.in_flight.get() + 1);
+        RequestGuard {
+            shard: self.clone(),
+        }
+    }
+
+    pub fn requests_in_flight(&self) -> usize {
+        self.in_flight.get()
     }
 
     /// Runs `f` on every shard, this one included, and collects the results in shard order.
