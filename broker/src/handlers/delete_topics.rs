@@ -47,6 +47,15 @@ pub async fn handle(
             response.responses.push(result);
             continue;
         };
+        if topic.name == crate::group::offsets_topic::OFFSETS_TOPIC {
+            // Kafka refuses to delete its internal topics: groups would lose their offsets.
+            result.error_code = ResponseError::InvalidTopicException.code();
+            if version >= 5 {
+                result.error_message = Some(StrBytes::from_static_str("internal topics cannot be deleted"));
+            }
+            response.responses.push(result);
+            continue;
+        }
         if version >= 6 {
             result.name = Some(TopicName(StrBytes::from_string(topic.name.clone())));
             result.topic_id = topic.id;
