@@ -261,15 +261,10 @@ def test_compressed_batches_round_trip(broker, codec):
     assert received < raw / 4, f"consumer received {received} bytes for {raw} bytes of values: not compressed"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker: with --cores 2 every partition is placed on shard 0: MetadataImage.shards is "
-    "never set when the broker starts (it stays 0, so create_topics::image_shards() returns 1 and "
-    "placement is (next_shard + p) % 1); the metadata file shows shards [0, 0, 0, 0]",
-)
 def test_partitions_are_placed_round_robin_on_both_shards(broker):
     """White-box: placement is only visible in the metadata file (`shards`: owner shard of each
-    partition). If that file changes shape, this test must follow it."""
+    partition). If that file changes shape, this test must follow it. (Before 4368a3f every
+    partition went to shard 0.)"""
     topic = "placement"
     create_topic(broker.bootstrap, topic, 4)
     image = json.loads((broker.data_dir / ".sluice-metadata.json").read_text())
