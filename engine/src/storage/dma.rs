@@ -104,7 +104,12 @@ async fn calibrate(dir: &Path) -> io::Result<()> {
     if CALIBRATED_DEVICES.with(|d| d.borrow().contains(&dev)) {
         return Ok(());
     }
-    let probe = dir.join(format!(".sluice-iopoll-probe-{}", std::process::id()));
+    // One probe file per call: shards calibrate at the same time in the same directory, and a
+    // probe truncated or removed by another thread under glommio's read would give it a wrong
+    // answer.
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = dir.join(format!(".sluice-iopoll-probe-{}-{n}", std::process::id()));
     std::fs::write(&probe, [0x5au8; ALIGN as usize])?;
     let opened = OpenOptions::new().read(true).dma_open(&probe).await;
     let _ = std::fs::remove_file(&probe);
