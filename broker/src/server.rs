@@ -74,6 +74,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         shards,
         appended: (0..shards).map(|_| event_listener::Event::new()).collect(),
         drained: std::sync::atomic::AtomicUsize::new(0),
+        opened: std::sync::atomic::AtomicUsize::new(0),
     });
     let mesh = MeshBuilder::<Job, _>::full(shards, MESH_QUEUE_DEPTH);
     tracing::info!(shards, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
@@ -93,6 +94,12 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                     shard.open_owned(topic).await?;
                 }
                 shard.load_offsets().await?;
+                // Serve nothing until every shard has opened (recovered) its partitions, so that
+                // every partition Metadata lists answers, as Kafka loads all logs before it listens.
+                shared.opened.fetch_add(1, Ordering::SeqCst);
+                while shared.opened.load(Ordering::SeqCst) < shared.shards {
+                    glommio::timer::sleep(Duration::from_millis(5)).await;
+                }
                 shard.start_group_timers();
                 shard.start_housekeeping();
                 if id == 0 && !image.topics.contains_key(crate::group::offsets_topic::OFFSETS_TOPIC) {

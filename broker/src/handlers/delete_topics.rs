@@ -51,7 +51,9 @@ pub async fn handle(
             // Kafka refuses to delete its internal topics: groups would lose their offsets.
             result.error_code = ResponseError::InvalidTopicException.code();
             if version >= 5 {
-                result.error_message = Some(StrBytes::from_static_str("internal topics cannot be deleted"));
+                result.error_message = Some(StrBytes::from_static_str(
+                    "internal topics cannot be deleted",
+                ));
             }
             response.responses.push(result);
             continue;

@@ -37,6 +37,8 @@ pub struct Shared {
     /// Notified after every append on the shard with that index; fetches waiting for data on
     /// partitions of that shard listen here (cross-thread wake-ups are glommio's own).
     pub appended: Vec<event_listener::Event>,
+    /// Shards that have opened their partitions (start-up barrier).
+    pub opened: std::sync::atomic::AtomicUsize,
     /// Shards that have stopped accepting and drained their requests (graceful shutdown).
     pub drained: std::sync::atomic::AtomicUsize,
 }
