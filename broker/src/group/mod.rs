@@ -713,7 +713,10 @@ impl Shard {
         if generation != group.generation {
             return err(ResponseError::IllegalGeneration);
         }
-        if group.state == GroupState::PreparingRebalance {
+        // A member of the current generation may commit while the group prepares a rebalance
+        // (an eager member commits in its revoke callback before it rejoins), as in Kafka; once
+        // the join is complete and assignments are pending, it must sync first.
+        if group.state == GroupState::CompletingRebalance {
             return err(ResponseError::RebalanceInProgress);
         }
         0
