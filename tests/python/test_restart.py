@@ -184,15 +184,6 @@ def test_restart_on_the_same_port_with_clients_connected(fresh_broker, sig):
     c.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker: each shard starts serving as soon as its own partitions are open, so after a "
-    "restart the port answers and Metadata lists every partition while another shard is still "
-    "recovering its logs (here ~120 MB unflushed after SIGKILL); meanwhile ListOffsets (and Produce "
-    "and Fetch) for that shard's partitions answer UNKNOWN_TOPIC_OR_PARTITION, which librdkafka's "
-    "get_watermark_offsets and list_offsets do not retry; Kafka loads every log before it accepts "
-    "connections",
-)
 def test_every_listed_partition_answers_once_the_port_does(fresh_broker):
     broker = fresh_broker
     topic = "recovering"
