@@ -40,12 +40,20 @@ fn check_port_free(addr: std::net::SocketAddr) -> std::io::Result<()> {
     if probe.ip().is_unspecified() {
         probe.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    match std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_millis(300)) {
-        Ok(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::AddrInUse,
-            "another process is listening there",
-        )),
-        Err(_) => Ok(()),
+    // The listening socket of a process killed a moment ago can outlive it briefly (io_uring
+    // releases its files after the process is gone), so only a listener that stays counts.
+    let started = std::time::Instant::now();
+    loop {
+        match std::net::TcpStream::connect_timeout(&probe, std::time::Duration::from_millis(300)) {
+            Err(_) => return Ok(()),
+            Ok(_) if started.elapsed() > std::time::Duration::from_secs(3) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "another process is listening there",
+                ))
+            }
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
     }
 }
 

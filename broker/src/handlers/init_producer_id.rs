@@ -11,7 +11,11 @@ use crate::shard::Shard;
 
 pub async fn handle(shard: &Rc<Shard>, request: InitProducerIdRequest) -> InitProducerIdResponse {
     let mut response = InitProducerIdResponse::default();
-    if request.transactional_id.is_some() {
+    if request
+        .transactional_id
+        .as_ref()
+        .is_some_and(|t| !t.0.is_empty())
+    {
         tracing::info!(
             "InitProducerId with a transactional id refused: transactions are not implemented"
         );
