@@ -1,7 +1,8 @@
-"""An idempotent producer whose requests time out and are retried: the broker is SIGSTOPped
-mid-stream (the client's requests in flight time out and are sent again, and the connection is
-torn down and re-established), then resumed. Every message must be in the log exactly once and
-in the order it was produced, per partition."""
+"""An idempotent producer through broker stalls: the broker is SIGSTOPped twice mid-stream for
+longer than the client's request timeout, then resumed, so the client times requests out,
+reconnects and sends again. Every message must be in the log exactly once and in produce order
+per partition. (Whether librdkafka resends a batch the broker already appended depends on
+timing; the deterministic check of retry deduplication is broker/tests/idempotence.rs.)"""
 
 from __future__ import annotations
 
