@@ -5,6 +5,9 @@
 - `fresh_broker`: one broker for a single test, for tests that restart or kill it;
   `unstarted_broker` is the same, not started yet.
 
+A test module can set `BROKER_ARGS` (a list of extra command-line flags) for the brokers these
+fixtures start for it.
+
 Teardown sends SIGTERM to the process the fixture started (by PID; SIGKILL after 10 s) and
 fails the test if the broker did not exit 0. A failing test's report carries the tail of the
 broker's log.
@@ -18,6 +21,11 @@ from harness import Broker
 
 CORES_DEFAULT = 2
 NUM_PARTITIONS_DEFAULT = 3
+
+
+def _module_args(request) -> list:
+    """The test module's `BROKER_ARGS`: extra flags for the brokers started for it."""
+    return list(getattr(request.module, "BROKER_ARGS", ()))
 
 
 def _finish(broker: Broker, failed: bool) -> None:
@@ -37,7 +45,12 @@ def _finish(broker: Broker, failed: bool) -> None:
 
 @pytest.fixture(scope="module")
 def broker(request):
-    b = Broker(cores=CORES_DEFAULT, num_partitions=NUM_PARTITIONS_DEFAULT, name=request.module.__name__)
+    b = Broker(
+        cores=CORES_DEFAULT,
+        num_partitions=NUM_PARTITIONS_DEFAULT,
+        name=request.module.__name__,
+        extra_args=_module_args(request),
+    )
     request.node.stash[BROKERS_KEY] = request.node.stash.get(BROKERS_KEY, []) + [b]
     failed_before = request.session.testsfailed
     b.start()
@@ -48,7 +61,12 @@ def broker(request):
 @pytest.fixture
 def unstarted_broker(request):
     """A broker for one test, on a fresh data directory, that the test starts itself."""
-    b = Broker(cores=CORES_DEFAULT, num_partitions=NUM_PARTITIONS_DEFAULT, name=request.node.name[:40])
+    b = Broker(
+        cores=CORES_DEFAULT,
+        num_partitions=NUM_PARTITIONS_DEFAULT,
+        name=request.node.name[:40],
+        extra_args=_module_args(request),
+    )
     request.node.stash[BROKERS_KEY] = [b]
     yield b
     rep = request.node.stash.get(CALL_REPORT_KEY, None)

@@ -49,13 +49,16 @@ class BrokerError(AssertionError):
 class Broker:
     """One `sluice` process on 127.0.0.1, restartable on the same data directory and port."""
 
-    def __init__(self, cores: int = 2, num_partitions: int = 1, name: str = "broker"):
+    def __init__(self, cores: int = 2, num_partitions: int = 1, name: str = "broker", extra_args=()):
+        """`extra_args` go on the command line after the harness's own flags, e.g.
+        `["--group-initial-rebalance-delay-ms", "300"]`."""
         TEST_DIR.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix=f"pytest-{name}-", dir=TEST_DIR))
         self.data_dir = self.root / "data"
         self.log_path = self.root / "sluice.log"
         self.cores = cores
         self.num_partitions = num_partitions
+        self.extra_args = [str(a) for a in extra_args]
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -92,6 +95,7 @@ class Broker:
                 "--listeners", f"PLAINTEXT://{self.bootstrap}",
                 "--cores", str(self.cores),
                 "--num-partitions", str(self.num_partitions),
+                *self.extra_args,
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
