@@ -40,6 +40,8 @@ pub enum LogError {
     },
     #[error("idempotent producer: {0}")]
     Producer(#[from] crate::producer_state::ProducerError),
+    #[error("the log is closed (shutting down)")]
+    Closed,
     #[error("offset {offset} was truncated away before it became durable")]
     Truncated { offset: Offset },
     #[error("disk full: {0}")]

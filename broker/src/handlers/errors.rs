@@ -16,6 +16,8 @@ pub fn log_error_code(error: &LogError) -> i16 {
         LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         // A full disk: the produce is refused and may be retried once space returns.
         LogError::DiskFull(_) => ResponseError::KafkaStorageError,
+        // Shutting down: the client looks for the partition again, as after a leader change.
+        LogError::Closed => ResponseError::NotLeaderOrFollower,
         LogError::Poisoned { .. } | LogError::Corrupt { .. } | LogError::Io { .. } => {
             ResponseError::KafkaStorageError
         }

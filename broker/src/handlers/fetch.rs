@@ -197,7 +197,7 @@ async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize) -> Fetched 
                     }
                 }
                 Err(e) => {
-                    if !matches!(e, LogError::OffsetOutOfRange { .. }) {
+                    if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed) {
                         tracing::warn!(topic = %topic, partition, offset, error = %e, "fetch failed");
                     }
                     fetched.error_code = log_error_code(&e);

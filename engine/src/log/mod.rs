@@ -277,9 +277,7 @@ impl<S: Storage> Log<S> {
             });
         }
         if st.closed {
-            return Err(LogError::Poisoned {
-                reason: "log is closed".into(),
-            });
+            return Err(LogError::Closed);
         }
         Ok(())
     }
