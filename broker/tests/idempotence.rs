@@ -19,7 +19,19 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use sluice_engine::batch::{BatchBuilder, NewRecord};
 use sluice_engine::Timestamp;
 
-fn start(dir: &std::path::Path, port: u16) -> Child {
+/// The broker process this test started; SIGKILLed if the test fails before stopping it.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn start(dir: &std::path::Path, port: u16) -> Running {
     let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["--data-dir", dir.to_str().unwrap()])
         .args([
@@ -40,10 +52,11 @@ fn start(dir: &std::path::Path, port: u16) -> Child {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    child
+    Running(Some(child))
 }
 
-fn stop(mut child: Child) {
+fn stop(mut running: Running) {
+    let mut child = running.0.take().expect("running");
     // SAFETY: signalling the child this test started.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
@@ -168,8 +181,9 @@ fn retried_batches_are_answered_with_their_first_offsets_across_restarts() {
     assert_eq!(produce(&mut s, batch(pid, epoch, 10, 1)), (0, 10));
     assert_eq!(produce(&mut s, batch(pid, epoch, 11, 2)), (0, 11));
     drop(s);
-    broker.kill().unwrap();
-    broker.wait().unwrap();
+    let mut child = broker.0.take().expect("running");
+    child.kill().unwrap();
+    child.wait().unwrap();
     // The killed process's listening socket can linger a moment after it is reaped.
     let gone = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_ok()

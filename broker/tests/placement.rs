@@ -10,7 +10,19 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, RequestHeader, TopicName};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
-fn start(dir: &std::path::Path, port: u16) -> Child {
+/// The broker process this test started; SIGKILLed if the test fails before stopping it.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn start(dir: &std::path::Path, port: u16) -> Running {
     let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["--data-dir", dir.to_str().unwrap()])
         .args([
@@ -31,10 +43,11 @@ fn start(dir: &std::path::Path, port: u16) -> Child {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    child
+    Running(Some(child))
 }
 
-fn stop(mut child: Child) {
+fn stop(mut running: Running) {
+    let mut child = running.0.take().expect("running");
     // SAFETY: signalling the child this test started.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);

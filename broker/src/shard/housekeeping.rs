@@ -5,7 +5,17 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use sluice_engine::LogError;
+
 use super::Shard;
+
+/// A log closed by shutdown is not a housekeeping failure.
+fn ignore_closed(e: LogError) -> Result<(), LogError> {
+    match e {
+        LogError::Closed => Ok(()),
+        other => Err(other),
+    }
+}
 
 /// How often interval-flushed logs are checked (`flush.ms` decides whether one is due).
 pub const FLUSH_CHECK_MS: u64 = 50;
@@ -25,7 +35,7 @@ impl Shard {
                 glommio::timer::sleep(Duration::from_millis(FLUSH_CHECK_MS)).await;
                 let partitions: Vec<_> = shard.partitions.borrow().iter().map(|(k, p)| (k.clone(), p.clone())).collect();
                 for ((topic, index), p) in &partitions {
-                    if let Err(e) = p.log.flush_if_due().await {
+                    if let Err(e) = p.log.flush_if_due().await.or_else(ignore_closed) {
                         tracing::error!(topic = %topic, partition = index, error = %e, "interval flush failed");
                     }
                 }
@@ -38,6 +48,7 @@ impl Shard {
                                 bytes = outcome.bytes_deleted, log_start_offset = outcome.log_start_offset.0, "retention deleted segments"
                             ),
                             Ok(_) => {}
+                            Err(LogError::Closed) => {}
                             Err(e) => tracing::warn!(topic = %topic, partition = index, error = %e, "retention failed"),
                         }
                     }
@@ -45,7 +56,7 @@ impl Shard {
                 if last_compaction.elapsed() >= Duration::from_millis(COMPACTION_CHECK_MS) {
                     last_compaction = Instant::now();
                     for ((topic, index), p) in &partitions {
-                        if let Err(e) = p.log.compact().await {
+                        if let Err(e) = p.log.compact().await.map(drop).or_else(ignore_closed) {
                             tracing::warn!(topic = %topic, partition = index, error = %e, "compaction failed");
                         }
                     }
