@@ -4,8 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -17,59 +16,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use sluice_engine::batch::{compute_crc, simple_batch};
 use sluice_engine::Timestamp;
 
-struct Broker {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
+mod common;
 
-impl Drop for Broker {
-    fn drop(&mut self) {
-        // SIGTERM the broker this test started, by its PID.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start() -> Broker {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["--data-dir", dir.path().join("data").to_str().unwrap()])
-        .args([
-            "--listeners",
-            &format!("PLAINTEXT://127.0.0.1:{port}"),
-            "--cores",
-            "2",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start sluice");
-    let started = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "broker did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Broker {
-        child,
-        port,
-        _dir: dir,
-    }
-}
+use common::Broker;
 
 fn connect(port: u16) -> TcpStream {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -154,7 +103,7 @@ fn create_topic(port: u16, name: &str) {
 
 #[test]
 fn hostile_frames_and_batches_get_kafka_errors_or_a_closed_connection() {
-    let broker = start();
+    let broker = Broker::start();
     create_topic(broker.port, "victim");
     // A well-behaved client that must keep working throughout.
     let mut good = connect(broker.port);

@@ -90,6 +90,17 @@ pub struct Member {
     sync_waiter: Option<oneshot::Sender<SyncResult>>,
 }
 
+impl Member {
+    /// This member's metadata for the group's chosen protocol (empty if it has none).
+    pub fn metadata_for(&self, protocol: Option<&str>) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(n, _)| Some(n.as_str()) == protocol)
+            .map(|(_, md)| md.clone())
+            .unwrap_or_default()
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Committed {
     pub offset: i64,
@@ -393,13 +404,11 @@ impl Shard {
             .members
             .values()
             .map(|m| {
-                let metadata = m
-                    .protocols
-                    .iter()
-                    .find(|(n, _)| Some(n) == protocol.as_ref())
-                    .map(|(_, md)| md.clone())
-                    .unwrap_or_default();
-                (m.id.clone(), m.instance_id.clone(), metadata)
+                (
+                    m.id.clone(),
+                    m.instance_id.clone(),
+                    m.metadata_for(protocol.as_deref()),
+                )
             })
             .collect();
         tracing::info!(group = %group.id, generation = group.generation, members = group.members.len(), protocol = ?protocol, "rebalance: join complete");

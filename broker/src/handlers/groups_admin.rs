@@ -85,12 +85,7 @@ pub async fn describe(
                                 .members
                                 .values()
                                 .map(|m| {
-                                    let metadata = m
-                                        .protocols
-                                        .iter()
-                                        .find(|(n, _)| Some(n) == protocol.as_ref())
-                                        .map(|(_, md)| md.clone())
-                                        .unwrap_or_default();
+                                    let metadata = m.metadata_for(protocol.as_deref());
                                     (
                                         m.id.clone(),
                                         m.instance_id.clone(),

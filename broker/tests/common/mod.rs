@@ -64,9 +64,30 @@ impl Broker {
     /// Stops the broker (SIGTERM) and starts it again on the same port and data directory.
     pub fn restart(&mut self) {
         self.stop();
+        self.start_again();
+    }
+
+    /// Starts the broker again on the same port and data directory, after `stop` or `kill`.
+    pub fn start_again(&mut self) {
         let log_from = self.log_text().len();
         self.child = spawn(self.dir.path(), self.port, &self.log, &self.extra);
         self.wait_until_ready(log_from);
+    }
+
+    /// SIGKILL, then waits until the port refuses connections: a killed broker's listening
+    /// socket can outlive the process for a moment.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The broker's data directory (`--data-dir`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
     }
 
     /// Waits until the broker listens and has logged `READY_LINE` after byte `log_from` of
@@ -100,11 +121,12 @@ impl Broker {
         }
     }
 
-    /// SIGTERM, then SIGKILL if the broker has not stopped within `STOP_TIMEOUT`.
-    fn stop(&mut self) {
+    /// SIGTERM, then SIGKILL if the broker has not stopped within `STOP_TIMEOUT`. Returns how it
+    /// exited after SIGTERM; `None` if it had already exited or had to be killed.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let pid = self.child.id() as libc::pid_t;
         if self.child.try_wait().ok().flatten().is_some() {
-            return;
+            return None;
         }
         // SAFETY: kill(2) on the pid of a child this test started and has not reaped yet.
         unsafe {
@@ -112,14 +134,15 @@ impl Broker {
         }
         let deadline = Instant::now() + STOP_TIMEOUT;
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         eprintln!("the broker did not stop within {STOP_TIMEOUT:?} of SIGTERM; killing it");
         let _ = self.child.kill();
         let _ = self.child.wait();
+        None
     }
 
     pub fn address(&self) -> String {
@@ -213,6 +236,37 @@ impl Drop for Broker {
         }
         self.stop();
     }
+}
+
+/// Sends one request on `stream` and decodes its response (the correlation id is not checked).
+pub fn request<Req: Encodable, Resp: Decodable>(
+    stream: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    request: &Req,
+) -> Resp {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7);
+    let mut buf = BytesMut::new();
+    header
+        .encode(&mut buf, key.request_header_version(version))
+        .unwrap();
+    request.encode(&mut buf, version).unwrap();
+    stream.write_all(&(buf.len() as u32).to_be_bytes()).unwrap();
+    stream.write_all(&buf).unwrap();
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut body).unwrap();
+    let mut body = Bytes::from(body);
+    kafka_protocol::messages::ResponseHeader::decode(
+        &mut body,
+        key.response_header_version(version),
+    )
+    .unwrap();
+    Resp::decode(&mut body, version).unwrap()
 }
 
 /// Starts `sluice` serving on `port` with its data under `dir`; output appended to `log`.
