@@ -448,7 +448,25 @@ def commit_failures(ms: list[Member]) -> list[dict]:
 
 
 def check_commits(ms: list[Member]) -> None:
-    failed = commit_failures(ms)
+    # A member's very last commit, made in the revoke callback of its close() after the others
+    # have left, may be sent by librdkafka outside the group (generation -1), which Kafka, like
+    # Sluice, refuses with UNKNOWN_MEMBER_ID while the group still has members. Every other
+    # commit must succeed; exactly-once consumption is checked separately.
+    events = all_events(ms)
+    last_commit_t = {}
+    for e in events:
+        if e["ev"] in ("commit_failed", "committed"):
+            last_commit_t[e["member"]] = e["t"]
+    failed = [
+        e
+        for e in commit_failures(ms)
+        if not (
+            e["ev"] == "commit_failed"
+            and e.get("where") == "revoke"
+            and "UNKNOWN_MEMBER_ID" in e.get("error", "")
+            and e["t"] == last_commit_t.get(e["member"])
+        )
+    ]
     assert not failed, f"{len(failed)} commits failed, first: {failed[:3]}"
 
 
