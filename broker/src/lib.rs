@@ -1,0 +1,107 @@
+//! The Sluice broker as a library: shards, the Kafka protocol server, coordinators and the
+//! `sluice` CLI. The `sluice` binary (`src/main.rs`) only calls [`main`].
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+mod cli;
+mod config;
+mod group;
+mod handlers;
+mod metadata;
+mod net;
+mod server;
+mod shard;
+
+use config::BrokerConfig;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Sluice: a Kafka-compatible, thread-per-core commit log"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a broker (the default).
+    Serve(ServeArgs),
+    #[command(flatten)]
+    Client(cli::Command),
+}
+
+#[derive(clap::Args, Debug, Clone, Default)]
+struct ServeArgs {
+    /// TOML file with broker settings under Kafka's names (`listeners`, `log.dirs`, ...).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Directory for partition logs and metadata (`log.dirs`). Default ./data.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Where to serve the Kafka protocol, e.g. PLAINTEXT://127.0.0.1:9092 (`listeners`).
+    #[arg(long)]
+    listeners: Option<String>,
+    /// Address given to clients, e.g. PLAINTEXT://broker1:9092 (`advertised.listeners`).
+    #[arg(long)]
+    advertised_listeners: Option<String>,
+    /// Shards to run, one per core; 0 = every core.
+    #[arg(long)]
+    cores: Option<usize>,
+    /// Partitions of auto-created topics (`num.partitions`).
+    #[arg(long)]
+    num_partitions: Option<i32>,
+    /// How long a new consumer group waits for more members (`group.initial.rebalance.delay.ms`).
+    #[arg(long)]
+    group_initial_rebalance_delay_ms: Option<u64>,
+}
+
+fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
+    let mut config = BrokerConfig::default();
+    if let Some(path) = &args.config {
+        config.apply_file(path)?;
+    }
+    if let Some(dir) = &args.data_dir {
+        config.data_dir = dir.clone();
+    }
+    if let Some(l) = &args.listeners {
+        config.set_listeners(l)?;
+    }
+    if let Some(a) = &args.advertised_listeners {
+        config.set_advertised(a)?;
+    }
+    if let Some(c) = args.cores {
+        config.cores = c;
+    }
+    if let Some(n) = args.num_partitions {
+        config.num_partitions = n;
+    }
+    if let Some(d) = args.group_initial_rebalance_delay_ms {
+        config.group_initial_rebalance_delay_ms = d;
+    }
+    Ok(config)
+}
+
+/// The `sluice` command: parses the command line, then serves or runs a client subcommand.
+pub fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    let args = match &cli.command {
+        Some(Command::Serve(args)) => args.clone(),
+        None => cli.serve.clone(),
+        Some(Command::Client(command)) => cli::run(command),
+    };
+    server::run(broker_config(&args)?)
+}
