@@ -1,0 +1,221 @@
+//! Counters and latency histograms shared by the client threads and the reporter.
+//!
+//! Latencies are recorded in microseconds. Each `Meter` keeps a histogram for the current
+//! measurement window and one for the current second; the reporter takes the second's every
+//! second (the progress line and the plot) and the window's when a phase ends.
+
+use std::sync::Mutex;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// Latencies up to an hour, to three significant figures.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+#[derive(Default)]
+struct Counts {
+    messages: u64,
+    bytes: u64,
+}
+
+struct Inner {
+    window: Histogram<u64>,
+    second: Histogram<u64>,
+    window_counts: Counts,
+    second_counts: Counts,
+    total_messages: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// Messages, bytes and latencies of one kind of event (publish acknowledgements, or consumed
+/// messages and their end-to-end latency).
+pub struct Meter {
+    inner: Mutex<Inner>,
+}
+
+/// What a meter saw in one second.
+pub struct Second {
+    pub messages: u64,
+    pub bytes: u64,
+    pub latency: Histogram<u64>,
+}
+
+impl Default for Meter {
+    fn default() -> Self {
+        Meter {
+            inner: Mutex::new(Inner {
+                window: histogram(),
+                second: histogram(),
+                window_counts: Counts::default(),
+                second_counts: Counts::default(),
+                total_messages: 0,
+                errors: 0,
+                first_error: None,
+            }),
+        }
+    }
+}
+
+impl Meter {
+    pub fn record(&self, bytes: usize, latency_us: u64) {
+        let mut m = self.inner.lock().unwrap();
+        let latency_us = latency_us.clamp(1, 3_600_000_000);
+        // Never fails within the bounds above.
+        let _ = m.window.record(latency_us);
+        let _ = m.second.record(latency_us);
+        m.window_counts.messages += 1;
+        m.window_counts.bytes += bytes as u64;
+        m.second_counts.messages += 1;
+        m.second_counts.bytes += bytes as u64;
+        m.total_messages += 1;
+    }
+
+    pub fn error(&self, what: impl FnOnce() -> String) {
+        let mut m = self.inner.lock().unwrap();
+        m.errors += 1;
+        if m.first_error.is_none() {
+            m.first_error = Some(what());
+        }
+    }
+
+    /// Messages recorded since the start, in every phase.
+    pub fn total(&self) -> u64 {
+        self.inner.lock().unwrap().total_messages
+    }
+
+    pub fn errors(&self) -> (u64, Option<String>) {
+        let m = self.inner.lock().unwrap();
+        (m.errors, m.first_error.clone())
+    }
+
+    pub fn take_second(&self) -> Second {
+        let mut m = self.inner.lock().unwrap();
+        let latency = std::mem::replace(&mut m.second, histogram());
+        let counts = std::mem::take(&mut m.second_counts);
+        Second {
+            messages: counts.messages,
+            bytes: counts.bytes,
+            latency,
+        }
+    }
+
+    /// Ends the current window: returns its figures over `seconds` and starts a new one.
+    pub fn take_window(&self, seconds: f64) -> Summary {
+        let mut m = self.inner.lock().unwrap();
+        let latency = std::mem::replace(&mut m.window, histogram());
+        let counts = std::mem::take(&mut m.window_counts);
+        Summary::new(counts.messages, counts.bytes, seconds, &latency)
+    }
+}
+
+/// Rates and latency percentiles over a window.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub messages: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub msg_per_s: f64,
+    pub mb_per_s: f64,
+    pub latency_us: Percentiles,
+}
+
+impl Summary {
+    pub fn new(messages: u64, bytes: u64, seconds: f64, latency: &Histogram<u64>) -> Summary {
+        let seconds = seconds.max(1e-9);
+        Summary {
+            messages,
+            bytes,
+            seconds,
+            msg_per_s: messages as f64 / seconds,
+            mb_per_s: bytes as f64 / seconds / 1e6,
+            latency_us: Percentiles::of(latency),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Percentiles {
+    pub count: u64,
+    pub mean: f64,
+    pub p50: u64,
+    pub p75: u64,
+    pub p95: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub p9999: u64,
+    pub max: u64,
+}
+
+impl Percentiles {
+    pub fn of(h: &Histogram<u64>) -> Percentiles {
+        let q = |q: f64| {
+            if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(q)
+            }
+        };
+        Percentiles {
+            count: h.len(),
+            mean: if h.is_empty() { 0.0 } else { h.mean() },
+            p50: q(0.50),
+            p75: q(0.75),
+            p95: q(0.95),
+            p99: q(0.99),
+            p999: q(0.999),
+            p9999: q(0.9999),
+            max: if h.is_empty() { 0 } else { h.max() },
+        }
+    }
+}
+
+/// One second of a run, for the results file and the plot.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    /// Seconds since the run started.
+    pub t: f64,
+    pub phase: &'static str,
+    pub publish_msg_per_s: f64,
+    pub publish_mb_per_s: f64,
+    pub consume_msg_per_s: f64,
+    pub consume_mb_per_s: f64,
+    pub publish_p50_us: u64,
+    pub publish_p99_us: u64,
+    pub e2e_p50_us: u64,
+    pub e2e_p99_us: u64,
+    /// Messages produced but not yet consumed by the slowest group.
+    pub backlog: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_and_seconds_count_separately() {
+        let m = Meter::default();
+        for i in 1..=100 {
+            m.record(1000, i);
+        }
+        let s = m.take_second();
+        assert_eq!((s.messages, s.bytes, s.latency.len()), (100, 100_000, 100));
+        m.record(10, 5000);
+        let w = m.take_window(2.0);
+        assert_eq!(w.messages, 101);
+        assert_eq!(w.bytes, 100_010);
+        assert_eq!(w.msg_per_s, 50.5);
+        assert_eq!(w.latency_us.p50, 51);
+        // Three significant figures: 5000 µs reads back as the top of its bucket.
+        assert!(
+            (5000..=5005).contains(&w.latency_us.max),
+            "{}",
+            w.latency_us.max
+        );
+        assert_eq!(m.total(), 101);
+        assert_eq!(m.take_window(1.0).messages, 0);
+        assert_eq!(m.take_second().messages, 1);
+    }
+}

@@ -1,0 +1,261 @@
+//! What a run does: a workload, read from a TOML file and/or flags (flags win).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::{Parser, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+/// How producers choose message keys.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyDistribution {
+    /// No key: the client's partitioner spreads messages (librdkafka: sticky random).
+    None,
+    /// Keys 0, 1, 2, … `key_count - 1`, then again, per producer.
+    RoundRobin,
+    /// A uniformly random key out of `key_count`.
+    Random,
+    /// Hot keys: key k drawn with probability ∝ 1 / k^`zipf_exponent` out of `key_count`.
+    Zipf,
+}
+
+/// One benchmark run. Field names are the TOML keys; every one has a flag of the same name with
+/// dashes (`message_size` = `--message-size`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Workload {
+    /// Names the run's results files and its topics.
+    pub name: String,
+    pub topics: u32,
+    pub partitions: u32,
+    /// Payload bytes per message; at least 16 (the send timestamp and a sequence number).
+    pub message_size: usize,
+    pub keys: KeyDistribution,
+    pub key_count: u64,
+    pub zipf_exponent: f64,
+    /// Producer clients, each on its own thread with its own connection.
+    pub producers: u32,
+    /// Consumer groups, each reading every topic in full.
+    pub consumer_groups: u32,
+    pub consumers_per_group: u32,
+    /// Messages per second over all producers; 0 = as fast as the broker takes them.
+    pub rate: u64,
+    /// `all`, `1` or `0`.
+    pub acks: String,
+    /// `none`, `gzip`, `snappy`, `lz4` or `zstd`.
+    pub compression: String,
+    /// Producer batch size in bytes.
+    pub batch_size: u32,
+    pub linger_ms: u32,
+    /// Seconds at the start whose figures are thrown away.
+    pub warmup_s: f64,
+    /// Seconds measured.
+    pub duration_s: f64,
+    /// When non-zero, this many bytes are produced before consumers start; the run then
+    /// measures producers alone, then producers while consumers catch up from the beginning.
+    pub backlog_bytes: u64,
+    /// Give up catching up after this many seconds.
+    pub catch_up_timeout_s: f64,
+    /// Topic configs for the topics the run creates (e.g. `flush.messages = "1"`).
+    pub topic_config: BTreeMap<String, String>,
+    /// Extra librdkafka properties for producers and consumers.
+    pub producer_config: BTreeMap<String, String>,
+    pub consumer_config: BTreeMap<String, String>,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload {
+            name: "bench".into(),
+            topics: 1,
+            partitions: 16,
+            message_size: 1024,
+            keys: KeyDistribution::None,
+            key_count: 10_000,
+            zipf_exponent: 1.0,
+            producers: 1,
+            consumer_groups: 1,
+            consumers_per_group: 1,
+            rate: 0,
+            acks: "all".into(),
+            compression: "none".into(),
+            // The OpenMessaging Benchmark's Kafka driver settings.
+            batch_size: 1 << 20,
+            linger_ms: 1,
+            warmup_s: 5.0,
+            duration_s: 30.0,
+            backlog_bytes: 0,
+            catch_up_timeout_s: 600.0,
+            topic_config: BTreeMap::new(),
+            producer_config: BTreeMap::new(),
+            consumer_config: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sluice-bench",
+    about = "An OpenMessaging-Benchmark-style load generator for any Kafka-compatible broker",
+    long_about = "Creates the workload's topics, runs its producers and consumer groups \
+                  (librdkafka), prints a progress line every second and writes \
+                  <out>/<name>.json and <out>/<name>.svg. Flags override the workload file."
+)]
+pub struct Cli {
+    /// Broker address(es), comma separated.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    /// A TOML workload file; its keys are the flags' names with underscores.
+    #[arg(long)]
+    pub workload: Option<PathBuf>,
+    /// Directory for the results JSON and plot.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Keep the topics the run created (they are deleted by default).
+    #[arg(long)]
+    pub keep_topics: bool,
+    /// A label stored with the results (e.g. the broker and its settings).
+    #[arg(long, default_value = "")]
+    pub label: String,
+
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub topics: Option<u32>,
+    #[arg(long)]
+    pub partitions: Option<u32>,
+    #[arg(long)]
+    pub message_size: Option<usize>,
+    #[arg(long, value_enum)]
+    pub keys: Option<KeyDistribution>,
+    #[arg(long)]
+    pub key_count: Option<u64>,
+    #[arg(long)]
+    pub zipf_exponent: Option<f64>,
+    #[arg(long)]
+    pub producers: Option<u32>,
+    #[arg(long)]
+    pub consumer_groups: Option<u32>,
+    #[arg(long)]
+    pub consumers_per_group: Option<u32>,
+    /// Messages per second over all producers; 0 = maximum rate.
+    #[arg(long)]
+    pub rate: Option<u64>,
+    #[arg(long)]
+    pub acks: Option<String>,
+    #[arg(long)]
+    pub compression: Option<String>,
+    #[arg(long)]
+    pub batch_size: Option<u32>,
+    #[arg(long)]
+    pub linger_ms: Option<u32>,
+    #[arg(long)]
+    pub warmup_s: Option<f64>,
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// Bytes to produce before consumers start, e.g. 2147483648 for the 2 GiB catch-up workload.
+    #[arg(long)]
+    pub backlog_bytes: Option<u64>,
+    #[arg(long)]
+    pub catch_up_timeout_s: Option<f64>,
+    /// A topic config for created topics, `name=value`; repeatable.
+    #[arg(long, value_parser = key_value)]
+    pub topic_config: Vec<(String, String)>,
+    /// An extra librdkafka producer property, `name=value`; repeatable.
+    #[arg(long, value_parser = key_value)]
+    pub producer_config: Vec<(String, String)>,
+    /// An extra librdkafka consumer property, `name=value`; repeatable.
+    #[arg(long, value_parser = key_value)]
+    pub consumer_config: Vec<(String, String)>,
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected name=value, got {s:?}")),
+    }
+}
+
+impl Cli {
+    /// The workload file (if any) with the flags applied over it, checked.
+    pub fn workload(&self) -> anyhow::Result<Workload> {
+        let mut w = match &self.workload {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+            }
+            None => Workload::default(),
+        };
+        macro_rules! set {
+            ($($field:ident),*) => {$(
+                if let Some(v) = &self.$field {
+                    w.$field = v.clone();
+                }
+            )*};
+        }
+        set!(
+            name,
+            topics,
+            partitions,
+            message_size,
+            keys,
+            key_count,
+            zipf_exponent,
+            producers,
+            consumer_groups,
+            consumers_per_group,
+            rate,
+            acks,
+            compression,
+            batch_size,
+            linger_ms,
+            warmup_s,
+            duration_s,
+            backlog_bytes,
+            catch_up_timeout_s
+        );
+        w.topic_config.extend(self.topic_config.iter().cloned());
+        w.producer_config
+            .extend(self.producer_config.iter().cloned());
+        w.consumer_config
+            .extend(self.consumer_config.iter().cloned());
+        w.check()?;
+        Ok(w)
+    }
+}
+
+impl Workload {
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.message_size < crate::payload::HEADER_LEN {
+            bail!(
+                "message_size must be at least {} bytes (send time and sequence)",
+                crate::payload::HEADER_LEN
+            );
+        }
+        if self.topics == 0 || self.partitions == 0 || self.producers == 0 {
+            bail!("topics, partitions and producers must be at least 1");
+        }
+        if self.consumer_groups > 0 && self.consumers_per_group == 0 {
+            bail!("consumers_per_group must be at least 1 when there are consumer groups");
+        }
+        if self.backlog_bytes > 0 && self.consumer_groups == 0 {
+            bail!("a backlog needs a consumer group to catch up on it");
+        }
+        if !["all", "-1", "1", "0"].contains(&self.acks.as_str()) {
+            bail!("acks must be all, 1 or 0, not {:?}", self.acks);
+        }
+        if !["none", "gzip", "snappy", "lz4", "zstd"].contains(&self.compression.as_str()) {
+            bail!("unknown compression {:?}", self.compression);
+        }
+        if self.keys != KeyDistribution::None && self.key_count == 0 {
+            bail!("key_count must be at least 1");
+        }
+        if self.duration_s.is_nan() || self.duration_s <= 0.0 || self.warmup_s < 0.0 {
+            bail!("duration_s must be positive and warmup_s not negative");
+        }
+        Ok(())
+    }
+}
