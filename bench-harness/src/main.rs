@@ -225,6 +225,15 @@ fn delete_topics(bootstrap: &str, topics: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `sync`, then drop clean pages, dentries and inodes: a cold backlog for a page-cache broker too.
+fn drop_caches() {
+    let synced = std::process::Command::new("sync").status();
+    match (synced, std::fs::write("/proc/sys/vm/drop_caches", "3")) {
+        (Ok(status), Ok(())) if status.success() => eprintln!("sluice-bench: page cache dropped"),
+        (_, result) => eprintln!("sluice-bench: could not drop the page cache: {result:?}"),
+    }
+}
+
 fn join_all(handles: Vec<JoinHandle<()>>) {
     for h in handles {
         if h.join().is_err() {
@@ -395,6 +404,9 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
 
     let catch_up = if w.backlog_bytes > 0 {
         consume.take_window(1.0);
+        if cli.drop_caches_before_catch_up {
+            drop_caches();
+        }
         consumers = start_consumers()?;
         let start = Instant::now();
         // Caught up: the slowest group is within a second of production (or 1,000 messages).

@@ -99,7 +99,15 @@ fn panel(
             )
         }
     } else {
-        (0.0, all.fold(0.0f64, f64::max).max(1e-9) * 1.1)
+        // Five ticks on a round step (1, 2 or 5 times a power of ten).
+        let max = all.fold(0.0f64, f64::max).max(1e-9);
+        let magnitude = 10f64.powf((max / 5.0).log10().floor());
+        let step = [1.0, 2.0, 5.0, 10.0]
+            .into_iter()
+            .map(|m| m * magnitude)
+            .find(|step| step * 5.0 >= max)
+            .unwrap_or(10.0 * magnitude);
+        (0.0, step * 5.0)
     };
     let y = |v: f64| {
         let v = if log { v.log10() } else { v };
@@ -157,13 +165,8 @@ fn panel(
         (0..=5).map(|i| hi * i as f64 / 5.0).collect()
     };
     for v in ticks {
-        let label = if v >= 100.0 || v == 0.0 {
-            format!("{v:.0}")
-        } else if v >= 1.0 {
-            format!("{v:.1}")
-        } else {
-            format!("{v}")
-        };
+        // Round steps: a few decimals at most, without float noise.
+        let label = format!("{}", (v * 1000.0).round() / 1000.0);
         let _ = writeln!(
             s,
             r##"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{label}</text>"##,
