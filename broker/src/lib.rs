@@ -1,5 +1,6 @@
 //! The Sluice broker as a library: shards, the Kafka protocol server, coordinators and the
-//! `sluice` CLI. The `sluice` binary (`src/main.rs`) only calls [`main`].
+//! `sluice` CLI. The `sluice` binary (`src/main.rs`) only calls [`main`]; the fuzz targets
+//! (`fuzz/`) decode requests through [`wire`].
 
 use std::path::PathBuf;
 
@@ -15,6 +16,13 @@ mod server;
 mod shard;
 
 use config::BrokerConfig;
+
+/// Request decoding exactly as a connection does it (size prefix, header, body), for the fuzz
+/// targets in `fuzz/` and for tests.
+pub mod wire {
+    pub use crate::handlers::{decode_request, supported, SUPPORTED};
+    pub use crate::net::frame::{body_len, decode_frame, decode_header, Decoded, Header};
+}
 
 #[derive(Parser, Debug)]
 #[command(

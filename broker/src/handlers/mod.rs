@@ -70,6 +70,11 @@ pub fn supported(key: ApiKey, version: i16) -> bool {
         .any(|&(k, min, max)| k == key && (min..=max).contains(&version))
 }
 
+/// Decodes a request body for its API and version (the header already taken off `body`).
+pub fn decode_request(key: ApiKey, version: i16, body: &mut Bytes) -> anyhow::Result<RequestKind> {
+    RequestKind::decode(key, body, version)
+}
+
 /// Who sent a request: the header's client id and the peer's host, for group membership.
 pub struct Client {
     pub client_id: String,
@@ -84,7 +89,7 @@ pub async fn dispatch(
     body: &mut Bytes,
     client: Client,
 ) -> anyhow::Result<Option<(ResponseKind, i16)>> {
-    let request = RequestKind::decode(key, body, version)?;
+    let request = decode_request(key, version, body)?;
     let response = match request {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(&r, None)),
         RequestKind::Metadata(r) => {

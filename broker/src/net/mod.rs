@@ -6,6 +6,8 @@
 //! and writes each response. A frame with a negative size or one above
 //! `socket.request.max.bytes` closes the connection with a log line, before any allocation.
 
+pub mod frame;
+
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -14,8 +16,7 @@ use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, ResponseKind};
-use kafka_protocol::protocol::Decodable;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseKind};
 use kafka_protocol::ResponseError;
 
 use crate::handlers;
@@ -83,7 +84,7 @@ async fn connection(
             };
         }
         let size = i32::from_be_bytes(size);
-        if size < 0 || size as u32 > max {
+        if frame::body_len(size, max).is_none() {
             tracing::warn!(
                 ?peer,
                 size,
@@ -120,28 +121,24 @@ fn prepare(
     mut body: Bytes,
     peer: Option<SocketAddr>,
 ) -> anyhow::Result<Pending> {
-    if body.len() < 8 {
-        anyhow::bail!("request of {} bytes is shorter than a header", body.len());
-    }
-    let raw_key = i16::from_be_bytes([body[0], body[1]]);
-    let version = i16::from_be_bytes([body[2], body[3]]);
-    let correlation_id = i32::from_be_bytes([body[4], body[5], body[6], body[7]]);
-    let key =
-        ApiKey::try_from(raw_key).map_err(|_| anyhow::anyhow!("unknown API key {raw_key}"))?;
-    if !handlers::supported(key, version) {
-        if key == ApiKey::ApiVersions {
+    let (key, version, header) = match frame::decode_header(&mut body)? {
+        frame::Header::Request {
+            key,
+            version,
+            header,
+        } => (key, version, header),
+        frame::Header::UnsupportedApiVersions { correlation_id } => {
             // KIP-511: answer an unknown ApiVersions version with v0 and the error, so the
             // client can pick a version both sides know.
             let response = ResponseKind::ApiVersions(handlers::api_versions::handle(
                 &ApiVersionsRequest::default(),
                 Some(ResponseError::UnsupportedVersion),
             ));
-            let frame = handlers::encode_response(key, 0, correlation_id, &response)?;
+            let frame =
+                handlers::encode_response(ApiKey::ApiVersions, 0, correlation_id, &response)?;
             return Ok(glommio::spawn_local(async move { Ok(Some(frame)) }).detach());
         }
-        anyhow::bail!("{key:?} v{version} is not supported");
-    }
-    let header = RequestHeader::decode(&mut body, key.request_header_version(version))?;
+    };
     let shard = shard.clone();
     Ok(glommio::spawn_local(async move {
         let _in_flight = shard.request_guard();
