@@ -32,7 +32,28 @@ pub struct BrokerConfig {
     pub group_initial_rebalance_delay_ms: u64,
     /// `offsets.topic.num.partitions`
     pub offsets_topic_partitions: i32,
+    /// `max.connections`: client connections the broker holds open at once, over all shards;
+    /// more are accepted and closed at once, with a (rate-limited) log line.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`: the same limit per client IP address.
+    pub max_connections_per_ip: usize,
+    /// `connections.max.idle.ms`: a connection that makes no progress for this long (no complete
+    /// request read and no response written) is closed. Bytes of an unfinished request do not
+    /// count as progress, so a client trickling a request byte by byte is closed too.
+    pub connections_max_idle_ms: u64,
+    /// `max.in.flight.requests.per.connection`: requests of one connection read and not yet
+    /// answered before the broker stops reading from it (Kafka has no broker-side name for this;
+    /// the client-side name says the same thing from the other end).
+    pub max_in_flight_requests_per_connection: usize,
 }
+
+/// Kafka's default `max.connections` and `max.connections.per.ip`: no limit but the process's
+/// descriptors (`Int.MaxValue`).
+pub const MAX_CONNECTIONS_DEFAULT: usize = i32::MAX as usize;
+/// Kafka's default `connections.max.idle.ms` (10 minutes).
+pub const CONNECTIONS_MAX_IDLE_MS_DEFAULT: u64 = 600_000;
+/// Requests of one connection being processed before the reader stops reading more.
+pub const IN_FLIGHT_PER_CONNECTION_MAX: usize = 64;
 
 impl Default for BrokerConfig {
     fn default() -> Self {
@@ -50,6 +71,10 @@ impl Default for BrokerConfig {
             batch_cache_bytes: 256 << 20,
             group_initial_rebalance_delay_ms: 3000,
             offsets_topic_partitions: 50,
+            max_connections: MAX_CONNECTIONS_DEFAULT,
+            max_connections_per_ip: MAX_CONNECTIONS_DEFAULT,
+            connections_max_idle_ms: CONNECTIONS_MAX_IDLE_MS_DEFAULT,
+            max_in_flight_requests_per_connection: IN_FLIGHT_PER_CONNECTION_MAX,
         }
     }
 }
@@ -78,6 +103,50 @@ struct FileConfig {
     group_initial_rebalance_delay_ms: Option<u64>,
     #[serde(rename = "offsets.topic.num.partitions")]
     offsets_topic_partitions: Option<i32>,
+    #[serde(rename = "max.connections")]
+    max_connections: Option<usize>,
+    #[serde(rename = "max.connections.per.ip")]
+    max_connections_per_ip: Option<usize>,
+    #[serde(rename = "connections.max.idle.ms")]
+    connections_max_idle_ms: Option<u64>,
+    #[serde(rename = "max.in.flight.requests.per.connection")]
+    max_in_flight_requests_per_connection: Option<usize>,
+}
+
+/// Command-line flags for the connection limits, under the TOML names with dashes; flags win
+/// over the file.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LimitArgs {
+    /// Client connections held open at once, over all shards (`max.connections`).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Client connections held open at once from one IP address (`max.connections.per.ip`).
+    #[arg(long)]
+    pub max_connections_per_ip: Option<usize>,
+    /// Close a connection that makes no progress for this long (`connections.max.idle.ms`).
+    #[arg(long)]
+    pub connections_max_idle_ms: Option<u64>,
+    /// Requests of one connection in flight before the broker stops reading from it
+    /// (`max.in.flight.requests.per.connection`).
+    #[arg(long)]
+    pub max_in_flight_requests_per_connection: Option<usize>,
+}
+
+impl LimitArgs {
+    pub fn apply(&self, config: &mut BrokerConfig) {
+        if let Some(v) = self.max_connections {
+            config.max_connections = v;
+        }
+        if let Some(v) = self.max_connections_per_ip {
+            config.max_connections_per_ip = v;
+        }
+        if let Some(v) = self.connections_max_idle_ms {
+            config.connections_max_idle_ms = v;
+        }
+        if let Some(v) = self.max_in_flight_requests_per_connection {
+            config.max_in_flight_requests_per_connection = v.max(1);
+        }
+    }
 }
 
 /// Parses `PLAINTEXT://host:port` (or `host:port`) into host and port.
@@ -140,6 +209,13 @@ impl BrokerConfig {
         if let Some(v) = file.offsets_topic_partitions {
             self.offsets_topic_partitions = v.max(1);
         }
+        LimitArgs {
+            max_connections: file.max_connections,
+            max_connections_per_ip: file.max_connections_per_ip,
+            connections_max_idle_ms: file.connections_max_idle_ms,
+            max_in_flight_requests_per_connection: file.max_in_flight_requests_per_connection,
+        }
+        .apply(self);
         Ok(())
     }
 
@@ -183,5 +259,37 @@ mod tests {
         c.set_listeners("PLAINTEXT://127.0.0.1:29092").unwrap();
         assert_eq!(c.advertised_port, 29092);
         assert_eq!(c.listener.port(), 29092);
+    }
+
+    #[test]
+    fn connection_limits_come_from_the_file_and_flags() {
+        let dir = std::env::temp_dir().join(format!("sluice-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("broker.toml");
+        std::fs::write(
+            &path,
+            "\"max.connections\" = 100\n\"max.connections.per.ip\" = 10\n\
+             \"connections.max.idle.ms\" = 5000\n\"max.in.flight.requests.per.connection\" = 0\n",
+        )
+        .unwrap();
+        let mut c = BrokerConfig::default();
+        assert_eq!(c.connections_max_idle_ms, 600_000, "Kafka's default");
+        assert_eq!(
+            c.max_in_flight_requests_per_connection,
+            IN_FLIGHT_PER_CONNECTION_MAX
+        );
+        c.apply_file(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(c.max_connections, 100);
+        assert_eq!(c.max_connections_per_ip, 10);
+        assert_eq!(c.connections_max_idle_ms, 5000);
+        assert_eq!(c.max_in_flight_requests_per_connection, 1, "at least one");
+        LimitArgs {
+            max_connections: Some(7),
+            ..LimitArgs::default()
+        }
+        .apply(&mut c);
+        assert_eq!(c.max_connections, 7, "flags win");
+        assert_eq!(c.max_connections_per_ip, 10);
     }
 }

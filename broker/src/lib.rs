@@ -68,6 +68,9 @@ struct ServeArgs {
     /// How long a new consumer group waits for more members (`group.initial.rebalance.delay.ms`).
     #[arg(long)]
     group_initial_rebalance_delay_ms: Option<u64>,
+    /// Connection limits (`max.connections`, `connections.max.idle.ms`, ...).
+    #[command(flatten)]
+    limits: config::LimitArgs,
 }
 
 fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
@@ -93,6 +96,7 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     if let Some(d) = args.group_initial_rebalance_delay_ms {
         config.group_initial_rebalance_delay_ms = d;
     }
+    args.limits.apply(&mut config);
     Ok(config)
 }
 

@@ -1,48 +1,284 @@
 //! The Kafka protocol server of one shard: accept connections, read frames, run requests, and
 //! write responses in request order.
 //!
-//! Requests on one connection run concurrently (up to `IN_FLIGHT_PER_CONNECTION_MAX`), so
-//! pipelined produces share group commits; a writer task awaits them in the order they arrived
+//! Requests on one connection run concurrently (up to `max.in.flight.requests.per.connection`),
+//! so pipelined produces share group commits; a writer task awaits them in the order they arrived
 //! and writes each response. A frame with a negative size or one above
 //! `socket.request.max.bytes` closes the connection with a log line, before any allocation.
+//!
+//! Limits, each a Kafka setting where Kafka has one (see `config.rs`):
+//! - `max.connections` and `max.connections.per.ip`: a connection over either is accepted and
+//!   closed at once, with a log line at most once per `REFUSAL_LOG_INTERVAL`;
+//! - `connections.max.idle.ms`: a connection that makes no progress for that long (no complete
+//!   request read, no response written) is closed: an idle client, one trickling a request a
+//!   byte at a time, and one that never reads its responses alike;
+//! - `max.in.flight.requests.per.connection`: a connection's requests read and not yet answered;
+//!   at the limit the broker stops reading, so a client that never reads its responses fills the
+//!   socket buffers and holds at most that many responses in memory.
+//!
+//! When the process runs out of file descriptors, accepting fails; the broker says so once per
+//! `ACCEPT_ERROR_LOG_INTERVAL` (with how many failures since the last line), keeps serving its open
+//! connections, and closes connections waiting in the backlog at once through a reserved
+//! descriptor, so that new clients get a closed connection instead of silence; accepting resumes
+//! by itself when descriptors are free again.
 
+pub mod alloc;
 pub mod frame;
 
-use std::net::SocketAddr;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::pin;
 use std::rc::Rc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncReadExt, AsyncWriteExt, Future};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseKind};
 use kafka_protocol::ResponseError;
 
+use crate::config::BrokerConfig;
 use crate::handlers;
 use crate::shard::Shard;
 
-/// Requests of one connection being processed before the reader stops reading more.
-pub const IN_FLIGHT_PER_CONNECTION_MAX: usize = 64;
+/// The shortest time between two log lines about refused connections.
+pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
+/// The shortest time between two log lines about failing accepts.
+pub const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(5);
+/// How long the accept loop waits after an accept error it cannot work around.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+/// Log target of the per-connection lines, the same whatever the crate is called:
+/// `RUST_LOG=info,sluice::net=debug` shows every connection's end and why.
+const TARGET: &str = "sluice::net";
+
+/// Open client connections over every shard of this process, and per client address. Touched
+/// only when a connection opens or closes, never per request.
+static OPEN_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
+static OPEN_PER_IP: LazyLock<Mutex<HashMap<IpAddr, usize>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// A log line at most once per interval, counting what happened in between.
+struct RateLimitedLog {
+    /// Milliseconds since `EPOCH` of the last line, plus one (0 = never).
+    last_ms: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+impl RateLimitedLog {
+    const fn new() -> Self {
+        RateLimitedLog {
+            last_ms: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(events suppressed since the last line)` when a line is due now.
+    fn due(&self, interval: Duration) -> Option<u64> {
+        let now = EPOCH.elapsed().as_millis() as u64 + 1;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= interval.as_millis() as u64;
+        if due
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
+static REFUSALS: RateLimitedLog = RateLimitedLog::new();
+static ACCEPT_ERRORS: RateLimitedLog = RateLimitedLog::new();
+
+/// A connection's place under `max.connections` and `max.connections.per.ip`; freed on drop.
+struct ConnectionSlot {
+    ip: Option<IpAddr>,
+}
+
+impl ConnectionSlot {
+    /// Takes a place, or says which limit refuses it.
+    fn acquire(config: &BrokerConfig, ip: Option<IpAddr>) -> Result<ConnectionSlot, String> {
+        let open = OPEN_CONNECTIONS.fetch_add(1, Ordering::SeqCst);
+        if open >= config.max_connections {
+            OPEN_CONNECTIONS.fetch_sub(1, Ordering::SeqCst);
+            return Err(format!(
+                "max.connections ({}) reached",
+                config.max_connections
+            ));
+        }
+        // Holds the place under max.connections; dropped (given back) if the per-IP limit refuses.
+        let mut slot = ConnectionSlot { ip: None };
+        if let Some(ip) = ip {
+            let mut per_ip = OPEN_PER_IP.lock().unwrap_or_else(|e| e.into_inner());
+            let count = per_ip.entry(ip).or_insert(0);
+            if *count >= config.max_connections_per_ip {
+                if *count == 0 {
+                    per_ip.remove(&ip);
+                }
+                return Err(format!(
+                    "max.connections.per.ip ({}) reached for {ip}",
+                    config.max_connections_per_ip
+                ));
+            }
+            *count += 1;
+            slot.ip = Some(ip);
+        }
+        Ok(slot)
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        OPEN_CONNECTIONS.fetch_sub(1, Ordering::SeqCst);
+        if let Some(ip) = self.ip {
+            let mut per_ip = OPEN_PER_IP.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(count) = per_ip.get_mut(&ip) {
+                *count -= 1;
+                if *count == 0 {
+                    per_ip.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+/// A descriptor held in reserve, so that a shard out of descriptors can still accept (and close)
+/// a connection waiting in the backlog instead of leaving its client without an answer.
+fn reserve_descriptor() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
+fn descriptor_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0).then_some(limit.rlim_cur)
+}
 
 pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
+    let mut reserve = reserve_descriptor();
+    let mut failing = 0u64;
     loop {
         match listener.accept().await {
             Ok(stream) => {
+                if reserve.is_none() {
+                    reserve = reserve_descriptor();
+                }
+                if reserve.is_none() {
+                    // This connection took the last descriptor: still exhausted, so it is
+                    // closed, and its client knows at once.
+                    failing += 1;
+                    drop(stream);
+                    continue;
+                }
+                if failing > 0 {
+                    tracing::info!(
+                        shard = shard.id,
+                        failed_accepts = failing,
+                        "accepting connections again"
+                    );
+                    failing = 0;
+                }
+                let peer = stream.peer_addr().ok();
+                let slot = match ConnectionSlot::acquire(shard.config(), peer.map(|p| p.ip())) {
+                    Ok(slot) => slot,
+                    Err(limit) => {
+                        if let Some(suppressed) = REFUSALS.due(REFUSAL_LOG_INTERVAL) {
+                            tracing::warn!(
+                                ?peer,
+                                refused_since_last_line = suppressed,
+                                "refused a connection: {limit}; closing it"
+                            );
+                        }
+                        drop(stream);
+                        continue;
+                    }
+                };
                 let shard = shard.clone();
                 glommio::spawn_local(async move {
-                    let peer = stream.peer_addr().ok();
-                    if let Err(e) = connection(shard, stream, peer).await {
-                        tracing::debug!(?peer, error = %e, "connection closed");
+                    let _slot = slot;
+                    match connection(shard, stream, peer).await {
+                        Ok(end) => tracing::debug!(target: TARGET, ?peer, requests = end.requests, "connection closed: {}", end.why),
+                        Err(e) => tracing::debug!(target: TARGET, ?peer, error = %e, "connection closed"),
                     }
                 })
                 .detach();
             }
             Err(e) => {
-                // Out of descriptors or a transient accept error: keep serving the others.
-                tracing::warn!(error = %e, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
+                let e = std::io::Error::from(e);
+                failing += 1;
+                let exhausted = out_of_descriptors(&e);
+                if let Some(suppressed) = ACCEPT_ERRORS.due(ACCEPT_ERROR_LOG_INTERVAL) {
+                    if exhausted {
+                        tracing::error!(
+                            shard = shard.id,
+                            error = %e,
+                            open_connections = OPEN_CONNECTIONS.load(Ordering::Relaxed),
+                            limit = descriptor_limit(),
+                            failed_since_last_line = suppressed,
+                            "cannot accept connections: the process is out of file descriptors \
+                             (ulimit -n); open connections keep being served, new ones are \
+                             closed until descriptors are free"
+                        );
+                    } else {
+                        tracing::warn!(shard = shard.id, error = %e, failed_since_last_line = suppressed, "accept failed; retrying");
+                    }
+                }
+                // Out of descriptors: free the reserved one, so that the next accept takes the
+                // waiting connection; it is served if the reserve can be taken back (descriptors
+                // came free meanwhile), closed otherwise, so its client learns at once.
+                if exhausted && reserve.take().is_some() {
+                    continue;
+                }
+                glommio::timer::sleep(ACCEPT_RETRY).await;
             }
+        }
+    }
+}
+
+/// How a connection ended, for its log line.
+struct End {
+    why: &'static str,
+    requests: u64,
+}
+
+/// Awaits `fut` unless the connection makes no progress for `idle`: `None` then. `progress` is
+/// when the connection last read a whole request or wrote a response; it may move while `fut`
+/// waits (the writer task moves it).
+async fn unless_idle<F: Future>(
+    fut: F,
+    progress: &Cell<Instant>,
+    idle: Duration,
+) -> Option<F::Output> {
+    let mut fut = pin!(fut);
+    loop {
+        let deadline = progress.get() + idle;
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        let done = futures_lite::future::or(async { Some(fut.as_mut().await) }, async {
+            glommio::timer::sleep(deadline - now).await;
+            None
+        })
+        .await;
+        if done.is_some() {
+            return done;
         }
     }
 }
@@ -55,16 +291,25 @@ async fn connection(
     shard: Rc<Shard>,
     stream: TcpStream,
     peer: Option<SocketAddr>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<End> {
     stream
         .set_nodelay(true)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config = shard.config();
+    let idle = Duration::from_millis(config.connections_max_idle_ms);
+    let max = config.socket_request_max_bytes;
+    let progress = Rc::new(Cell::new(Instant::now()));
     let (mut reader, mut writer) = futures_lite::io::split(stream);
-    let (tx, rx) = local_channel::new_bounded::<Pending>(IN_FLIGHT_PER_CONNECTION_MAX);
-    let writer_task = glommio::spawn_local(async move {
+    let (tx, rx) =
+        local_channel::new_bounded::<Pending>(config.max_in_flight_requests_per_connection.max(1));
+    let writer_progress = progress.clone();
+    let mut writer_task = Some(glommio::spawn_local(async move {
         while let Some(pending) = rx.recv().await {
             match pending.await {
-                Some(Ok(Some(frame))) => writer.write_all(&frame).await?,
+                Some(Ok(Some(frame))) => {
+                    writer.write_all(&frame).await?;
+                    writer_progress.set(Instant::now());
+                }
                 Some(Ok(None)) => {}
                 // Malformed request (already logged) or a cancelled task: close, as Kafka does.
                 Some(Err(())) | None => break,
@@ -72,16 +317,22 @@ async fn connection(
         }
         writer.close().await?;
         Ok::<_, std::io::Error>(())
-    });
-    let max = shard.config().socket_request_max_bytes;
-    let result = loop {
+    }));
+    let mut requests = 0u64;
+    let mut idle_at: Option<&'static str> = None;
+    let result: anyhow::Result<&'static str> = loop {
         let mut size = [0u8; 4];
-        if let Err(e) = reader.read_exact(&mut size).await {
-            break if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                Ok(())
-            } else {
-                Err(e.into())
-            };
+        let read = unless_idle(reader.read_exact(&mut size), &progress, idle).await;
+        match read {
+            None => {
+                idle_at = Some("waiting for a request");
+                break Ok("idle");
+            }
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                break Ok("closed by the client");
+            }
+            Some(Err(e)) => break Err(e.into()),
+            Some(Ok(())) => {}
         }
         let size = i32::from_be_bytes(size);
         if frame::body_len(size, max).is_none() {
@@ -91,28 +342,61 @@ async fn connection(
                 max,
                 "frame size out of bounds; closing the connection"
             );
-            break Ok(());
+            break Ok("frame size out of bounds");
         }
         let mut body = vec![0u8; size as usize];
-        if let Err(e) = reader.read_exact(&mut body).await {
-            break Err(e.into());
+        match unless_idle(reader.read_exact(&mut body), &progress, idle).await {
+            None => {
+                idle_at = Some("in the middle of a request");
+                break Ok("idle");
+            }
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                break Ok("closed by the client in the middle of a request");
+            }
+            Some(Err(e)) => break Err(e.into()),
+            Some(Ok(())) => {}
         }
+        progress.set(Instant::now());
+        requests += 1;
         let body = Bytes::from(body);
         match prepare(&shard, body, peer) {
-            Ok(task) => {
-                if tx.send(task).await.is_err() {
-                    break Ok(());
+            Ok(task) => match unless_idle(tx.send(task), &progress, idle).await {
+                Some(Ok(())) => {}
+                Some(Err(_)) => break Ok("response writer stopped"),
+                None => {
+                    idle_at = Some("with its responses unread");
+                    break Ok("idle");
                 }
-            }
+            },
             Err(e) => {
                 tracing::warn!(?peer, error = %e, "bad request; closing the connection");
-                break Ok(());
+                break Ok("bad request");
             }
         }
     };
     drop(tx);
-    let _ = writer_task.await;
-    result
+    // The writer answers what was read (a client that half-closed still gets every response),
+    // unless it makes no progress either.
+    if idle_at.is_none() {
+        let writer = writer_task.as_mut().expect("writer");
+        if unless_idle(writer, &progress, idle).await.is_some() {
+            writer_task = None;
+        } else {
+            idle_at = Some("with its responses unread");
+        }
+    }
+    if let Some(task) = writer_task.take() {
+        task.cancel().await;
+    }
+    if let Some(state) = idle_at {
+        tracing::info!(
+            ?peer,
+            idle_ms = config.connections_max_idle_ms,
+            requests,
+            "closing a connection idle {state} for connections.max.idle.ms"
+        );
+    }
+    result.map(|why| End { why, requests })
 }
 
 /// Checks the header and starts the request; the returned task yields the response frame.

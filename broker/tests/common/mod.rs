@@ -33,6 +33,17 @@ pub struct Broker {
     pub dir: tempfile::TempDir,
     /// Arguments after the usual ones, kept for restarts.
     extra: Vec<String>,
+    /// Environment and limits of the process, kept for restarts.
+    launch: Launch,
+}
+
+/// How the broker process is started besides its arguments.
+#[derive(Clone, Debug, Default)]
+pub struct Launch {
+    /// Environment variables set for the broker (e.g. `RUST_LOG`).
+    pub env: Vec<(String, String)>,
+    /// `RLIMIT_NOFILE` (soft and hard) of the broker process, as `ulimit -n` would set it.
+    pub nofile: Option<u64>,
 }
 
 impl Broker {
@@ -42,6 +53,11 @@ impl Broker {
 
     /// Starts the broker with `extra` arguments after the usual ones.
     pub fn start_with(extra: &[&str]) -> Broker {
+        Broker::launch(extra, Launch::default())
+    }
+
+    /// Starts the broker with `extra` arguments, an environment and limits.
+    pub fn launch(extra: &[&str], launch: Launch) -> Broker {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = {
             let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
@@ -49,13 +65,14 @@ impl Broker {
         };
         let log = dir.path().join("broker.log");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let child = spawn(dir.path(), port, &log, &extra);
+        let child = spawn(dir.path(), port, &log, &extra, &launch);
         let mut broker = Broker {
             child,
             port,
             log,
             dir,
             extra,
+            launch,
         };
         broker.wait_until_ready(0);
         broker
@@ -70,7 +87,13 @@ impl Broker {
     /// Starts the broker again on the same port and data directory, after `stop` or `kill`.
     pub fn start_again(&mut self) {
         let log_from = self.log_text().len();
-        self.child = spawn(self.dir.path(), self.port, &self.log, &self.extra);
+        self.child = spawn(
+            self.dir.path(),
+            self.port,
+            &self.log,
+            &self.extra,
+            &self.launch,
+        );
         self.wait_until_ready(log_from);
     }
 
@@ -143,6 +166,11 @@ impl Broker {
         let _ = self.child.kill();
         let _ = self.child.wait();
         None
+    }
+
+    /// The broker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn address(&self) -> String {
@@ -270,7 +298,7 @@ pub fn request<Req: Encodable, Resp: Decodable>(
 }
 
 /// Starts `sluice` serving on `port` with its data under `dir`; output appended to `log`.
-fn spawn(dir: &Path, port: u16, log: &Path, extra: &[String]) -> Child {
+fn spawn(dir: &Path, port: u16, log: &Path, extra: &[String], launch: &Launch) -> Child {
     let open_log = || {
         std::fs::OpenOptions::new()
             .create(true)
@@ -278,7 +306,8 @@ fn spawn(dir: &Path, port: u16, log: &Path, extra: &[String]) -> Child {
             .open(log)
             .unwrap()
     };
-    Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .arg("--listeners")
         .arg(format!("PLAINTEXT://127.0.0.1:{port}"))
         .arg("--data-dir")
@@ -286,11 +315,27 @@ fn spawn(dir: &Path, port: u16, log: &Path, extra: &[String]) -> Child {
         .arg("--cores")
         .arg("2")
         .args(extra)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(open_log())
-        .stderr(open_log())
-        .spawn()
-        .expect("start sluice")
+        .stderr(open_log());
+    if let Some(nofile) = launch.nofile {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setrlimit is async-signal-safe and touches only the child being started.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: nofile,
+                    rlim_max: nofile,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    command.spawn().expect("start sluice")
 }
 
 pub struct Output {
