@@ -94,10 +94,14 @@ struct Reporter {
 impl Reporter {
     /// Sleeps to the next whole second of the run and records it.
     fn tick(&mut self, phase: &'static str, backlog: &dyn Fn() -> u64) {
+        let previous = self.next;
         self.next += Duration::from_secs(1);
-        if let Some(wait) = self.next.checked_sub(self.start.elapsed()) {
-            std::thread::sleep(wait);
+        match self.next.checked_sub(self.start.elapsed()) {
+            Some(wait) => std::thread::sleep(wait),
+            // Late (the reporter was held up): this point covers everything since the last.
+            None => self.next = self.start.elapsed(),
         }
+        let seconds = (self.next - previous).as_secs_f64();
         let backlog = backlog();
         let p = self.publish.take_second();
         let c = self.consume.take_second();
@@ -111,10 +115,10 @@ impl Reporter {
         let point = Point {
             t: self.next.as_secs_f64(),
             phase,
-            publish_msg_per_s: p.messages as f64,
-            publish_mb_per_s: p.bytes as f64 / 1e6,
-            consume_msg_per_s: c.messages as f64,
-            consume_mb_per_s: c.bytes as f64 / 1e6,
+            publish_msg_per_s: p.messages as f64 / seconds,
+            publish_mb_per_s: p.bytes as f64 / 1e6 / seconds,
+            consume_msg_per_s: c.messages as f64 / seconds,
+            consume_mb_per_s: c.bytes as f64 / 1e6 / seconds,
             publish_p50_us: q(&p.latency, 0.5),
             publish_p99_us: q(&p.latency, 0.99),
             e2e_p50_us: q(&c.latency, 0.5),
@@ -125,11 +129,11 @@ impl Reporter {
             "[{:>4.0}s {:<8}] publish {:>9} msg/s {:>7.1} MB/s p50 {} p99 {} | consume {:>9} msg/s {:>7.1} MB/s e2e p50 {} p99 {} | backlog {}",
             point.t,
             phase,
-            group_digits(p.messages),
+            group_digits(point.publish_msg_per_s as u64),
             point.publish_mb_per_s,
             ms(point.publish_p50_us),
             ms(point.publish_p99_us),
-            group_digits(c.messages),
+            group_digits(point.consume_msg_per_s as u64),
             point.consume_mb_per_s,
             ms(point.e2e_p50_us),
             ms(point.e2e_p99_us),
@@ -319,6 +323,11 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             );
         }
         backlog_messages = fill.total();
+        // Before anything is measured: writing back a host's dirty pages can stall every disk
+        // user for seconds.
+        if cli.drop_caches_before_catch_up {
+            drop_caches();
+        }
         reporter.start = Instant::now();
     }
 
@@ -404,9 +413,6 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
 
     let catch_up = if w.backlog_bytes > 0 {
         consume.take_window(1.0);
-        if cli.drop_caches_before_catch_up {
-            drop_caches();
-        }
         consumers = start_consumers()?;
         let start = Instant::now();
         // Caught up: the slowest group is within a second of production (or 1,000 messages).

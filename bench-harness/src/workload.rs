@@ -116,8 +116,8 @@ pub struct Cli {
     /// Keep the topics the run created (they are deleted by default).
     #[arg(long)]
     pub keep_topics: bool,
-    /// Before the consumers start catching up, write dirty pages back and drop the host's page
-    /// cache (root, Linux), so the backlog is read from the disk by any broker.
+    /// Once the backlog is written, write dirty pages back and drop the host's page cache
+    /// (root, Linux) before measuring, so the backlog is read from the disk by any broker.
     #[arg(long)]
     pub drop_caches_before_catch_up: bool,
     /// A label stored with the results (e.g. the broker and its settings).

@@ -43,9 +43,12 @@ fn create_topic(broker: &Broker, name: &str, partitions: i32, configs: &[(&str, 
     assert_eq!(results, vec![Ok(name.to_string())]);
 }
 
-/// Delivery reports by message index: (partition, offset), or the error.
+/// Where a message was acknowledged (partition, offset), or why it failed.
+type Report = Result<(i32, i64), String>;
+
+/// Delivery reports by message index.
 struct Reports {
-    delivered: Mutex<Vec<Option<Result<(i32, i64), String>>>>,
+    delivered: Mutex<Vec<Option<Report>>>,
 }
 
 impl ClientContext for Reports {}

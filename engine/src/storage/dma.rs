@@ -8,10 +8,23 @@ use std::collections::HashSet;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::rc::Rc;
 
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 
 use super::{IoBuf, Storage, StorageFile, ALIGN};
+
+/// Segment reads in flight on one shard (thread). Cold reads queue here rather than in the
+/// device: a deep queue of large reads makes the device hold every fdatasync behind them. Measured
+/// with fio on this project's test machine (virtio disk): four outstanding 1 MiB reads raised the
+/// p50 of a concurrent 16 KiB write + fdatasync from 0.2 ms to 25 ms; one at a time, to 0.5 ms,
+/// while still reading 1.2 GB/s.
+pub const READS_IN_FLIGHT_PER_SHARD: usize = 1;
+
+thread_local! {
+    static READS: Rc<async_lock::Semaphore> =
+        Rc::new(async_lock::Semaphore::new(READS_IN_FLIGHT_PER_SHARD));
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct DmaStorage;
@@ -66,6 +79,8 @@ impl StorageFile for DmaStorageFile {
         if len == 0 {
             return Ok(Vec::new());
         }
+        let reads = READS.with(Rc::clone);
+        let _turn = reads.acquire().await;
         let result = self.file.read_at(pos, len).await?;
         Ok(result.to_vec())
     }
