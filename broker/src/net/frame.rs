@@ -158,4 +158,34 @@ mod tests {
         f[6..8].copy_from_slice(&13i16.to_be_bytes());
         assert!(decode_frame(&f, 1 << 20).is_err(), "unsupported version");
     }
+
+    /// Found by the `request_decode` fuzz target: a 19-byte AlterConfigs v0 body claiming
+    /// 8,912,896 resources made kafka-protocol 0.18 reserve 17 MB before failing on the second
+    /// resource (`Vec::with_capacity(count)` from the wire). Claims of 2^31-1 elements ask for
+    /// more than any machine has; without the allocator guard (`net/alloc.rs`) they aborted the
+    /// process. Each must be an error, and the process must live on.
+    #[test]
+    fn huge_array_counts_are_errors_not_aborts() {
+        let found: &[u8] = &[
+            0, 0, 0, 19, 0, 33, 0, 0, 0, 0, 0, 136, 0, 0, 0, 3, 0, 0, 0, 1, 0, 4, 115, 101, 101,
+            100, 255, 255, 255, 255, 0, 0, 117, 48, 0, 0, 0, 0, 0, 1, 0, 9, 103, 114, 101, 101, 0,
+            1, 0, 4, 115, 101, 116, 105, 110, 103, 115, 0, 0, 0, 1, 101, 100, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 0, 0, 87, 0, 0, 0, 0,
+        ];
+        assert!(decode_frame(found, 1 << 20).is_err());
+        // Metadata v4 (non-flexible, i32 count) and v12 (flexible, varint count) claiming the
+        // most topics their encodings allow, with no topic following.
+        let mut v4 = frame(ApiKey::Metadata, 4, &MetadataRequest::default());
+        let at = v4.len() - 5; // topics count, then allow_auto_topic_creation
+        v4[at..at + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+        assert!(decode_frame(&v4, 1 << 20).is_err());
+        let mut v12 = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+        // Body: topics (compact array), allow_auto_topic_creation, include_topic_authorized
+        // operations, tagged fields. Replace the topics' varint with u32::MAX.
+        let body_at = v12.len() - 4;
+        v12.splice(body_at..body_at + 1, [0xff, 0xff, 0xff, 0xff, 0x0f]);
+        let size = (v12.len() - 4) as i32;
+        v12[..4].copy_from_slice(&size.to_be_bytes());
+        assert!(decode_frame(&v12, 1 << 20).is_err());
+    }
 }
