@@ -30,6 +30,12 @@ pub struct BrokerConfig {
     pub batch_cache_bytes: u64,
     /// `group.initial.rebalance.delay.ms`: how long a new group waits for more members.
     pub group_initial_rebalance_delay_ms: u64,
+    /// `group.consumer.session.timeout.ms`: a KIP-848 (`group.protocol=consumer`) member that
+    /// sends no heartbeat for this long leaves its group and its partitions move to the others.
+    pub group_consumer_session_timeout_ms: u64,
+    /// `group.consumer.heartbeat.interval.ms`: how often KIP-848 members are told to heartbeat;
+    /// less than the session timeout.
+    pub group_consumer_heartbeat_interval_ms: u64,
     /// `offsets.topic.num.partitions`
     pub offsets_topic_partitions: i32,
     /// `max.connections`: client connections the broker holds open at once, over all shards;
@@ -54,6 +60,10 @@ pub const MAX_CONNECTIONS_DEFAULT: usize = i32::MAX as usize;
 pub const CONNECTIONS_MAX_IDLE_MS_DEFAULT: u64 = 600_000;
 /// Requests of one connection being processed before the reader stops reading more.
 pub const IN_FLIGHT_PER_CONNECTION_MAX: usize = 64;
+/// Kafka's default `group.consumer.session.timeout.ms` (45 s).
+pub const GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 45_000;
+/// Kafka's default `group.consumer.heartbeat.interval.ms` (5 s).
+pub const GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 5_000;
 
 impl Default for BrokerConfig {
     fn default() -> Self {
@@ -70,6 +80,8 @@ impl Default for BrokerConfig {
             socket_request_max_bytes: 104_857_600,
             batch_cache_bytes: 256 << 20,
             group_initial_rebalance_delay_ms: 3000,
+            group_consumer_session_timeout_ms: GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT,
+            group_consumer_heartbeat_interval_ms: GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT,
             offsets_topic_partitions: 50,
             max_connections: MAX_CONNECTIONS_DEFAULT,
             max_connections_per_ip: MAX_CONNECTIONS_DEFAULT,
@@ -101,6 +113,10 @@ struct FileConfig {
     batch_cache_bytes: Option<u64>,
     #[serde(rename = "group.initial.rebalance.delay.ms")]
     group_initial_rebalance_delay_ms: Option<u64>,
+    #[serde(rename = "group.consumer.session.timeout.ms")]
+    group_consumer_session_timeout_ms: Option<u64>,
+    #[serde(rename = "group.consumer.heartbeat.interval.ms")]
+    group_consumer_heartbeat_interval_ms: Option<u64>,
     #[serde(rename = "offsets.topic.num.partitions")]
     offsets_topic_partitions: Option<i32>,
     #[serde(rename = "max.connections")]
@@ -206,6 +222,12 @@ impl BrokerConfig {
         if let Some(v) = file.group_initial_rebalance_delay_ms {
             self.group_initial_rebalance_delay_ms = v;
         }
+        if let Some(v) = file.group_consumer_session_timeout_ms {
+            self.group_consumer_session_timeout_ms = v;
+        }
+        if let Some(v) = file.group_consumer_heartbeat_interval_ms {
+            self.group_consumer_heartbeat_interval_ms = v;
+        }
         if let Some(v) = file.offsets_topic_partitions {
             self.offsets_topic_partitions = v.max(1);
         }
@@ -216,6 +238,27 @@ impl BrokerConfig {
             max_in_flight_requests_per_connection: file.max_in_flight_requests_per_connection,
         }
         .apply(self);
+        Ok(())
+    }
+
+    /// Checks settings that depend on each other, once the file and flags are applied.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let (session, heartbeat) = (
+            self.group_consumer_session_timeout_ms,
+            self.group_consumer_heartbeat_interval_ms,
+        );
+        if heartbeat == 0 || heartbeat > i32::MAX as u64 {
+            anyhow::bail!(
+                "group.consumer.heartbeat.interval.ms must be between 1 and {}, not {heartbeat}",
+                i32::MAX
+            );
+        }
+        if heartbeat >= session {
+            anyhow::bail!(
+                "group.consumer.heartbeat.interval.ms ({heartbeat}) must be less than \
+                 group.consumer.session.timeout.ms ({session})"
+            );
+        }
         Ok(())
     }
 
@@ -291,5 +334,41 @@ mod tests {
         .apply(&mut c);
         assert_eq!(c.max_connections, 7, "flags win");
         assert_eq!(c.max_connections_per_ip, 10);
+    }
+
+    #[test]
+    fn consumer_group_timeouts_come_from_the_file_and_are_checked() {
+        let c = BrokerConfig::default();
+        assert_eq!(
+            c.group_consumer_session_timeout_ms, 45_000,
+            "Kafka's default"
+        );
+        assert_eq!(
+            c.group_consumer_heartbeat_interval_ms, 5_000,
+            "Kafka's default"
+        );
+        c.validate().unwrap();
+        let dir = std::env::temp_dir().join(format!("sluice-config-cg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("broker.toml");
+        std::fs::write(
+            &path,
+            "\"group.consumer.session.timeout.ms\" = 6000\n\
+             \"group.consumer.heartbeat.interval.ms\" = 2000\n",
+        )
+        .unwrap();
+        let mut c = BrokerConfig::default();
+        c.apply_file(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(c.group_consumer_session_timeout_ms, 6000);
+        assert_eq!(c.group_consumer_heartbeat_interval_ms, 2000);
+        c.validate().unwrap();
+        c.group_consumer_heartbeat_interval_ms = 6000;
+        assert!(
+            c.validate().is_err(),
+            "the interval must be below the session timeout"
+        );
+        c.group_consumer_heartbeat_interval_ms = 0;
+        assert!(c.validate().is_err());
     }
 }

@@ -68,6 +68,14 @@ struct ServeArgs {
     /// How long a new consumer group waits for more members (`group.initial.rebalance.delay.ms`).
     #[arg(long)]
     group_initial_rebalance_delay_ms: Option<u64>,
+    /// How long a `group.protocol=consumer` member may go without a heartbeat before it leaves
+    /// its group (`group.consumer.session.timeout.ms`). Default 45000.
+    #[arg(long)]
+    group_consumer_session_timeout_ms: Option<u64>,
+    /// How often `group.protocol=consumer` members are told to heartbeat; less than the session
+    /// timeout (`group.consumer.heartbeat.interval.ms`). Default 5000.
+    #[arg(long)]
+    group_consumer_heartbeat_interval_ms: Option<u64>,
     /// Connection limits (`max.connections`, `connections.max.idle.ms`, ...).
     #[command(flatten)]
     limits: config::LimitArgs,
@@ -96,7 +104,14 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     if let Some(d) = args.group_initial_rebalance_delay_ms {
         config.group_initial_rebalance_delay_ms = d;
     }
+    if let Some(v) = args.group_consumer_session_timeout_ms {
+        config.group_consumer_session_timeout_ms = v;
+    }
+    if let Some(v) = args.group_consumer_heartbeat_interval_ms {
+        config.group_consumer_heartbeat_interval_ms = v;
+    }
     args.limits.apply(&mut config);
+    config.validate()?;
     Ok(config)
 }
 

@@ -46,7 +46,18 @@ from harness import SLUICE_BIN, admin, assert_all_delivered, create_topic, diges
 # A new group waits this long for more members before its first assignment (Kafka's default,
 # 3000 ms, would make every test here wait 3 s per new group).
 INITIAL_REBALANCE_DELAY_MS = 300
-BROKER_ARGS = ["--group-initial-rebalance-delay-ms", str(INITIAL_REBALANCE_DELAY_MS)]
+# The broker's group.consumer.session.timeout.ms and group.consumer.heartbeat.interval.ms for
+# KIP-848 members (Kafka's default session timeout, 45 s, would make the kill test wait that long).
+CONSUMER_SESSION_TIMEOUT_MS = 6_000
+CONSUMER_HEARTBEAT_MS = 2_000
+BROKER_ARGS = [
+    "--group-initial-rebalance-delay-ms",
+    str(INITIAL_REBALANCE_DELAY_MS),
+    "--group-consumer-session-timeout-ms",
+    str(CONSUMER_SESSION_TIMEOUT_MS),
+    "--group-consumer-heartbeat-interval-ms",
+    str(CONSUMER_HEARTBEAT_MS),
+]
 
 PARTITIONS = 6
 STREAM_COUNT = 30_000
@@ -60,9 +71,6 @@ CLASSIC = {"session.timeout.ms": CLASSIC_SESSION_TIMEOUT_MS, "heartbeat.interval
 # KIP-848: the broker owns the session timeout, heartbeat interval and assignor; the client's
 # session.timeout.ms and partition.assignment.strategy do not apply, so none are set.
 CONSUMER = {"group.protocol": "consumer"}
-# The broker's group.consumer.session.timeout.ms and group.consumer.heartbeat.interval.ms.
-CONSUMER_SESSION_TIMEOUT_MS = 45_000
-CONSUMER_HEARTBEAT_MS = 2_000
 PROTOCOLS = {"classic": CLASSIC, "consumer": CONSUMER}
 
 # Bounds for a stuck broker or client; a passing run takes a fraction of these.

@@ -4,20 +4,20 @@
 //! owner before the previous owner has reported it released.
 //!
 //! Epochs: the group epoch rises with every change of membership or subscriptions; the target
-//! assignment is recomputed for it; a member's epoch reaches the group epoch once it owns exactly
-//! its target. A member revokes first (its assignment shrinks to what it keeps), acknowledges by
-//! reporting what it owns, and only then receives partitions freed by others.
+//! assignment is recomputed for it. A member that must give up partitions revokes first: its
+//! assignment shrinks to what it keeps and it stays at its epoch until it acknowledges, by
+//! reporting what it owns, that it let them go. A member with nothing (left) to revoke moves to
+//! the target assignment's epoch at once, in the same response, as in Kafka's
+//! `CurrentAssignmentBuilder`: it gets the partitions of its target that are free, and those still
+//! owned by others (pending their revocation) follow in later responses at that same epoch. So a
+//! response that carries partitions always carries an epoch of at least 1, the epoch the member
+//! commits with; and a partition is never given to a member while another one may still hold it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
 
-/// `group.consumer.heartbeat.interval.ms` (Kafka's default is 5000; a shorter interval moves
-/// partitions between members sooner, for a few more small requests).
-pub const HEARTBEAT_INTERVAL_MS: i32 = 2_000;
-/// `group.consumer.session.timeout.ms`
-pub const SESSION_TIMEOUT_MS: u64 = 45_000;
 pub const ASSIGNORS: &[&str] = &["uniform", "range"];
 
 /// A partition by topic id.
@@ -38,6 +38,9 @@ pub struct ConsumerMember {
     pub assigned: BTreeSet<Tp>,
     /// What the member last reported owning.
     pub owned: BTreeSet<Tp>,
+    /// Partitions the member was told to let go of and has not yet reported released (Kafka's
+    /// partitions pending revocation): nobody else gets them, and the member keeps its epoch.
+    pub revoking: BTreeSet<Tp>,
     pub last_heartbeat: Instant,
 }
 
@@ -78,11 +81,14 @@ impl ConsumerGroup {
             "Empty"
         } else if self.assignment_epoch < self.epoch {
             "Assigning"
-        } else if self
-            .members
-            .values()
-            .any(|m| m.epoch != self.assignment_epoch)
-        {
+        } else if self.members.values().any(|m| {
+            m.epoch != self.assignment_epoch
+                || !m.revoking.is_empty()
+                || self
+                    .target
+                    .get(&m.id)
+                    .map_or(!m.assigned.is_empty(), |t| *t != m.assigned)
+        }) {
             "Reconciling"
         } else {
             "Stable"
@@ -159,12 +165,14 @@ impl ConsumerGroup {
                     rebalance_timeout_ms: req.rebalance_timeout_ms,
                     assigned: BTreeSet::new(),
                     owned: BTreeSet::new(),
+                    revoking: BTreeSet::new(),
                     last_heartbeat: Instant::now(),
                 });
             // A member (re)joining owns nothing yet.
             m.epoch = 0;
             m.assigned.clear();
             m.owned.clear();
+            m.revoking.clear();
             id
         } else {
             let Some(m) = self.members.get(&req.member_id) else {
@@ -220,21 +228,37 @@ impl ConsumerGroup {
         }
     }
 
-    /// Moves one member towards its target: shrink first, grow only into free partitions.
+    /// Moves one member towards its target, as Kafka's `CurrentAssignmentBuilder` does: revoke
+    /// first and keep the epoch until the member has let go; with nothing to revoke, move to the
+    /// target epoch at once with the free part of the target (partitions still assigned to,
+    /// owned by or being revoked from others are withheld and follow once released).
     fn reconcile(&mut self, member_id: &str) {
         let target = self.target.get(member_id).cloned().unwrap_or_default();
         let taken: BTreeSet<Tp> = self
             .members
             .values()
             .filter(|m| m.id != member_id)
-            .flat_map(|m| m.assigned.iter().chain(m.owned.iter()).copied())
+            .flat_map(|m| {
+                m.assigned
+                    .iter()
+                    .chain(m.owned.iter())
+                    .chain(m.revoking.iter())
+                    .copied()
+            })
             .collect();
         let assignment_epoch = self.assignment_epoch;
         let m = self.members.get_mut(member_id).expect("member exists");
-        let keep: BTreeSet<Tp> = m.assigned.intersection(&target).copied().collect();
-        if keep.len() < m.assigned.len() {
+        // What the member reports owning tells which revocations it has acknowledged; this is
+        // the report of a request sent after an earlier response told it what to let go.
+        let owned = &m.owned;
+        m.revoking.retain(|tp| owned.contains(tp));
+        let dropped: BTreeSet<Tp> = m.assigned.difference(&target).copied().collect();
+        if !dropped.is_empty() {
+            m.assigned.retain(|tp| target.contains(tp));
+            m.revoking.extend(dropped);
+        }
+        if !m.revoking.is_empty() {
             // Revocation first; the member keeps its epoch until it has let go.
-            m.assigned = keep;
             return;
         }
         let free: Vec<Tp> = target
@@ -243,9 +267,7 @@ impl ConsumerGroup {
             .copied()
             .collect();
         m.assigned.extend(free);
-        if m.assigned == target {
-            m.epoch = assignment_epoch;
-        }
+        m.epoch = assignment_epoch;
     }
 
     /// Recomputes the target assignment for the current members and subscriptions.
@@ -345,17 +367,17 @@ impl ConsumerGroup {
     }
 
     /// Removes members whose session expired; true if any was.
+    /// `session_timeout` is the broker's `group.consumer.session.timeout.ms`.
     pub fn expire(
         &mut self,
         now: Instant,
+        session_timeout: Duration,
         partitions_of: &dyn Fn(&str) -> Option<(uuid::Uuid, i32)>,
     ) -> Vec<String> {
         let gone: Vec<String> = self
             .members
             .values()
-            .filter(|m| {
-                now.duration_since(m.last_heartbeat) > Duration::from_millis(SESSION_TIMEOUT_MS)
-            })
+            .filter(|m| now.duration_since(m.last_heartbeat) > session_timeout)
             .map(|m| m.id.clone())
             .collect();
         for id in &gone {
@@ -443,6 +465,136 @@ mod tests {
         assert_eq!(g.state(), "Stable");
         // The first member kept three of its partitions: only three moved.
         assert!(owned["a"].1.iter().all(|tp| tp.1 < 6));
+    }
+
+    /// A newcomer is never told "epoch 0" together with partitions: with nothing to revoke it
+    /// moves to the target epoch at once, partitions still owned by others follow at that epoch
+    /// once released, and its epoch is the one commits are checked against.
+    #[test]
+    fn a_joining_member_gets_partitions_only_with_the_target_epoch() {
+        let mut g = ConsumerGroup::default();
+        let a = join(&mut g, "a");
+        let all = a.assignment.clone().unwrap();
+        assert_eq!(all.len(), 6);
+        assert!(a.member_epoch >= 1);
+        let a_epoch = a.member_epoch;
+
+        let b = join(&mut g, "b");
+        assert_eq!(b.error, 0);
+        assert!(
+            b.member_epoch > a_epoch,
+            "B moves to the new target epoch at once, not 0: {b:?}"
+        );
+        assert!(
+            b.assignment.as_ref().unwrap().is_empty(),
+            "A still owns everything"
+        );
+        let b_epoch = b.member_epoch;
+        // Until A reports it let go, B gets nothing, and keeps its epoch.
+        let r = beat(&mut g, "b", b_epoch, &BTreeSet::new());
+        assert!(r.assignment.unwrap().is_empty());
+        assert_eq!(r.member_epoch, b_epoch);
+
+        // A is told to revoke; it keeps its epoch until it acknowledges.
+        let r = beat(&mut g, "a", a_epoch, &all);
+        assert_eq!(r.member_epoch, a_epoch);
+        let a_keeps = r.assignment.unwrap();
+        assert_eq!(a_keeps.len(), 3);
+        // B still gets nothing: A has not reported the release yet.
+        let r = beat(&mut g, "b", b_epoch, &BTreeSet::new());
+        assert!(r.assignment.unwrap().is_empty());
+        // A acknowledges and reaches the new epoch.
+        let r = beat(&mut g, "a", a_epoch, &a_keeps);
+        assert_eq!(r.member_epoch, b_epoch);
+        assert_eq!(r.assignment.unwrap(), a_keeps);
+        // Now B gets the rest, at the epoch it already had.
+        let r = beat(&mut g, "b", b_epoch, &BTreeSet::new());
+        assert_eq!(r.member_epoch, b_epoch);
+        let b_gets = r.assignment.unwrap();
+        assert_eq!(b_gets.len(), 3);
+        assert!(b_gets.is_disjoint(&a_keeps));
+        assert_eq!(
+            g.members["b"].epoch, b_epoch,
+            "commits are checked against this"
+        );
+        let r = beat(&mut g, "b", b_epoch, &b_gets);
+        assert_eq!(r.assignment.unwrap(), b_gets);
+        assert_eq!(g.state(), "Stable");
+    }
+
+    /// Members join, heartbeat and acknowledge in a scrambled order, some acknowledging late:
+    /// no response pairs partitions with epoch 0 (or an epoch the group has not reached), no
+    /// partition is owned by two members at once, and the group converges.
+    #[test]
+    fn scrambled_heartbeats_never_pair_partitions_with_epoch_zero() {
+        for seed in 1..=200u64 {
+            let mut rng = seed;
+            let mut next = move |n: u64| {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (rng >> 33) % n
+            };
+            let mut g = ConsumerGroup::default();
+            // Per member: (epoch, owned, the latest response not applied yet).
+            type Client = (i32, BTreeSet<Tp>, Option<(i32, BTreeSet<Tp>)>);
+            let mut clients: BTreeMap<String, Client> = BTreeMap::new();
+            let names = ["a", "b", "c"];
+            for step in 0..120 {
+                let name = names[next(3) as usize];
+                let r = match clients.get_mut(name) {
+                    None => join(&mut g, name),
+                    Some((epoch, owned, pending)) => {
+                        if next(3) != 0 {
+                            if let Some((e, assignment)) = pending.take() {
+                                *epoch = e;
+                                *owned = assignment;
+                            }
+                        }
+                        let (epoch, owned) = (*epoch, owned.clone());
+                        beat(&mut g, name, epoch, &owned)
+                    }
+                };
+                assert_eq!(r.error, 0, "seed {seed} step {step}: {r:?}");
+                let assignment = r.assignment.clone().unwrap();
+                assert!(
+                    assignment.is_empty() || r.member_epoch >= 1,
+                    "seed {seed} step {step}: {name} got {assignment:?} at epoch {}",
+                    r.member_epoch
+                );
+                assert!(r.member_epoch <= g.epoch);
+                let c = clients
+                    .entry(name.to_string())
+                    .or_insert((0, BTreeSet::new(), None));
+                c.2 = Some((r.member_epoch, assignment));
+                let mut seen = BTreeSet::new();
+                for (_, owned, _) in clients.values() {
+                    for tp in owned {
+                        assert!(
+                            seen.insert(*tp),
+                            "seed {seed} step {step}: {tp:?} owned twice"
+                        );
+                    }
+                }
+            }
+            // Everyone applies and heartbeats until the group is stable.
+            for _ in 0..6 {
+                for name in names {
+                    let Some((epoch, owned, pending)) = clients.get_mut(name) else {
+                        continue;
+                    };
+                    if let Some((e, assignment)) = pending.take() {
+                        *epoch = e;
+                        *owned = assignment;
+                    }
+                    let r = beat(&mut g, name, *epoch, &owned.clone());
+                    *pending = Some((r.member_epoch, r.assignment.unwrap()));
+                }
+            }
+            assert_eq!(g.state(), "Stable", "seed {seed}");
+            let total: usize = g.members.values().map(|m| m.assigned.len()).sum();
+            assert_eq!(total, 6, "seed {seed}");
+        }
     }
 
     #[test]

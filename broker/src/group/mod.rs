@@ -245,9 +245,11 @@ impl Shard {
         }
         let image = self.image();
         let partitions_of = |t: &str| image.topics.get(t).map(|m| (m.id, m.shards.len() as i32));
+        let session_timeout =
+            Duration::from_millis(self.config().group_consumer_session_timeout_ms);
         for group in self.groups.groups.borrow_mut().values_mut() {
             if let Some(c) = group.consumer.as_mut() {
-                for id in c.expire(now, &partitions_of) {
+                for id in c.expire(now, session_timeout, &partitions_of) {
                     tracing::info!(group = %group.id, member = %id, "consumer group member session expired");
                 }
             }

@@ -9,7 +9,7 @@ use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeart
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::group::consumer::{HeartbeatRequest, HEARTBEAT_INTERVAL_MS};
+use crate::group::consumer::HeartbeatRequest;
 use crate::group::coordinator_shard;
 use crate::shard::Shard;
 
@@ -20,8 +20,9 @@ pub async fn handle(
     client_host: String,
 ) -> ConsumerGroupHeartbeatResponse {
     let group_id = request.group_id.0.to_string();
-    let mut response =
-        ConsumerGroupHeartbeatResponse::default().with_heartbeat_interval_ms(HEARTBEAT_INTERVAL_MS);
+    let interval_ms = shard.config().group_consumer_heartbeat_interval_ms;
+    let mut response = ConsumerGroupHeartbeatResponse::default()
+        .with_heartbeat_interval_ms(i32::try_from(interval_ms).unwrap_or(i32::MAX));
     let Some(owner) = coordinator_shard(shard, &group_id) else {
         return response.with_error_code(ResponseError::CoordinatorNotAvailable.code());
     };
