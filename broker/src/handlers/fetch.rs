@@ -219,6 +219,9 @@ async fn wait_any(listeners: Vec<Pin<Box<event_listener::EventListener>>>, timeo
         }
         Poll::Pending
     });
+    // Other shards notify `appended` and drop the listeners' wakers on their own threads: never
+    // let those be glommio task wakers (see `shard::wake`).
+    let woken = crate::shard::wake::owner_woken(woken);
     futures_lite::future::or(woken, glommio::timer::sleep(timeout)).await;
 }
 

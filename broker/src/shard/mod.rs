@@ -22,6 +22,7 @@ use crate::metadata::{log_config, MetadataImage, TopicMeta};
 pub mod apply;
 pub mod housekeeping;
 pub mod partition;
+pub mod wake;
 
 pub use partition::Partition;
 
@@ -131,7 +132,9 @@ impl Shard {
             tracing::debug!(target, "shard is gone; abandoning a job");
             return std::future::pending().await;
         }
-        match rx.await {
+        // The other shard completes `rx` and drops its waker on its own thread: never let that
+        // be a glommio task waker (see `wake`).
+        match wake::owner_woken(rx).await {
             Ok(value) => value,
             Err(_) => {
                 tracing::debug!(target, "shard dropped a job while stopping");
