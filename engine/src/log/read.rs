@@ -6,7 +6,6 @@
 use std::ops::Bound;
 use std::rc::Rc;
 
-
 use super::Log;
 use crate::batch::{BatchHeader, Records};
 use crate::error::{LogError, Result};
