@@ -45,20 +45,43 @@ struct Rec {
 
 #[derive(Arbitrary, Debug, Clone)]
 enum Op {
-    Append { records: Vec<Rec> },
-    Read { from: u16, max_bytes: u16 },
-    ReadOutOfRange { below: bool },
+    Append {
+        records: Vec<Rec>,
+    },
+    Read {
+        from: u16,
+        max_bytes: u16,
+    },
+    ReadOutOfRange {
+        below: bool,
+    },
     Roll,
-    Truncate { at: u16 },
-    DeleteRecords { at: u16 },
-    Retention { bytes: u16, ms: Option<u16> },
+    Truncate {
+        at: u16,
+    },
+    DeleteRecords {
+        at: u16,
+    },
+    Retention {
+        bytes: u16,
+        ms: Option<u16>,
+    },
     Compact,
-    OffsetForTimestamp { ts: i16 },
-    AdvanceClock { ms: u16 },
+    OffsetForTimestamp {
+        ts: i16,
+    },
+    AdvanceClock {
+        ms: u16,
+    },
     CleanReopen,
-    PowerLoss { torn: Option<u64> },
+    PowerLoss {
+        torn: Option<u64>,
+    },
     /// The `countdown`-th next data operation (on `.log` files only, or on any file) fails.
-    FailAfter { countdown: u8, segments_only: bool },
+    FailAfter {
+        countdown: u8,
+        segments_only: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,7 +199,10 @@ async fn read_all(
             break;
         }
         for b in batches {
-            assert!(b.last_offset >= cur, "batch ends before the offset asked for");
+            assert!(
+                b.last_offset >= cur,
+                "batch ends before the offset asked for"
+            );
             let h = BatchHeader::parse(&b.bytes).expect("header");
             assert_eq!(h.base_offset(), b.base_offset);
             assert_eq!(h.last_offset(), b.last_offset);
@@ -288,9 +314,18 @@ async fn reconcile(log: &Log<MemStorage>, before: &Model, after: &Model, what: &
     };
     let (old, new) = (index(before), index(after));
     let mut seen = std::collections::HashSet::new();
-    for r in batches.iter().flat_map(|b| b.3.iter()).filter(|r| r.offset >= start) {
+    for r in batches
+        .iter()
+        .flat_map(|b| b.3.iter())
+        .filter(|r| r.offset >= start)
+    {
         let known = old.get(&r.offset).or(new.get(&r.offset));
-        assert_eq!(known, Some(r), "{what}: record at {} after recovery", r.offset);
+        assert_eq!(
+            known,
+            Some(r),
+            "{what}: record at {} after recovery",
+            r.offset
+        );
         seen.insert(r.offset);
     }
     // Records the operation cannot have removed must be there.
@@ -376,10 +411,7 @@ async fn run(ops: Vec<Op>) {
                 m.end += records.len() as i64;
                 after = Some(m);
                 let batch = builder.build();
-                match log
-                    .append(BytesMut::from(&batch[..]), LeaderEpoch(1))
-                    .await
-                {
+                match log.append(BytesMut::from(&batch[..]), LeaderEpoch(1)).await {
                     Ok(info) => {
                         assert_eq!(info.base_offset.0, model.end);
                         assert_eq!(info.last_offset.0, model.end + records.len() as i64 - 1);
@@ -395,7 +427,11 @@ async fn run(ops: Vec<Op>) {
                 Ok(())
             }
             Op::ReadOutOfRange { below } => {
-                let from = if below { model.start - 1 } else { model.end + 1 };
+                let from = if below {
+                    model.start - 1
+                } else {
+                    model.end + 1
+                };
                 if from >= 0 {
                     assert!(matches!(
                         log.read(Offset(from), 100, Offset(i64::MAX)).await,
@@ -422,13 +458,22 @@ async fn run(ops: Vec<Op>) {
                 match log.truncate_to(Offset(target)).await {
                     Ok(end) => {
                         assert!(target >= model.start, "truncation below the log start");
-                        if model.below_start_unknown && end.0 < expect.end {
-                            // A batch wholly below the log start (invisible to the rebuilt
-                            // model) may end the log instead.
-                            assert!(end.0 >= bases_before[0] && end.0 <= model.start);
-                            model.batches.retain(|b| b.last < end.0);
+                        if model.below_start_unknown && end.0 != expect.end {
+                            // A batch wholly below the log start (invisible to the model
+                            // rebuilt after a failure) may end the log instead.
+                            let first_known = expect
+                                .batches
+                                .first()
+                                .map_or(model.end, |b| b.base)
+                                .min(target);
+                            assert!(
+                                end.0 >= bases_before[0] && end.0 <= first_known,
+                                "truncate_to({target}) ended the log at {end}"
+                            );
+                            let start = model.start.min(end.0);
+                            model = expect;
                             model.end = end.0;
-                            model.start = model.start.min(end.0);
+                            model.start = start;
                         } else {
                             assert_eq!(end.0, expect.end, "truncate_to({target})");
                             model = expect;
@@ -561,5 +606,9 @@ async fn run(ops: Vec<Op>) {
 }
 
 fuzz_target!(|ops: Vec<Op>| {
+    // To see what a crashing input does: LOG_MODEL_DEBUG=1 <binary> <input>.
+    if std::env::var_os("LOG_MODEL_DEBUG").is_some() {
+        eprintln!("{ops:#?}");
+    }
     block_on(run(ops));
 });

@@ -33,7 +33,11 @@ fuzz_target!(|data: &[u8]| {
 
     // What a reader does with any stored bytes: verify, then walk the records.
     if let Ok(header) = batch::verify(&b) {
-        let _ = (header.last_offset_delta(), header.record_count(), header.is_control());
+        let _ = (
+            header.last_offset_delta(),
+            header.record_count(),
+            header.is_control(),
+        );
         for record in Records::new(&b) {
             if record.is_err() {
                 break;

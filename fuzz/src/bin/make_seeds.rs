@@ -69,9 +69,11 @@ fn rich() -> Vec<(ApiKey, i16, RequestKind)> {
         .with_timeout_ms(30_000)
         .with_topic_data(vec![produce_request::TopicProduceData::default()
             .with_name(topic("greetings"))
-            .with_partition_data(vec![produce_request::PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch))])]);
+            .with_partition_data(vec![
+                produce_request::PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(batch)),
+            ])]);
     let metadata = MetadataRequest::default().with_topics(Some(vec![
         metadata_request::MetadataRequestTopic::default().with_name(Some(topic("a"))),
         metadata_request::MetadataRequestTopic::default().with_name(Some(topic("b"))),
@@ -91,25 +93,30 @@ fn rich() -> Vec<(ApiKey, i16, RequestKind)> {
             .with_name(topic("new"))
             .with_num_partitions(3)
             .with_replication_factor(1)
-            .with_configs(vec![create_topics_request::CreatableTopicConfig::default()
-                .with_name(StrBytes::from_static_str("retention.ms"))
-                .with_value(Some(StrBytes::from_static_str("1000")))])]);
+            .with_configs(vec![
+                create_topics_request::CreatableTopicConfig::default()
+                    .with_name(StrBytes::from_static_str("retention.ms"))
+                    .with_value(Some(StrBytes::from_static_str("1000"))),
+            ])]);
     let join = JoinGroupRequest::default()
         .with_group_id(GroupId(StrBytes::from_static_str("g")))
         .with_session_timeout_ms(10_000)
         .with_protocol_type(StrBytes::from_static_str("consumer"))
-        .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default()
-            .with_name(StrBytes::from_static_str("range"))
-            .with_metadata(Bytes::from_static(b"\x00\x01\x00\x00\x00\x01\x00\x01a"))]);
+        .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+        )
+        .with_name(StrBytes::from_static_str("range"))
+        .with_metadata(Bytes::from_static(b"\x00\x01\x00\x00\x00\x01\x00\x01a"))]);
     let commit = OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_static_str("g")))
-        .with_topics(vec![offset_commit_request::OffsetCommitRequestTopic::default()
-            .with_name(topic("greetings"))
-            .with_partitions(vec![
-                offset_commit_request::OffsetCommitRequestPartition::default()
-                    .with_partition_index(0)
-                    .with_committed_offset(42),
-            ])]);
+        .with_topics(vec![
+            offset_commit_request::OffsetCommitRequestTopic::default()
+                .with_name(topic("greetings"))
+                .with_partitions(vec![
+                    offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(42),
+                ]),
+        ]);
     let list = ListOffsetsRequest::default().with_topics(vec![
         list_offsets_request::ListOffsetsTopic::default()
             .with_name(topic("greetings"))
@@ -120,9 +127,11 @@ fn rich() -> Vec<(ApiKey, i16, RequestKind)> {
     let delete = DeleteRecordsRequest::default().with_topics(vec![
         delete_records_request::DeleteRecordsTopic::default()
             .with_name(topic("greetings"))
-            .with_partitions(vec![delete_records_request::DeleteRecordsPartition::default()
-                .with_partition_index(0)
-                .with_offset(3)]),
+            .with_partitions(vec![
+                delete_records_request::DeleteRecordsPartition::default()
+                    .with_partition_index(0)
+                    .with_offset(3),
+            ]),
     ]);
     let mut out = Vec::new();
     for v in [3, 9, 11] {
@@ -181,13 +190,21 @@ fn main() {
         }
     }
     for (key, version, r) in rich() {
-        write(dir, &format!("{key:?}-v{version}-content"), &frame(key, version, &r));
+        write(
+            dir,
+            &format!("{key:?}-v{version}-content"),
+            &frame(key, version, &r),
+        );
     }
 
     let dir = Path::new("corpus/record_batch");
     std::fs::create_dir_all(dir).unwrap();
     let plain = simple_batch(
-        &[(Some(b"k"), Some(b"v")), (None, Some(b"value")), (Some(b"t"), None)],
+        &[
+            (Some(b"k"), Some(b"v")),
+            (None, Some(b"value")),
+            (Some(b"t"), None),
+        ],
         Timestamp(1_700_000_000_000),
     );
     let mut headers = BatchBuilder::new().producer(7, 1, 0);
@@ -208,7 +225,11 @@ fn main() {
         timestamp: Timestamp(5),
     });
     let gzip_flag = gzip_flag.build();
-    for (name, b) in [("plain", &plain), ("headers", &headers), ("gzip-flag", &gzip_flag)] {
+    for (name, b) in [
+        ("plain", &plain),
+        ("headers", &headers),
+        ("gzip-flag", &gzip_flag),
+    ] {
         for flags in [0u8, 3] {
             let mut seed = vec![flags];
             seed.extend_from_slice(b);
