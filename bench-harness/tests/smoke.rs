@@ -135,6 +135,7 @@ fn fixed_rate_run_with_a_consumer_group() {
     }
     assert_eq!(u(&r["errors"]["publish"]), 0);
     assert_eq!(u(&r["errors"]["consume"]), 0);
+    assert_eq!(u(&r["unread_at_end"]), 0, "the group read everything");
     let series = r["series"].as_array().unwrap();
     assert_eq!(
         series.len(),
