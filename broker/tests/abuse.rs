@@ -700,11 +700,23 @@ fn connection_limits_refuse_with_one_log_line_and_recover() {
         .is_ok()
             && read_frame(s).is_some()
     };
-    let mut from_1: Vec<TcpStream> = (0..25)
-        .map(|_| connect_from(ip(1), broker.port).unwrap())
-        .collect();
-    for s in &mut from_1 {
-        assert!(served(s), "a connection under the limits was refused");
+    // 25 at once from one address are served. The start-up probe's connections from that
+    // address may not have been closed on the broker's side yet (a loaded host): a connection
+    // refused while they linger is tried again, until the deadline.
+    let deadline = Instant::now() + DEADLINE;
+    let mut from_1: Vec<TcpStream> = Vec::new();
+    while from_1.len() < 25 {
+        let mut s = connect_from(ip(1), broker.port).unwrap();
+        if served(&mut s) {
+            from_1.push(s);
+        } else {
+            assert!(
+                Instant::now() < deadline,
+                "a connection under the limits was refused ({} served)",
+                from_1.len()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     // 2,000 more from the same address: each closed at once, with few log lines.
     let started = Instant::now();
