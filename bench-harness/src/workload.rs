@@ -263,3 +263,30 @@ impl Workload {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_workload_file_parses_and_flags_override_it() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/keyed-latency.toml");
+        let cli = Cli::parse_from(["sluice-bench", "--workload", file, "--rate", "500"]);
+        let w = cli.workload().unwrap();
+        assert_eq!(w.name, "keyed-latency");
+        assert_eq!(w.keys, KeyDistribution::Zipf);
+        assert_eq!(w.compression, "lz4");
+        assert_eq!(w.rate, 500, "the flag wins over the file's 20000");
+        assert_eq!(w.producer_config["enable.idempotence"], "true");
+        assert_eq!(w.batch_size, 1 << 20, "unset keys keep their defaults");
+    }
+
+    #[test]
+    fn bad_workloads_are_refused_with_a_reason() {
+        let cli = Cli::parse_from(["sluice-bench", "--message-size", "8"]);
+        let e = cli.workload().unwrap_err().to_string();
+        assert!(e.contains("message_size"), "{e}");
+        let cli = Cli::parse_from(["sluice-bench", "--compression", "brotli"]);
+        assert!(cli.workload().unwrap_err().to_string().contains("brotli"));
+    }
+}
