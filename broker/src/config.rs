@@ -91,7 +91,12 @@ impl Default for BrokerConfig {
     }
 }
 
+/// The broker's TOML file, under Kafka's names. TOML reads an unquoted `batch.cache.bytes = 1`
+/// as nested tables, so the file is flattened back to dotted names before these fields are
+/// matched: quoted names, dotted keys and `[batch.cache]` sections all work. A name that is not
+/// here is an error, never silently ignored.
 #[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct FileConfig {
     #[serde(rename = "node.id")]
     node_id: Option<i32>,
@@ -165,6 +170,24 @@ impl LimitArgs {
     }
 }
 
+/// Moves `table`'s values into `flat` under dotted names: `{batch = {cache = {bytes = 1}}}`
+/// becomes `{"batch.cache.bytes" = 1}`.
+fn flatten_into(flat: &mut toml::Table, prefix: &str, table: toml::Table) {
+    for (key, value) in table {
+        let name = if prefix.is_empty() {
+            key
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            toml::Value::Table(inner) => flatten_into(flat, &name, inner),
+            value => {
+                flat.insert(name, value);
+            }
+        }
+    }
+}
+
 /// Parses `PLAINTEXT://host:port` (or `host:port`) into host and port.
 pub fn parse_listener(value: &str) -> anyhow::Result<(String, u16)> {
     let first = value.split(',').next().unwrap_or("").trim();
@@ -187,8 +210,13 @@ impl BrokerConfig {
     pub fn apply_file(&mut self, path: &std::path::Path) -> anyhow::Result<()> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
-        let file: FileConfig = toml::from_str(&text)
+        let table: toml::Table = toml::from_str(&text)
             .map_err(|e| anyhow::anyhow!("parsing {}: {e}", path.display()))?;
+        let mut flat = toml::Table::new();
+        flatten_into(&mut flat, "", table);
+        let file: FileConfig = flat
+            .try_into()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         if let Some(v) = file.node_id {
             self.node_id = v;
         }
@@ -334,6 +362,32 @@ mod tests {
         .apply(&mut c);
         assert_eq!(c.max_connections, 7, "flags win");
         assert_eq!(c.max_connections_per_ip, 10);
+    }
+
+    #[test]
+    fn kafka_names_are_read_quoted_dotted_or_as_sections_and_unknown_names_refused() {
+        let dir = std::env::temp_dir().join(format!("sluice-config-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("broker.toml");
+        let read = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            let mut c = BrokerConfig::default();
+            c.apply_file(&path).map(|()| c)
+        };
+        let quoted = read("\"batch.cache.bytes\" = 65536\n\"num.partitions\" = 3\n").unwrap();
+        let dotted = read("batch.cache.bytes = 65536\nnum.partitions = 3\n").unwrap();
+        let section = read("num.partitions = 3\n[batch.cache]\nbytes = 65536\n").unwrap();
+        for c in [&quoted, &dotted, &section] {
+            assert_eq!(c.batch_cache_bytes, 65536);
+            assert_eq!(c.num_partitions, 3);
+        }
+        let typo = read("batch.cache.byte = 65536\n").unwrap_err().to_string();
+        let wrong_type = read("num.partitions = \"three\"\n")
+            .unwrap_err()
+            .to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(typo.contains("batch.cache.byte"), "{typo}");
+        assert!(wrong_type.contains("num.partitions"), "{wrong_type}");
     }
 
     #[test]

@@ -96,6 +96,36 @@ pub async fn describe(
                     ),
                     ("default.replication.factor", "1".to_string()),
                     ("min.insync.replicas", "1".to_string()),
+                    ("batch.cache.bytes", config.batch_cache_bytes.to_string()),
+                    (
+                        "group.initial.rebalance.delay.ms",
+                        config.group_initial_rebalance_delay_ms.to_string(),
+                    ),
+                    (
+                        "group.consumer.session.timeout.ms",
+                        config.group_consumer_session_timeout_ms.to_string(),
+                    ),
+                    (
+                        "group.consumer.heartbeat.interval.ms",
+                        config.group_consumer_heartbeat_interval_ms.to_string(),
+                    ),
+                    (
+                        "offsets.topic.num.partitions",
+                        config.offsets_topic_partitions.to_string(),
+                    ),
+                    ("max.connections", config.max_connections.to_string()),
+                    (
+                        "max.connections.per.ip",
+                        config.max_connections_per_ip.to_string(),
+                    ),
+                    (
+                        "connections.max.idle.ms",
+                        config.connections_max_idle_ms.to_string(),
+                    ),
+                    (
+                        "max.in.flight.requests.per.connection",
+                        config.max_in_flight_requests_per_connection.to_string(),
+                    ),
                 ];
                 for (key, value) in values {
                     if wanted(key) {
