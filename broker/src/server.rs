@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::channels::channel_mesh::{Full, MeshBuilder};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
 
@@ -57,6 +57,22 @@ fn check_port_free(addr: std::net::SocketAddr) -> std::io::Result<()> {
     }
 }
 
+/// One `MeshBuilder` per shard, each to be moved (never cloned) into its shard's thread.
+///
+/// glommio 0.9's `MeshBuilder` is `Send` but shares its peer list through an `Rc`: clones and
+/// drops on the shard threads race on the reference count, and AddressSanitizer showed the
+/// result at start-up (a heap use-after-free when two shards dropped their builders at once;
+/// without ASan, rarely, "malloc(): unaligned tcache chunk detected"). So every clone is made
+/// here, on this one thread, before any shard starts, and one clone is leaked: with no other
+/// increments left, racing decrements can only leave the count too high, and the extra reference
+/// keeps it above zero, so the peer list is never freed while a shard still uses it.
+fn mesh_builders(shards: usize) -> Arc<std::sync::Mutex<Vec<MeshBuilder<Job, Full>>>> {
+    let mesh = MeshBuilder::<Job, _>::full(shards, MESH_QUEUE_DEPTH);
+    let builders = (0..shards).map(|_| mesh.clone()).collect();
+    std::mem::forget(mesh);
+    Arc::new(std::sync::Mutex::new(builders))
+}
+
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| anyhow::anyhow!("creating {}: {e}", config.data_dir.display()))?;
@@ -84,7 +100,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         drained: std::sync::atomic::AtomicUsize::new(0),
         opened: std::sync::atomic::AtomicUsize::new(0),
     });
-    let mesh = MeshBuilder::<Job, _>::full(shards, MESH_QUEUE_DEPTH);
+    let meshes = mesh_builders(shards);
     tracing::info!(shards, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
     let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shards, None))
         .name("shard")
@@ -92,8 +108,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         .on_all_shards(move || {
             let shared = shared.clone();
             let image = image.clone();
-            let mesh = mesh.clone();
+            let meshes = meshes.clone();
             async move {
+                let mesh = meshes.lock().expect("mesh builders").pop().expect("one mesh builder per shard");
                 let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
                 let id = senders.peer_id();
                 let shard = Shard::new(id, shared.clone(), image.clone(), senders);
