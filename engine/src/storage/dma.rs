@@ -114,9 +114,26 @@ thread_local! {
 /// probe succeeds vacuously, and on a device without polling (virtio, most cloud disks) every
 /// later read then fails with EOPNOTSUPP. So before the first open on a device, open a file
 /// that has a block of data: the probe then gives the true answer, which glommio caches.
+///
+/// A file already in `dir` with a block or more serves (no other shard touches a partition's
+/// directory); only a directory without one gets a probe file written, so a broker restarting on
+/// a disk with no free byte left still opens its logs.
 async fn calibrate(dir: &Path) -> io::Result<()> {
     let dev = std::fs::metadata(dir)?.dev();
     if CALIBRATED_DEVICES.with(|d| d.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let existing = std::fs::read_dir(dir)?
+        .flatten()
+        .find(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() >= ALIGN));
+    if let Some(entry) = existing {
+        OpenOptions::new()
+            .read(true)
+            .dma_open(entry.path())
+            .await?
+            .close()
+            .await?;
+        CALIBRATED_DEVICES.with(|d| d.borrow_mut().insert(dev));
         return Ok(());
     }
     // One probe file per call: shards calibrate at the same time in the same directory, and a
