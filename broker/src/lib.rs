@@ -76,6 +76,10 @@ struct ServeArgs {
     /// timeout (`group.consumer.heartbeat.interval.ms`). Default 5000.
     #[arg(long)]
     group_consumer_heartbeat_interval_ms: Option<u64>,
+    /// The most record bytes in one fetch response, whatever the client asks
+    /// (`fetch.max.bytes`). Default 2 MiB.
+    #[arg(long)]
+    fetch_max_bytes: Option<usize>,
     /// Connection limits (`max.connections`, `connections.max.idle.ms`, ...).
     #[command(flatten)]
     limits: config::LimitArgs,
@@ -109,6 +113,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.group_consumer_heartbeat_interval_ms {
         config.group_consumer_heartbeat_interval_ms = v;
+    }
+    if let Some(v) = args.fetch_max_bytes {
+        config.fetch_max_bytes = v.max(1);
     }
     args.limits.apply(&mut config);
     config.validate()?;

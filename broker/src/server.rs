@@ -115,14 +115,29 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                 let id = senders.peer_id();
                 let shard = Shard::new(id, shared.clone(), image.clone(), senders);
                 shard.serve_jobs(receivers);
-                for topic in image.topics.values() {
-                    shard.open_owned(topic).await?;
+                let opened = async {
+                    for topic in image.topics.values() {
+                        shard.open_owned(topic).await?;
+                    }
+                    shard.load_offsets().await
                 }
-                shard.load_offsets().await?;
+                .await;
+                if let Err(e) = opened {
+                    // The other shards wait for this one (below): stop them, so the process
+                    // exits with this error rather than hang.
+                    STOP.store(true, Ordering::SeqCst);
+                    shard.close_all().await;
+                    return Err(e);
+                }
                 // Serve nothing until every shard has opened (recovered) its partitions, so that
                 // every partition Metadata lists answers, as Kafka loads all logs before it listens.
                 shared.opened.fetch_add(1, Ordering::SeqCst);
                 while shared.opened.load(Ordering::SeqCst) < shared.shards {
+                    if STOP.load(Ordering::SeqCst) {
+                        // Another shard failed to start, or a signal came during start-up.
+                        shard.close_all().await;
+                        return Ok(());
+                    }
                     glommio::timer::sleep(Duration::from_millis(5)).await;
                 }
                 shard.start_group_timers();

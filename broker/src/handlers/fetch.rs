@@ -158,7 +158,10 @@ struct Fetched {
     records: Bytes,
 }
 
-async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize) -> Fetched {
+/// Reads `w` on its owner shard: at most `budget` bytes of records, except that when `first` (the
+/// response has no records yet) one batch larger than that still goes, so the consumer makes
+/// progress, as in Kafka.
+async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize, first: bool) -> Fetched {
     let Some(owner) = shard
         .image()
         .owner(&w.topic, w.partition, shard.shared.shards)
@@ -184,7 +187,20 @@ async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize) -> Fetched 
                 return fetched;
             }
             match log.read(Offset(offset), budget, hw).await {
-                Ok(batches) => {
+                Ok(mut batches) => {
+                    if !first {
+                        // The log returns a first batch whatever its size; here it must fit.
+                        let mut room = budget;
+                        let fit = batches
+                            .iter()
+                            .take_while(|b| {
+                                let fits = b.bytes.len() <= room;
+                                room = room.saturating_sub(b.bytes.len());
+                                fits
+                            })
+                            .count();
+                        batches.truncate(fit);
+                    }
                     let total: usize = batches.iter().map(|b| b.bytes.len()).sum();
                     if batches.len() == 1 {
                         fetched.records = batches[0].bytes.clone();
@@ -206,6 +222,71 @@ async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize) -> Fetched 
             fetched
         })
         .await
+}
+
+/// Fills in the offsets of the partitions at `indexes`, left out of a full response: they are
+/// listed with no records and their true high watermark and log start, as Kafka does. One job
+/// per owner shard, all at once, rather than a round trip per partition.
+async fn offsets_only(
+    shard: &Rc<Shard>,
+    wanted: &[Wanted],
+    indexes: &[usize],
+    results: &mut [Fetched],
+) {
+    let mut by_owner: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for &i in indexes {
+        let w = &wanted[i];
+        match shard
+            .image()
+            .owner(&w.topic, w.partition, shard.shared.shards)
+        {
+            Some(owner) => by_owner.entry(owner).or_default().push(i),
+            None => {
+                results[i].error_code = ResponseError::UnknownTopicOrPartition.code();
+                results[i].high_watermark = -1;
+                results[i].log_start_offset = -1;
+            }
+        }
+    }
+    let jobs: Vec<_> = by_owner
+        .into_iter()
+        .map(|(owner, indexes)| {
+            let names: Vec<(String, i32)> = indexes
+                .iter()
+                .map(|&i| (wanted[i].topic.clone(), wanted[i].partition))
+                .collect();
+            let shard = shard.clone();
+            let job = glommio::spawn_local(async move {
+                shard
+                    .invoke_on(owner, move |s| async move {
+                        names
+                            .iter()
+                            .map(|(topic, p)| {
+                                s.partition(topic, *p)
+                                    .map(|p| (p.log.high_watermark().0, p.log.log_start_offset().0))
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .await
+            });
+            (indexes, job)
+        })
+        .collect();
+    for (indexes, job) in jobs {
+        for (i, found) in indexes.into_iter().zip(job.await) {
+            match found {
+                Some((hw, start)) => {
+                    results[i].high_watermark = hw;
+                    results[i].log_start_offset = start;
+                }
+                None => {
+                    results[i].error_code = ResponseError::UnknownTopicOrPartition.code();
+                    results[i].high_watermark = -1;
+                    results[i].log_start_offset = -1;
+                }
+            }
+        }
+    }
 }
 
 /// Waits until any of the listeners fires or the deadline passes.
@@ -272,11 +353,13 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
     };
     let max_wait = Duration::from_millis(request.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
     let deadline = Instant::now() + max_wait;
+    // The broker's `fetch.max.bytes` bounds what the client asks for.
     let response_max = if request.max_bytes <= 0 {
         i32::MAX as usize
     } else {
         request.max_bytes as usize
-    };
+    }
+    .min(shard.config().fetch_max_bytes);
     let owners: Vec<usize> = {
         let mut o: Vec<usize> = wanted
             .iter()
@@ -295,18 +378,16 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
         let mut results = Vec::with_capacity(wanted.len());
         let mut total = 0usize;
         let mut errors = false;
-        for w in &wanted {
+        let mut full = Vec::new();
+        for (i, w) in wanted.iter().enumerate() {
             let budget = (w.max_bytes.max(0) as usize).min(response_max.saturating_sub(total));
-            let fetched = if budget == 0 && total > 0 {
-                Fetched {
-                    error_code: 0,
-                    high_watermark: -1,
-                    log_start_offset: -1,
-                    records: Bytes::new(),
-                }
-            } else {
-                read_on_owner(shard, w, budget.max(1)).await
-            };
+            if budget == 0 && total > 0 {
+                // The response is full; the partition's offsets are looked up below.
+                full.push(i);
+                results.push(Fetched::default());
+                continue;
+            }
+            let fetched = read_on_owner(shard, w, budget.max(1), total == 0).await;
             total += fetched.records.len();
             errors |= fetched.error_code != 0;
             results.push(fetched);
@@ -317,6 +398,7 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
             || now >= deadline
             || wanted.is_empty()
         {
+            offsets_only(shard, &wanted, &full, &mut results).await;
             break results;
         }
         wait_any(listeners, deadline - now).await;
@@ -345,6 +427,21 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
                     *hw = f.high_watermark;
                     *start = f.log_start_offset;
                 }
+            }
+            // Partitions that returned records move to the back of the session, as in Kafka:
+            // when a response fills up, the next one starts with the partitions left out.
+            let served: Vec<(&str, i32)> = wanted
+                .iter()
+                .zip(results.iter())
+                .filter(|(_, f)| !f.records.is_empty())
+                .map(|(w, _)| (w.topic.as_str(), w.partition))
+                .collect();
+            if !served.is_empty() {
+                let (back, front): (Vec<_>, Vec<_>) = std::mem::take(&mut session.partitions)
+                    .into_iter()
+                    .partition(|(s, _, _)| served.contains(&(s.topic.as_str(), s.partition)));
+                session.partitions = front;
+                session.partitions.extend(back);
             }
         }
     }

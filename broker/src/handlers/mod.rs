@@ -185,7 +185,15 @@ pub fn encode_response(
     let header_version = key.response_header_version(version);
     let header =
         kafka_protocol::messages::ResponseHeader::default().with_correlation_id(correlation_id);
-    let mut buf = BytesMut::with_capacity(64);
+    // A fetch response carries megabytes of records: size the frame once rather than let it
+    // grow by doubling (each step a copy of everything so far and fresh pages to fault in).
+    let body = match response {
+        ResponseKind::Fetch(r) => {
+            kafka_protocol::protocol::Encodable::compute_size(r, version).unwrap_or(0)
+        }
+        _ => 0,
+    };
+    let mut buf = BytesMut::with_capacity(64 + body);
     buf.extend_from_slice(&[0; 4]);
     kafka_protocol::protocol::Encodable::encode(&header, &mut buf, header_version)?;
     response.encode(&mut buf, version)?;

@@ -115,17 +115,39 @@ thread_local! {
 /// later read then fails with EOPNOTSUPP. So before the first open on a device, open a file
 /// that has a block of data: the probe then gives the true answer, which glommio caches.
 ///
-/// A file already in `dir` with a block or more serves (no other shard touches a partition's
-/// directory); only a directory without one gets a probe file written, so a broker restarting on
-/// a disk with no free byte left still opens its logs.
+/// A file already in `dir` or a sibling directory whose first block holds data serves as well
+/// (it is only read); only when there is none is a probe file written, so a broker
+/// restarting on a disk with no free byte left still opens its logs. Preallocated space does not
+/// serve: its blocks are unwritten extents, read as zeros without reaching the device, which is
+/// the vacuous probe again; so the block must have a byte that is not zero.
 async fn calibrate(dir: &Path) -> io::Result<()> {
     let dev = std::fs::metadata(dir)?.dev();
     if CALIBRATED_DEVICES.with(|d| d.borrow().contains(&dev)) {
         return Ok(());
     }
-    let existing = std::fs::read_dir(dir)?
-        .flatten()
-        .find(|e| e.metadata().is_ok_and(|m| m.is_file() && m.len() >= ALIGN));
+    let has_data = |path: &Path| -> bool {
+        use std::io::Read;
+        let mut block = vec![0u8; ALIGN as usize];
+        std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut block))
+            .is_ok_and(|()| block.iter().any(|&b| b != 0))
+    };
+    let with_data = |d: &Path| {
+        std::fs::read_dir(d).ok()?.flatten().find(|e| {
+            e.metadata()
+                .is_ok_and(|m| m.is_file() && m.len() >= ALIGN && m.dev() == dev)
+                && has_data(&e.path())
+        })
+    };
+    // This directory first, then its siblings (the other partitions of the data directory).
+    let existing = with_data(dir).or_else(|| {
+        let parent = dir.parent()?;
+        std::fs::read_dir(parent)
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .find_map(|e| with_data(&e.path()))
+    });
     if let Some(entry) = existing {
         OpenOptions::new()
             .read(true)
