@@ -7,10 +7,13 @@
 //! decoder then would fail on the second element anyway (there are only a few bytes), so the
 //! memory is never touched: only the reservation is the problem.
 //!
-//! So allocations of `HUGE_ALLOCATION` bytes or more (Sluice never needs one: frames are capped
-//! by `socket.request.max.bytes`, caches hold many small buffers) are served by an anonymous
-//! `mmap` with `MAP_NORESERVE`: address space only, no commit charge, no resident memory until a
-//! page is written. The decode fails, the vector is dropped, the mapping goes away, and the
+//! So allocations of `HUGE_ALLOCATION` bytes or more, the default frame limit
+//! (`socket.request.max.bytes`, 100 MiB as in Kafka), are served by an anonymous `mmap` with
+//! `MAP_NORESERVE`: address space only, no commit charge, no resident memory until a page is
+//! written. No malloc is ever larger than a frame may be; the fuzzer holds decoding to that
+//! (`-malloc_limit_mb=100`, fuzz/README.md). A legitimate block that large (a frame of exactly
+//! the limit, or more with a raised `socket.request.max.bytes`) works the same from a mapping:
+//! its pages become memory as they are written, as glibc's own large blocks do. The decode fails, the vector is dropped, the mapping goes away, and the
 //! connection is closed with a log line; resident memory never grows with the claimed count.
 //! Under `vm.overcommit_memory = 2` the kernel still refuses such a mapping (and the process
 //! aborts as before); every other setting accepts it.
@@ -18,7 +21,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 
 /// Allocations this large or larger are address-space reservations (see the module docs).
-pub const HUGE_ALLOCATION: usize = 1 << 30;
+/// A constant, not the configured limit: whether a block is mapped must not change between its
+/// allocation and its release.
+pub const HUGE_ALLOCATION: usize = 100 << 20;
 
 /// `System`, except for allocations of `HUGE_ALLOCATION` bytes or more.
 pub struct GuardedAllocator;
