@@ -73,7 +73,20 @@ fn mesh_builders(shards: usize) -> Arc<std::sync::Mutex<Vec<MeshBuilder<Job, Ful
     Arc::new(std::sync::Mutex::new(builders))
 }
 
+/// A panic on any thread ends the process: a shard that unwound would leave the others waiting
+/// on it (cross-shard jobs, start-up) with the port still open, a broker that looks alive and
+/// serves nothing. The default hook prints the message and backtrace first.
+fn abort_on_panic() {
+    let print = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        print(info);
+        tracing::error!("a thread panicked; aborting the broker");
+        std::process::abort();
+    }));
+}
+
 pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+    abort_on_panic();
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| anyhow::anyhow!("creating {}: {e}", config.data_dir.display()))?;
     let cores = std::thread::available_parallelism()

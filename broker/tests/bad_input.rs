@@ -4,52 +4,19 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader,
-    TopicName,
+    ApiKey, CreateTopicsRequest, ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use sluice_engine::batch::{compute_crc, simple_batch};
 use sluice_engine::Timestamp;
 
 mod common;
 
-use common::Broker;
-
-fn connect(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s
-}
-
-fn frame(key: ApiKey, version: i16, correlation_id: i32, body: &impl Encodable) -> Vec<u8> {
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("bad-input-test")));
-    let mut buf = BytesMut::new();
-    header
-        .encode(&mut buf, key.request_header_version(version))
-        .unwrap();
-    body.encode(&mut buf, version).unwrap();
-    let mut out = (buf.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&buf);
-    out
-}
-
-/// Reads one response frame, or `None` when the broker closed the connection.
-fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
-    let mut size = [0u8; 4];
-    s.read_exact(&mut size).ok()?;
-    let mut body = vec![0u8; u32::from_be_bytes(size) as usize];
-    s.read_exact(&mut body).ok()?;
-    Some(Bytes::from(body))
-}
+use common::{connect, frame, read_frame, Broker};
 
 /// True when the broker closed the connection (EOF or reset); a read timeout is not a close.
 fn closed(s: &mut TcpStream) -> bool {

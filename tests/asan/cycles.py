@@ -60,7 +60,7 @@ def main() -> int:
     sent = [0]
 
     def load() -> None:
-        # About 2 MB/s of keyed messages; delivery errors while the broker is down are expected.
+        # At most 2,000 keyed messages (about 2 MB) a second; delivery errors while the broker is down are expected.
         quiet = logging.getLogger("cycles.librdkafka")
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
@@ -73,7 +73,8 @@ def main() -> int:
                     sent[0] += 1
                 except BufferError:
                     break
-            p.poll(0.05)
+            p.poll(0)
+            time.sleep(0.05)
 
     bad = 0
     for i in range(cycles):

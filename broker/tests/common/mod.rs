@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 /// How long the broker may take to start listening.
@@ -404,4 +404,48 @@ pub fn parse_produce_summary(output: &str) -> BTreeMap<i32, (u64, i64, i64)> {
         partitions.insert(partition, (count, first, last));
     }
     partitions
+}
+
+/// A connection to the broker on `port` whose reads give up after 10 s.
+pub fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// A request header for `key` at `version`, encoded, with the client id `test`.
+pub fn header_bytes(key: ApiKey, version: i16, correlation_id: i32) -> BytesMut {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("test")));
+    let mut buf = BytesMut::new();
+    header
+        .encode(&mut buf, key.request_header_version(version))
+        .unwrap();
+    buf
+}
+
+/// `body` behind its 4-byte size prefix.
+pub fn with_size(body: &[u8]) -> Vec<u8> {
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A whole request frame: size prefix, header, body.
+pub fn frame(key: ApiKey, version: i16, correlation_id: i32, request: &impl Encodable) -> Vec<u8> {
+    let mut buf = header_bytes(key, version, correlation_id);
+    request.encode(&mut buf, version).unwrap();
+    with_size(&buf)
+}
+
+/// Reads one response frame, or `None` when the broker closed the connection.
+pub fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
+    let mut size = [0u8; 4];
+    s.read_exact(&mut size).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(size) as usize];
+    s.read_exact(&mut body).ok()?;
+    Some(Bytes::from(body))
 }

@@ -169,12 +169,16 @@ thread_local! {
 /// later read then fails with EOPNOTSUPP. So before the first open on a device, open a file
 /// that has a block of data: the probe then gives the true answer, which glommio caches.
 ///
-/// A file already in `dir` or a sibling directory whose first block holds data serves as well
-/// (it is only read); only when there is none is a probe file written, so a broker
-/// restarting on a disk with no free byte left still opens its logs. Preallocated space does not
-/// serve: its blocks are unwritten extents, read as zeros without reaching the device, which is
-/// the vacuous probe again; so the block must have a byte that is not zero.
+/// A file already in `dir` whose first block holds data serves as well (the shard calibrating
+/// owns the directory, so nothing removes the file meanwhile). Preallocated space does not serve:
+/// its blocks are unwritten extents, read as zeros without reaching the device, which is the
+/// vacuous probe again; so the block must have a byte that is not zero. Otherwise a probe file is
+/// written; when the disk has no room even for that, a data file of a sibling directory (another
+/// partition) serves, so a broker restarting on a disk with no free byte left still opens its
+/// logs. Probe files are never borrowed: their shard removes them at once, and glommio panics
+/// when a file vanishes while it opens it.
 async fn calibrate(dir: &Path) -> io::Result<()> {
+    const PROBE_PREFIX: &str = ".sluice-iopoll-probe-";
     let dev = std::fs::metadata(dir)?.dev();
     if CALIBRATED_DEVICES.with(|d| d.borrow().contains(&dev)) {
         return Ok(());
@@ -188,37 +192,51 @@ async fn calibrate(dir: &Path) -> io::Result<()> {
     };
     let with_data = |d: &Path| {
         std::fs::read_dir(d).ok()?.flatten().find(|e| {
-            e.metadata()
-                .is_ok_and(|m| m.is_file() && m.len() >= ALIGN && m.dev() == dev)
+            !e.file_name().to_string_lossy().starts_with(PROBE_PREFIX)
+                && e.metadata()
+                    .is_ok_and(|m| m.is_file() && m.len() >= ALIGN && m.dev() == dev)
                 && has_data(&e.path())
         })
     };
-    // This directory first, then its siblings (the other partitions of the data directory).
-    let existing = with_data(dir).or_else(|| {
-        let parent = dir.parent()?;
-        std::fs::read_dir(parent)
-            .ok()?
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .find_map(|e| with_data(&e.path()))
-    });
-    if let Some(entry) = existing {
+    let settle = |path: std::path::PathBuf| async move {
         OpenOptions::new()
             .read(true)
-            .dma_open(entry.path())
+            .dma_open(path)
             .await?
             .close()
             .await?;
         CALIBRATED_DEVICES.with(|d| d.borrow_mut().insert(dev));
-        return Ok(());
+        Ok::<(), io::Error>(())
+    };
+    if let Some(entry) = with_data(dir) {
+        return settle(entry.path()).await;
     }
     // One probe file per call: shards calibrate at the same time in the same directory, and a
     // probe truncated or removed by another thread under glommio's read would give it a wrong
     // answer.
     static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let probe = dir.join(format!(".sluice-iopoll-probe-{}-{n}", std::process::id()));
-    std::fs::write(&probe, [0x5au8; ALIGN as usize])?;
+    let probe = dir.join(format!("{PROBE_PREFIX}{}-{n}", std::process::id()));
+    if let Err(e) = std::fs::write(&probe, [0x5au8; ALIGN as usize]) {
+        let _ = std::fs::remove_file(&probe);
+        if !matches!(
+            e.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+        ) {
+            return Err(e);
+        }
+        let sibling = dir.parent().and_then(|parent| {
+            std::fs::read_dir(parent)
+                .ok()?
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .find_map(|e| with_data(&e.path()))
+        });
+        return match sibling {
+            Some(entry) => settle(entry.path()).await,
+            None => Err(e),
+        };
+    }
     let opened = OpenOptions::new().read(true).dma_open(&probe).await;
     let _ = std::fs::remove_file(&probe);
     opened?.close().await?;
