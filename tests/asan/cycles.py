@@ -58,12 +58,13 @@ def main() -> int:
     print(f"{cycles} cycles, seed {seed}", flush=True)
     stop = threading.Event()
     sent = [0]
+    # librdkafka's log lines (refused connections while the broker is down) are expected here.
+    quiet = logging.getLogger("cycles.librdkafka")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
 
     def load() -> None:
         # At most 2,000 keyed messages (about 2 MB) a second; delivery errors while the broker is down are expected.
-        quiet = logging.getLogger("cycles.librdkafka")
-        quiet.addHandler(logging.NullHandler())
-        quiet.propagate = False
         p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True, "linger.ms": 5,
                       "message.timeout.ms": 600_000, "logger": quiet})
         while not stop.is_set():
@@ -83,7 +84,7 @@ def main() -> int:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
             if i == 0:
                 wait_port(port, proc)
-                admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+                admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "logger": quiet})
                 admin.create_topics([NewTopic("cycles", 8, 1)])["cycles"].result(30)
                 threading.Thread(target=load, daemon=True).start()
                 time.sleep(3)
