@@ -39,16 +39,7 @@ fn start() -> Broker {
         "--group-consumer-heartbeat-interval-ms",
         &HEARTBEAT_INTERVAL_MS.to_string(),
     ]);
-    broker.ok(
-        &[
-            "topic",
-            "create",
-            TOPIC,
-            "--partitions",
-            &PARTITIONS.to_string(),
-        ],
-        "",
-    );
+    broker.create_topic(TOPIC, PARTITIONS as i32);
     broker
 }
 

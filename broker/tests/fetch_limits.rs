@@ -81,16 +81,7 @@ fn next_offset(records: &[u8]) -> i64 {
 #[test]
 fn responses_stay_under_fetch_max_bytes_and_sessions_serve_every_partition_in_turn() {
     let broker = Broker::start_with(&["--fetch-max-bytes", &FETCH_MAX.to_string()]);
-    broker.ok(
-        &[
-            "topic",
-            "create",
-            TOPIC,
-            "--partitions",
-            &PARTITIONS.to_string(),
-        ],
-        "",
-    );
+    broker.create_topic(TOPIC, PARTITIONS);
     let value = "v".repeat(VALUE_BYTES);
     for p in 0..PARTITIONS {
         let lines: String = (0..PER_PARTITION).map(|_| format!("{value}\n")).collect();

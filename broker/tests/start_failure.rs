@@ -16,16 +16,7 @@ const EXIT_WITHIN: Duration = Duration::from_secs(30);
 #[test]
 fn a_partition_that_cannot_be_opened_stops_the_broker_with_its_name() {
     let mut broker = Broker::start();
-    broker.ok(
-        &[
-            "topic",
-            "create",
-            TOPIC,
-            "--partitions",
-            &PARTITIONS.to_string(),
-        ],
-        "",
-    );
+    broker.create_topic(TOPIC, PARTITIONS as i32);
     for p in 0..PARTITIONS {
         broker.ok(
             &["produce", TOPIC, "--partition", &p.to_string()],

@@ -31,6 +31,8 @@ TEST_DIR = Path(os.environ.get("SLUICE_TEST_DIR", REPO / "target" / "tmp"))
 START_TIMEOUT_S = 30.0
 # How long SIGTERM may take before the harness resorts to SIGKILL.
 STOP_TIMEOUT_S = 10.0
+# How long a killed broker's port may keep accepting connections (see `Broker.kill`).
+KILLED_PORT_CLOSES_S = 2.0
 LOG_TAIL_LINES = 80
 # Shard 0 logs this once it serves, after any start-up work such as creating internal topics.
 READY_LINE = "serving the Kafka protocol"
@@ -164,9 +166,21 @@ class Broker:
             raise BrokerError(f"sluice exited with {code} after SIGTERM\n{self.log_tail()}")
 
     def kill(self) -> None:
-        """SIGKILL: no chance to flush or close anything."""
+        """SIGKILL: no chance to flush or close anything. Returns once the port refuses
+        connections: the kernel tears a killed process's io_uring down asynchronously, and a
+        listening socket with an accept still queued there keeps accepting for about 10 ms after
+        the process was reaped; the next start's check would take that for another broker
+        ("another process is listening there"). Kafka, without io_uring, has no such window."""
         code = self.stop(signal.SIGKILL)
         assert code == -signal.SIGKILL, f"expected death by SIGKILL, got exit {code}"
+        deadline = time.monotonic() + KILLED_PORT_CLOSES_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            except OSError:
+                return
+            assert time.monotonic() < deadline, f"port {self.port} still accepts connections {KILLED_PORT_CLOSES_S} s after the kill"
+            time.sleep(0.005)
 
     def restart(self, sig: int = signal.SIGTERM, new_port: bool = False) -> None:
         """Stops with SIGTERM (must exit 0) or SIGKILL and starts again on the same data."""

@@ -36,7 +36,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections import defaultdict
@@ -325,20 +324,6 @@ def assert_refused(bootstrap: str, seq: int, when: str) -> None:
     assert got == ["KAFKA_STORAGE_ERROR"] * PARTITIONS, f"{when}: produce answered {got} (partitions 0..{PARTITIONS - 1})"
 
 
-def wait_until_port_refuses(port: int, timeout: float = 2.0) -> None:
-    """After SIGKILL a listening socket can accept for a few ms more while the kernel tears the
-    process's io_uring down (see test_restart.py); the next start would take it for another
-    broker."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        except OSError:
-            return
-        assert time.monotonic() < deadline, f"port {port} still accepts connections {timeout} s after the kill"
-        time.sleep(0.005)
-
-
 def wait_for_log(broker, pattern: str, timeout: float = 5.0) -> list[str]:
     deadline = time.monotonic() + timeout
     while True:
@@ -450,7 +435,6 @@ def test_full_disk_refuses_produce_serves_reads_and_recovers(scratch_fs, unstart
     # A crash while full: the broker recovers on the full disk, serves everything, and still
     # refuses the produce the same way.
     broker.kill()
-    wait_until_port_refuses(broker.port)
     broker.start()
     reopened = re.findall(rf"log opened dir=\S*/{TOPIC}-\d+ .*", broker.current_log())
     assert len(reopened) == PARTITIONS, f"partitions reopened on the full disk: {reopened}"
@@ -477,7 +461,6 @@ def test_full_disk_refuses_produce_serves_reads_and_recovers(scratch_fs, unstart
     assert all("clean=true" in line for line in reopened), f"a cleanly closed log was recovered as unclean: {reopened}"
     read_back(broker.bootstrap, acked, "after a SIGTERM restart")
     broker.kill()
-    wait_until_port_refuses(broker.port)
     broker.start()
     read_back(broker.bootstrap, acked, "after a SIGKILL restart")
     seqs = list(range(seq, seq + AFTER_KILL_PER_PARTITION * PARTITIONS))
@@ -520,7 +503,6 @@ def test_restart_at_zero_free_bytes_serves_refuses_and_recovers(scratch_fs, unst
 
     # 3. A crash at zero free bytes, and a start on that filesystem.
     broker.kill()
-    wait_until_port_refuses(broker.port)
     assert _free_bytes(fs.mount_point) == 0, "space came free between the fill and the restart"
     broker.start()
     # Recovery may give back a few blocks (a preallocated tail cut off): say how many.

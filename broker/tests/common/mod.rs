@@ -202,6 +202,20 @@ impl Broker {
         out.stdout
     }
 
+    /// Creates `topic` with `partitions` partitions through `sluice topic create`.
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        self.ok(
+            &[
+                "topic",
+                "create",
+                topic,
+                "--partitions",
+                &partitions.to_string(),
+            ],
+            "",
+        );
+    }
+
     /// Like `run`, and asserts that the command failed with `message` on stderr; returns the
     /// whole stderr.
     pub fn fails(&self, args: &[&str], stdin: &str, message: &str) -> String {
