@@ -31,6 +31,9 @@ pub struct BrokerConfig {
     /// `fetch.max.bytes` (broker): the most record bytes one fetch response carries, whatever
     /// the client asks (its first batch always goes, so a consumer makes progress).
     pub fetch_max_bytes: usize,
+    /// `fetch.zero.copy` (Sluice's own): fetch responses splice records that are on disk from
+    /// the segment files to the socket rather than copy them through the broker's memory.
+    pub fetch_zero_copy: bool,
     /// `group.initial.rebalance.delay.ms`: how long a new group waits for more members.
     pub group_initial_rebalance_delay_ms: u64,
     /// `group.consumer.session.timeout.ms`: a KIP-848 (`group.protocol=consumer`) member that
@@ -90,6 +93,7 @@ impl Default for BrokerConfig {
             socket_request_max_bytes: 104_857_600,
             batch_cache_bytes: 256 << 20,
             fetch_max_bytes: FETCH_MAX_BYTES_DEFAULT,
+            fetch_zero_copy: true,
             group_initial_rebalance_delay_ms: 3000,
             group_consumer_session_timeout_ms: GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT,
             group_consumer_heartbeat_interval_ms: GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT,
@@ -129,6 +133,8 @@ struct FileConfig {
     batch_cache_bytes: Option<u64>,
     #[serde(rename = "fetch.max.bytes")]
     fetch_max_bytes: Option<usize>,
+    #[serde(rename = "fetch.zero.copy")]
+    fetch_zero_copy: Option<bool>,
     #[serde(rename = "group.initial.rebalance.delay.ms")]
     group_initial_rebalance_delay_ms: Option<u64>,
     #[serde(rename = "group.consumer.session.timeout.ms")]
@@ -262,6 +268,9 @@ impl BrokerConfig {
         }
         if let Some(v) = file.fetch_max_bytes {
             self.fetch_max_bytes = v.max(1);
+        }
+        if let Some(v) = file.fetch_zero_copy {
+            self.fetch_zero_copy = v;
         }
         if let Some(v) = file.group_initial_rebalance_delay_ms {
             self.group_initial_rebalance_delay_ms = v;

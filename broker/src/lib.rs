@@ -80,6 +80,10 @@ struct ServeArgs {
     /// (`fetch.max.bytes`). Default 2 MiB.
     #[arg(long)]
     fetch_max_bytes: Option<usize>,
+    /// Splice records on disk from segment files to the socket (`fetch.zero.copy`, default
+    /// true); false copies them through memory.
+    #[arg(long)]
+    fetch_zero_copy: Option<bool>,
     /// Connection limits (`max.connections`, `connections.max.idle.ms`, ...).
     #[command(flatten)]
     limits: config::LimitArgs,
@@ -116,6 +120,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.fetch_max_bytes {
         config.fetch_max_bytes = v.max(1);
+    }
+    if let Some(v) = args.fetch_zero_copy {
+        config.fetch_zero_copy = v;
     }
     args.limits.apply(&mut config);
     config.validate()?;

@@ -23,6 +23,6 @@ pub use batch_cache::BatchCache;
 pub use config::{Clock, FlushMode, LogConfig, TimestampType};
 pub use error::{BatchError, LogError};
 pub use log::{AppendInfo, CompactionOutcome, Log, RetentionOutcome};
-pub use segment::reader::ReadBatch;
+pub use segment::reader::{FileExtent, ReadBatch};
 pub use storage::{CrashMode, DmaStorage, MemStorage, Storage};
 pub use types::{LeaderEpoch, Offset, Timestamp};

@@ -98,6 +98,7 @@ pub async fn describe(
                     ("min.insync.replicas", "1".to_string()),
                     ("batch.cache.bytes", config.batch_cache_bytes.to_string()),
                     ("fetch.max.bytes", config.fetch_max_bytes.to_string()),
+                    ("fetch.zero.copy", config.fetch_zero_copy.to_string()),
                     (
                         "group.initial.rebalance.delay.ms",
                         config.group_initial_rebalance_delay_ms.to_string(),

@@ -1,10 +1,12 @@
 //! Fetch: whole batches from each partition's owner shard, long-polling up to `max.wait.ms`
 //! until `min.bytes` are available, woken by appends on the owner shards.
 //!
-//! Copies: batches come from the owner shard's batch cache (no copy) or from a segment read
-//! (one copy out of the DMA buffer, one into the cache); they are then concatenated per
-//! partition into the response (one copy) and the response is encoded into the frame (one
-//! copy). Zero-copy transfer from segment files is not done yet.
+//! Records on disk and not in the batch cache are spliced from the segment file to the socket
+//! (`fetch.zero.copy`, `Log::read_extent`, `net/splice.rs`): they never enter user space. Others
+//! come from the owner shard's batch cache (no copy) or from an O_DIRECT segment read (one copy
+//! out of the DMA buffer, shared with the cache); they are then concatenated per partition into
+//! the response (one copy) and the response is encoded into the frame (one copy).
+//! broker/README.md says when each path is taken.
 //!
 //! Fetch sessions (KIP-227): a client that opens a session sends only changed partitions and
 //! gets back only partitions with news (records, a moved high watermark or log start, errors).
@@ -20,9 +22,10 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use sluice_engine::{LogError, Offset};
+use sluice_engine::{FileExtent, LogError, Offset};
 
 use super::errors::log_error_code;
+use crate::net::response::{placeholder_range, Splices};
 use crate::shard::Shard;
 
 /// Longest long-poll honoured, whatever the client asks.
@@ -155,7 +158,32 @@ struct Fetched {
     error_code: i16,
     high_watermark: i64,
     log_start_offset: i64,
-    records: Bytes,
+    records: Records,
+}
+
+/// A partition's records: in memory, or where they lie in a segment file.
+enum Records {
+    Memory(Bytes),
+    File(FileExtent),
+}
+
+impl Default for Records {
+    fn default() -> Records {
+        Records::Memory(Bytes::new())
+    }
+}
+
+impl Records {
+    fn len(&self) -> usize {
+        match self {
+            Records::Memory(b) => b.len(),
+            Records::File(e) => e.len as usize,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// Reads `w` on its owner shard: at most `budget` bytes of records, except that when `first` (the
@@ -181,10 +209,26 @@ async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize, first: bool
             };
             let log = &p.log;
             let hw = log.high_watermark();
-            let mut fetched = Fetched { error_code: 0, high_watermark: hw.0, log_start_offset: log.log_start_offset().0, records: Bytes::new() };
+            let mut fetched = Fetched { error_code: 0, high_watermark: hw.0, log_start_offset: log.log_start_offset().0, records: Records::default() };
             if Offset(offset) > hw && Offset(offset) <= log.log_end_offset() {
                 // Between the high watermark and the log end: nothing visible yet.
                 return fetched;
+            }
+            if shard.config().fetch_zero_copy && placeholder_range().is_some() {
+                match log.read_extent(Offset(offset), budget, hw, first).await {
+                    Ok(Some(extent)) => {
+                        fetched.records = Records::File(extent);
+                        return fetched;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed) {
+                            tracing::warn!(topic = %topic, partition, offset, error = %e, "fetch failed");
+                        }
+                        fetched.error_code = log_error_code(&e);
+                        return fetched;
+                    }
+                }
             }
             match log.read(Offset(offset), budget, hw).await {
                 Ok(mut batches) => {
@@ -203,13 +247,13 @@ async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize, first: bool
                     }
                     let total: usize = batches.iter().map(|b| b.bytes.len()).sum();
                     if batches.len() == 1 {
-                        fetched.records = batches[0].bytes.clone();
+                        fetched.records = Records::Memory(batches[0].bytes.clone());
                     } else if total > 0 {
                         let mut buf = BytesMut::with_capacity(total);
                         for b in &batches {
                             buf.extend_from_slice(&b.bytes);
                         }
-                        fetched.records = buf.freeze();
+                        fetched.records = Records::Memory(buf.freeze());
                     }
                 }
                 Err(e) => {
@@ -306,7 +350,13 @@ async fn wait_any(listeners: Vec<Pin<Box<event_listener::EventListener>>>, timeo
     futures_lite::future::or(woken, glommio::timer::sleep(timeout)).await;
 }
 
-pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> FetchResponse {
+/// Answers a fetch; the records it splices from segment files are in `splices`.
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: FetchRequest,
+    version: i16,
+    splices: &mut Splices,
+) -> FetchResponse {
     let image = shard.image();
     let mut wanted = Vec::new();
     let mut unknown_ids = Vec::new();
@@ -449,6 +499,12 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
         if !keep {
             continue;
         }
+        let records = match f.records {
+            Records::Memory(bytes) => bytes,
+            // No room for another placeholder (never with sane limits): the partition goes
+            // without records this time, as when the response is full.
+            Records::File(extent) => splices.placeholder(extent).unwrap_or_default(),
+        };
         let mut pd = PartitionData::default()
             .with_partition_index(w.partition)
             .with_error_code(f.error_code)
@@ -456,7 +512,7 @@ pub async fn handle(shard: &Rc<Shard>, request: FetchRequest, version: i16) -> F
             .with_last_stable_offset(f.high_watermark)
             .with_log_start_offset(f.log_start_offset)
             .with_aborted_transactions(Some(vec![]))
-            .with_records(Some(f.records));
+            .with_records(Some(records));
         if version >= 11 {
             pd.preferred_read_replica = BrokerId(-1);
         }

@@ -3,9 +3,10 @@
 
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
+use crate::net::response::{Frame, SplicedBuf, Splices};
 use crate::shard::Shard;
 
 pub mod api_versions;
@@ -81,6 +82,13 @@ pub struct Client {
     pub host: String,
 }
 
+/// A handler's response, with the records a fetch response splices from segment files.
+pub struct Answer {
+    pub response: ResponseKind,
+    pub version: i16,
+    pub splices: Splices,
+}
+
 /// Runs one request. `Ok(None)` means the API sends no response (produce with acks=0).
 pub async fn dispatch(
     shard: &Rc<Shard>,
@@ -88,8 +96,9 @@ pub async fn dispatch(
     version: i16,
     body: &mut Bytes,
     client: Client,
-) -> anyhow::Result<Option<(ResponseKind, i16)>> {
+) -> anyhow::Result<Option<Answer>> {
     let request = decode_request(key, version, body)?;
+    let mut splices = Splices::default();
     let response = match request {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(&r, None)),
         RequestKind::Metadata(r) => {
@@ -102,7 +111,9 @@ pub async fn dispatch(
             Some(r) => ResponseKind::Produce(r),
             None => return Ok(None),
         },
-        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch::handle(shard, r, version).await),
+        RequestKind::Fetch(r) => {
+            ResponseKind::Fetch(fetch::handle(shard, r, version, &mut splices).await)
+        }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(shard, r, version).await)
         }
@@ -165,7 +176,34 @@ pub async fn dispatch(
         }
         other => anyhow::bail!("no handler for {:?}", api_name(&other)),
     };
-    Ok(Some((response, version)))
+    Ok(Some(Answer {
+        response,
+        version,
+        splices,
+    }))
+}
+
+/// The frame of an answer: encoded in one buffer, or cut around the records it splices.
+pub fn encode_answer(key: ApiKey, correlation_id: i32, answer: &Answer) -> anyhow::Result<Frame> {
+    if answer.splices.is_empty() {
+        return Ok(Frame::Bytes(encode_response(
+            key,
+            answer.version,
+            correlation_id,
+            &answer.response,
+        )?));
+    }
+    let header_version = key.response_header_version(answer.version);
+    let header =
+        kafka_protocol::messages::ResponseHeader::default().with_correlation_id(correlation_id);
+    let mut buf = SplicedBuf::new(&answer.splices, 4096);
+    buf.put_slice(&[0; 4]);
+    kafka_protocol::protocol::Encodable::encode(&header, &mut buf, header_version)?;
+    let ResponseKind::Fetch(response) = &answer.response else {
+        anyhow::bail!("only fetch responses splice records");
+    };
+    kafka_protocol::protocol::Encodable::encode(response, &mut buf, answer.version)?;
+    Ok(buf.finish())
 }
 
 fn api_name(r: &RequestKind) -> &'static str {

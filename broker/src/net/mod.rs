@@ -24,6 +24,8 @@
 
 pub mod alloc;
 pub mod frame;
+pub mod response;
+pub mod splice;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -44,6 +46,7 @@ use kafka_protocol::ResponseError;
 use crate::config::BrokerConfig;
 use crate::handlers;
 use crate::shard::Shard;
+use response::{Frame, FramePart};
 
 /// The shortest time between two log lines about refused connections.
 pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
@@ -285,7 +288,7 @@ async fn unless_idle<F: Future>(
 
 /// A request being processed: its response frame, none (acks=0), or `Err` when the request was
 /// malformed and the connection must close.
-type Pending = glommio::task::JoinHandle<Result<Option<Bytes>, ()>>;
+type Pending = glommio::task::JoinHandle<Result<Option<Frame>, ()>>;
 
 async fn connection(
     shard: Rc<Shard>,
@@ -299,16 +302,40 @@ async fn connection(
     let idle = Duration::from_millis(config.connections_max_idle_ms);
     let max = config.socket_request_max_bytes;
     let progress = Rc::new(Cell::new(Instant::now()));
+    let raw_fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     let (tx, rx) =
         local_channel::new_bounded::<Pending>(config.max_in_flight_requests_per_connection.max(1));
     let writer_progress = progress.clone();
     let mut writer_task = Some(glommio::spawn_local(async move {
+        // The connection's socket for splices, duplicated on the first zero-copy response.
+        let mut splice_socket = None;
         while let Some(pending) = rx.recv().await {
             match pending.await {
-                Some(Ok(Some(frame))) => {
+                Some(Ok(Some(Frame::Bytes(frame)))) => {
                     writer.write_all(&frame).await?;
                     writer_progress.set(Instant::now());
+                }
+                Some(Ok(Some(Frame::Spliced(parts)))) => {
+                    for part in parts {
+                        match part {
+                            FramePart::Bytes(bytes) => writer.write_all(&bytes).await?,
+                            FramePart::File(extent) => {
+                                let socket = match &splice_socket {
+                                    Some(s) => s,
+                                    None => {
+                                        splice_socket.insert(splice::socket_for_splice(raw_fd)?)
+                                    }
+                                };
+                                if let Err(e) = splice::splicer()?.send(socket, &extent).await {
+                                    // Part of the response is out: the connection cannot go on.
+                                    tracing::warn!(target: TARGET, ?peer, error = %e, "splicing fetched records failed; closing the connection");
+                                    return Err(e);
+                                }
+                            }
+                        }
+                        writer_progress.set(Instant::now());
+                    }
                 }
                 Some(Ok(None)) => {}
                 // Malformed request (already logged) or a cancelled task: close, as Kafka does.
@@ -420,7 +447,7 @@ fn prepare(
             ));
             let frame =
                 handlers::encode_response(ApiKey::ApiVersions, 0, correlation_id, &response)?;
-            return Ok(glommio::spawn_local(async move { Ok(Some(frame)) }).detach());
+            return Ok(glommio::spawn_local(async move { Ok(Some(Frame::Bytes(frame))) }).detach());
         }
     };
     let shard = shard.clone();
@@ -431,9 +458,10 @@ fn prepare(
             host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
         };
         match handlers::dispatch(&shard, key, version, &mut body, client).await {
-            Ok(Some((response, version))) => match handlers::encode_response(key, version, header.correlation_id, &response) {
+            Ok(Some(answer)) => match handlers::encode_answer(key, header.correlation_id, &answer) {
                 Ok(frame) => Ok(Some(frame)),
                 Err(e) => {
+                    let version = answer.version;
                     tracing::error!(?peer, ?key, version, error = %e, "could not encode a response; closing the connection");
                     Err(())
                 }

@@ -9,8 +9,9 @@ use std::rc::Rc;
 use super::Log;
 use crate::batch::{BatchHeader, Records};
 use crate::error::{LogError, Result};
-use crate::segment::reader::{read_batches, ReadBatch};
+use crate::segment::reader::{find_batch, read_batches, FileExtent, ReadBatch};
 use crate::storage::Storage;
+use crate::storage::{align_down, StorageFile};
 use crate::types::{Offset, Timestamp};
 
 enum Source<F> {
@@ -23,6 +24,12 @@ enum Source<F> {
         segment_end: Offset,
     },
     End,
+}
+
+enum ExtentEnd {
+    At(u64),
+    NeedFirstBatch,
+    None,
 }
 
 impl<S: Storage> Log<S> {
@@ -120,6 +127,146 @@ impl<S: Storage> Log<S> {
             }
         }
         Ok(out)
+    }
+
+    /// For a zero-copy fetch: where on disk the whole batches from `from` lie, stopping before
+    /// `max_offset` (exclusive), within `max_bytes` unless `first` (then one larger batch still
+    /// goes), all in one segment. `None` when the bytes are better read than spliced: in the
+    /// batch cache or not yet on the device, in storage without descriptors, or when no batch
+    /// boundary the index knows fits the budget.
+    ///
+    /// Boundaries come from the offset index (an entry every `index.interval.bytes`), so a
+    /// fetch needs no read at all when it starts where the last one ended; otherwise it reads
+    /// batch headers from the index entry before `from`. In the active segment an extent ends
+    /// below the page the O_DIRECT writer rewrites (the last, partial one): pages read through
+    /// the page cache are never written again. Batches are not CRC-checked here (Kafka does not
+    /// either; consumers check them).
+    pub async fn read_extent(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+        first: bool,
+    ) -> Result<Option<FileExtent>> {
+        self.check_usable()?;
+        let (file, fd, base, entry, exact, limit) = {
+            let st = self.state.borrow();
+            if from < st.log_start_offset || from > st.log_end_offset {
+                return Err(LogError::OffsetOutOfRange {
+                    offset: from,
+                    log_start_offset: st.log_start_offset,
+                    log_end_offset: st.log_end_offset,
+                });
+            }
+            if from >= max_offset.min(st.written_end)
+                || self.cache.get(self.cache_id, from).is_some()
+            {
+                return Ok(None);
+            }
+            let mut candidate = st.segments.range(..=from).next_back();
+            if candidate.is_none_or(|(_, s)| from >= s.next_offset) {
+                let after = candidate
+                    .map(|(&b, _)| Bound::Excluded(b))
+                    .unwrap_or(Bound::Unbounded);
+                candidate = st.segments.range((after, Bound::Unbounded)).next();
+            }
+            let Some((_, seg)) = candidate else {
+                return Ok(None);
+            };
+            let Some(fd) = seg.file.buffered_fd() else {
+                return Ok(None);
+            };
+            let (entry, exact) = if from > seg.base_offset {
+                let (rel, pos) = seg.offset_index.lookup(seg.relative(from));
+                (pos as u64, seg.base_offset.0 + rel as i64 == from.0)
+            } else {
+                // The segment's first batch holds `from` or is the first after it.
+                (0, true)
+            };
+            let limit = seg.appender.as_ref().map_or(seg.size, |a| a.written);
+            (seg.file.clone(), fd, seg.base_offset, entry, exact, limit)
+        };
+        let mut first_batch = None;
+        let start = if exact {
+            entry
+        } else {
+            match find_batch(&*file, base, entry, limit, from).await? {
+                Some((pos, batch_base, last, size)) => {
+                    if batch_base >= max_offset {
+                        return Ok(None);
+                    }
+                    first_batch = Some((last, size));
+                    pos
+                }
+                None => return Ok(None),
+            }
+        };
+        loop {
+            match self.extent_end(base, start, max_bytes, max_offset, first, first_batch) {
+                ExtentEnd::At(end) => {
+                    return Ok(Some(FileExtent {
+                        fd,
+                        position: start,
+                        len: end - start,
+                    }))
+                }
+                ExtentEnd::None => return Ok(None),
+                ExtentEnd::NeedFirstBatch => {
+                    match find_batch(&*file, base, start, limit, from).await? {
+                        Some((pos, _, last, size)) if pos == start => {
+                            first_batch = Some((last, size))
+                        }
+                        _ => return Ok(None),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where an extent from `start` in the segment at `base` may end (see `read_extent`).
+    fn extent_end(
+        &self,
+        base: Offset,
+        start: u64,
+        max_bytes: usize,
+        max_offset: Offset,
+        first: bool,
+        first_batch: Option<(Offset, u64)>,
+    ) -> ExtentEnd {
+        let st = self.state.borrow();
+        let Some(seg) = st.segments.get(&base) else {
+            return ExtentEnd::None;
+        };
+        if max_offset <= seg.base_offset {
+            return ExtentEnd::None;
+        }
+        // Bytes on the device, and in the active segment only whole pages the writer is done with.
+        let cap = match &seg.appender {
+            Some(a) => align_down(a.written),
+            None => seg.size,
+        };
+        let budget_end = start.saturating_add(max_bytes as u64);
+        let segment_visible = seg.next_offset <= max_offset && seg.appender.is_none();
+        if segment_visible && seg.size <= budget_end && seg.size > start {
+            return ExtentEnd::At(seg.size);
+        }
+        let max_rel = (max_offset.0 - base.0).min(u32::MAX as i64) as u32;
+        let max_pos = cap.min(budget_end).min(u32::MAX as u64) as u32;
+        if let Some((_, pos)) = seg.offset_index.last_at_or_before(max_pos, max_rel) {
+            if pos as u64 > start {
+                return ExtentEnd::At(pos as u64);
+            }
+        }
+        if !first {
+            return ExtentEnd::None;
+        }
+        match first_batch {
+            None => ExtentEnd::NeedFirstBatch,
+            Some((last, size)) if last < max_offset && start + size <= cap => {
+                ExtentEnd::At(start + size)
+            }
+            Some(_) => ExtentEnd::None,
+        }
     }
 
     /// Where the batch holding `offset` (or the first one after it) is.

@@ -60,6 +60,15 @@ impl OffsetIndex {
         }
     }
 
+    /// The last entry at or before both `position` and `relative_offset`: the furthest batch
+    /// start that bounds a read ending by `position` with no offset past `relative_offset`.
+    pub fn last_at_or_before(&self, position: u32, relative_offset: u32) -> Option<(u32, u32)> {
+        let i = self
+            .entries
+            .partition_point(|&(o, p)| o <= relative_offset && p <= position);
+        i.checked_sub(1).map(|i| self.entries[i])
+    }
+
     /// Drops entries for batches at or after `position` (truncation).
     pub fn truncate_to_position(&mut self, position: u32) {
         let i = self.entries.partition_point(|&(_, p)| p < position);

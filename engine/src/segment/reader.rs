@@ -264,6 +264,60 @@ pub async fn read_batches<F: StorageFile>(
     Ok(out)
 }
 
+/// Where a zero-copy fetch finds its bytes: `len` bytes of whole batches at `position` in a
+/// segment file, through a buffered descriptor that stays open as long as the extent lives.
+#[derive(Clone, Debug)]
+pub struct FileExtent {
+    pub fd: std::sync::Arc<std::os::fd::OwnedFd>,
+    pub position: u64,
+    pub len: u64,
+}
+
+/// The batch that holds `offset`, or the first one after it: walks batch headers from
+/// `position` (a batch boundary, an index entry at or before `offset`) to `limit`, reading one
+/// header at a time. Returns its position, base and last offsets and size, or `None` when no
+/// batch at or after `offset` starts before `limit`.
+pub async fn find_batch<F: StorageFile>(
+    file: &F,
+    segment_base: Offset,
+    mut position: u64,
+    limit: u64,
+    offset: Offset,
+) -> Result<Option<(u64, Offset, Offset, u64)>> {
+    while position + BATCH_HEADER_SIZE as u64 <= limit {
+        let bytes = file
+            .read_at(position, BATCH_HEADER_SIZE)
+            .await
+            .map_err(|e| LogError::io("reading batch headers", e))?;
+        let corrupt = |reason: String| LogError::Corrupt {
+            segment: segment_base,
+            position,
+            reason,
+        };
+        let header = BatchHeader::parse(&bytes)
+            .map_err(|_| corrupt(format!("short read: {} bytes", bytes.len())))?;
+        let Some(size) = header.total_size() else {
+            return Err(corrupt(format!(
+                "bad batch length {}",
+                header.batch_length()
+            )));
+        };
+        if position + size as u64 > limit {
+            return Err(corrupt("batch runs past the segment end".into()));
+        }
+        if header.last_offset() >= offset {
+            return Ok(Some((
+                position,
+                header.base_offset(),
+                header.last_offset(),
+                size as u64,
+            )));
+        }
+        position += size as u64;
+    }
+    Ok(None)
+}
+
 /// Walks batch headers from `position` (a batch boundary) to `limit` and returns the position of
 /// the first batch that ends at or after `offset`, or `limit` if there is none.
 pub async fn position_of<F: StorageFile>(

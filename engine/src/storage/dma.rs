@@ -24,8 +24,8 @@ use super::{IoBuf, Storage, StorageFile, ALIGN};
 pub const READS_IN_FLIGHT_PER_SHARD: usize = 1;
 
 thread_local! {
-    static READS: Rc<async_lock::Semaphore> =
-        Rc::new(async_lock::Semaphore::new(READS_IN_FLIGHT_PER_SHARD));
+    static READS: std::sync::Arc<async_lock::Semaphore> =
+        std::sync::Arc::new(async_lock::Semaphore::new(READS_IN_FLIGHT_PER_SHARD));
     /// fdatasyncs in flight on this shard, and an event when one ends: a cold read waits for
     /// them before it starts, so acknowledgements never queue behind a read in the device.
     static SYNCS: Rc<(std::cell::Cell<usize>, event_listener::Event)> =
@@ -100,6 +100,9 @@ impl IoBuf for DmaIoBuf {
 
 pub struct DmaStorageFile {
     file: DmaFile,
+    path: std::path::PathBuf,
+    /// Opened on first use by a zero-copy fetch (`buffered_fd`).
+    buffered: std::cell::OnceCell<Option<std::sync::Arc<std::os::fd::OwnedFd>>>,
 }
 
 impl StorageFile for DmaStorageFile {
@@ -131,9 +134,7 @@ impl StorageFile for DmaStorageFile {
         if len == 0 {
             return Ok(Vec::new());
         }
-        let reads = READS.with(Rc::clone);
-        let _turn = reads.acquire().await;
-        syncs_done().await;
+        let _turn = disk_read_turn().await;
         let result = self.file.read_at(pos, len).await?;
         Ok(result.to_vec())
     }
@@ -156,6 +157,42 @@ impl StorageFile for DmaStorageFile {
     async fn size(&self) -> io::Result<u64> {
         Ok(self.file.file_size().await?)
     }
+
+    fn buffered_fd(&self) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+        self.buffered
+            .get_or_init(|| {
+                // Read-ahead off: a splice then reads exactly the bytes it sends, never the
+                // pages after them, which the O_DIRECT writer may still rewrite.
+                let opened = std::fs::File::open(&self.path).and_then(|f| {
+                    use std::os::fd::AsRawFd;
+                    let rc = unsafe {
+                        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM)
+                    };
+                    if rc != 0 {
+                        return Err(io::Error::from_raw_os_error(rc));
+                    }
+                    Ok(std::sync::Arc::new(std::os::fd::OwnedFd::from(f)))
+                });
+                match opened {
+                    Ok(fd) => Some(fd),
+                    Err(e) => {
+                        tracing::warn!(path = %self.path.display(), error = %e, "no buffered descriptor; fetches of this segment copy");
+                        None
+                    }
+                }
+            })
+            .clone()
+    }
+}
+
+/// A turn to read from the disk on this shard: waits for the shard's fdatasyncs in flight (at
+/// most `READ_YIELDS_TO_SYNC_MAX`) and holds one of `READS_IN_FLIGHT_PER_SHARD` until dropped.
+/// Zero-copy fetches take one per chunk they splice from a segment file.
+pub async fn disk_read_turn() -> async_lock::SemaphoreGuardArc {
+    let reads = READS.with(std::sync::Arc::clone);
+    let turn = reads.acquire_arc().await;
+    syncs_done().await;
+    turn
 }
 
 thread_local! {
@@ -264,7 +301,11 @@ impl Storage for DmaStorage {
             "device needs {}-byte alignment, more than Sluice's {ALIGN}",
             file.alignment()
         );
-        Ok(DmaStorageFile { file })
+        Ok(DmaStorageFile {
+            file,
+            path: path.to_path_buf(),
+            buffered: std::cell::OnceCell::new(),
+        })
     }
 
     async fn remove(&self, path: &Path) -> io::Result<()> {

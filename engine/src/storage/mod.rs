@@ -14,7 +14,7 @@ use std::path::Path;
 mod dma;
 mod mem;
 
-pub use dma::DmaStorage;
+pub use dma::{disk_read_turn, DmaStorage};
 pub use mem::{CrashMode, MemStorage};
 
 /// Writes and their buffers are aligned to this many bytes. It is the largest logical block
@@ -60,6 +60,11 @@ pub trait StorageFile: 'static {
     async fn allocate(&self, len: u64) -> io::Result<()>;
     async fn truncate(&self, len: u64) -> io::Result<()>;
     async fn size(&self) -> io::Result<u64>;
+    /// A buffered, read-only descriptor of the same file, for zero-copy transfer (splice) of
+    /// bytes that are never written again; `None` when the storage has no descriptors.
+    fn buffered_fd(&self) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+        None
+    }
 }
 
 #[allow(async_fn_in_trait)]
