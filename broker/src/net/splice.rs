@@ -6,7 +6,7 @@
 //! read of pages not in the page cache, or a socket whose send buffer is full (glommio sockets
 //! are blocking-mode, see DESIGN.md), blocks that worker while the shard goes on. The shard
 //! learns of completions by polling the ring between its other tasks (a few tens of
-//! microseconds apart at first, backing off to a millisecond).
+//! microseconds apart at first, backing off to a quarter of a millisecond).
 //!
 //! Each chunk read from a segment first takes the shard's disk read turn, as a cold O_DIRECT read
 //! does (`sluice_engine::storage::disk_read_turn`): at most one in flight, none while a
@@ -31,7 +31,7 @@ const PIPE_BYTES: i32 = 1 << 20;
 const RING_ENTRIES: u32 = 64;
 /// How often a waiting transfer looks for its completion: at first, and at most.
 const POLL_FIRST: Duration = Duration::from_micros(20);
-const POLL_MAX: Duration = Duration::from_millis(1);
+const POLL_MAX: Duration = Duration::from_micros(250);
 
 thread_local! {
     static SPLICER: RefCell<Option<Rc<Splicer>>> = const { RefCell::new(None) };
@@ -122,23 +122,30 @@ impl Splicer {
         let mut transfer = Transfer {
             splicer: self,
             socket: socket.clone(),
-            pending: None,
+            pending: Vec::new(),
             finished: false,
         };
         let mut sent = 0u64;
         while sent < extent.len {
             let chunk = (extent.len - sent).min(pipe.bytes as u64) as u32;
             let turn = sluice_engine::storage::disk_read_turn().await;
+            // The chunk's pages are read ahead in one go (read-ahead is otherwise off for
+            // segment files), then spliced into the pipe.
+            let fd = types::Fd(extent.fd.as_raw_fd());
+            let position = extent.position + sent;
+            let advise = opcode::Fadvise::new(fd, chunk as libc::off_t, libc::POSIX_FADV_WILLNEED)
+                .offset(position)
+                .build();
             let read = opcode::Splice::new(
-                types::Fd(extent.fd.as_raw_fd()),
-                (extent.position + sent) as i64,
+                fd,
+                position as i64,
                 types::Fd(pipe.write.as_raw_fd()),
                 -1,
                 chunk,
             )
             .build();
-            let keep = (pipe.clone(), Some(extent.fd.clone()), socket.clone());
-            let moved = transfer.run(read, keep).await;
+            let keep = || (pipe.clone(), Some(extent.fd.clone()), socket.clone());
+            let moved = transfer.run(vec![(advise, keep()), (read, keep())]).await;
             drop(turn);
             let mut in_pipe = match moved {
                 n if n > 0 => n as u64,
@@ -159,10 +166,9 @@ impl Splicer {
                     -1,
                     in_pipe as u32,
                 )
-                .flags(libc::SPLICE_F_MORE)
                 .build();
                 let keep = (pipe.clone(), None, socket.clone());
-                match transfer.run(write, keep).await {
+                match transfer.run(vec![(write, keep)]).await {
                     n if n > 0 => {
                         in_pipe -= n as u64;
                         sent += n as u64;
@@ -179,22 +185,38 @@ impl Splicer {
         Ok(())
     }
 
-    fn submit(&self, entry: squeue::Entry, keep: Keep) -> io::Result<u64> {
-        let id = self.next_id.get();
-        self.next_id.set(id + 1);
-        // Always on a worker thread, whatever the kernel would guess.
-        let entry = entry.user_data(id).flags(squeue::Flags::ASYNC);
+    /// Submits `entries` as one chain (each runs when the one before it has ended, whatever its
+    /// result) and returns their ids.
+    fn submit(&self, entries: Vec<(squeue::Entry, Keep)>) -> io::Result<Vec<u64>> {
         let mut ring = self.ring.borrow_mut();
-        loop {
-            // Safety: `keep` holds every descriptor the entry names open until it completes.
-            if unsafe { ring.submission().push(&entry) }.is_ok() {
-                break;
+        let count = entries.len();
+        let mut ids = Vec::with_capacity(count);
+        let mut chain = Vec::with_capacity(count);
+        for (i, (entry, keep)) in entries.into_iter().enumerate() {
+            let id = self.next_id.get();
+            self.next_id.set(id + 1);
+            // Always on a worker thread, whatever the kernel would guess.
+            let mut flags = squeue::Flags::ASYNC;
+            if i + 1 < count {
+                flags |= squeue::Flags::IO_HARDLINK;
             }
+            chain.push(entry.user_data(id).flags(flags));
+            self.in_flight.borrow_mut().insert(id, keep);
+            ids.push(id);
+        }
+        let room = {
+            let queue = ring.submission();
+            queue.capacity() - queue.len()
+        };
+        if room < count {
             ring.submit()?;
         }
+        // Safety: each `keep` holds every descriptor its entry names open until it completes;
+        // the queue has room for the whole chain (checked above; the ring is larger than any).
+        unsafe { ring.submission().push_multiple(&chain) }
+            .map_err(|_| io::Error::other("splice ring full"))?;
         ring.submit()?;
-        self.in_flight.borrow_mut().insert(id, keep);
-        Ok(id)
+        Ok(ids)
     }
 
     /// Moves completions out of the ring.
@@ -227,20 +249,25 @@ impl Splicer {
 struct Transfer<'a> {
     splicer: &'a Splicer,
     socket: Rc<OwnedFd>,
-    pending: Option<u64>,
+    /// Operations submitted whose results are not in yet.
+    pending: Vec<u64>,
     finished: bool,
 }
 
 impl Transfer<'_> {
-    /// Runs one operation to its result (a byte count, or minus an errno).
-    async fn run(&mut self, entry: squeue::Entry, keep: Keep) -> i32 {
-        let id = match self.splicer.submit(entry, keep) {
-            Ok(id) => id,
+    /// Runs a chain of operations; returns the last one's result (a byte count, or minus an
+    /// errno).
+    async fn run(&mut self, chain: Vec<(squeue::Entry, Keep)>) -> i32 {
+        let ids = match self.splicer.submit(chain) {
+            Ok(ids) => ids,
             Err(e) => return -e.raw_os_error().unwrap_or(libc::EIO),
         };
-        self.pending = Some(id);
-        let result = self.splicer.wait(id).await;
-        self.pending = None;
+        self.pending = ids.clone();
+        let mut result = 0;
+        for id in ids {
+            result = self.splicer.wait(id).await;
+            self.pending.retain(|&p| p != id);
+        }
         result
     }
 }
@@ -250,12 +277,13 @@ impl Drop for Transfer<'_> {
         if self.finished {
             return;
         }
-        if let Some(id) = self.pending {
+        if !self.pending.is_empty() {
             unsafe { libc::shutdown(self.socket.as_raw_fd(), libc::SHUT_RDWR) };
-            self.splicer.abandoned.borrow_mut().insert(id);
-            // It may have completed already.
-            if self.splicer.done.borrow_mut().remove(&id).is_some() {
-                self.splicer.abandoned.borrow_mut().remove(&id);
+        }
+        for &id in &self.pending {
+            // Its result may be in already.
+            if self.splicer.done.borrow_mut().remove(&id).is_none() {
+                self.splicer.abandoned.borrow_mut().insert(id);
             }
         }
     }
