@@ -26,6 +26,8 @@ use sluice_engine::FileExtent;
 
 /// Bytes a pipe holds, and so the most one splice moves: Linux's default `pipe-max-size`.
 const PIPE_BYTES: i32 = 1 << 20;
+/// Empty pipes a shard keeps for later transfers (two descriptors each).
+const PIPES_KEPT: usize = 64;
 /// Submission queue entries of a shard's splice ring; more transfers than this queue in user
 /// space (each has at most one operation in flight).
 const RING_ENTRIES: u32 = 64;
@@ -181,7 +183,10 @@ impl Splicer {
         }
         transfer.finished = true;
         // The pipe is empty: the next transfer may use it.
-        self.pipes.borrow_mut().push(pipe);
+        let mut pipes = self.pipes.borrow_mut();
+        if pipes.len() < PIPES_KEPT {
+            pipes.push(pipe);
+        }
         Ok(())
     }
 
