@@ -202,7 +202,15 @@ impl<S: Storage> Log<S> {
             }
         };
         loop {
-            match self.extent_end(base, start, max_bytes, max_offset, first, first_batch) {
+            match self.extent_end(
+                &file,
+                base,
+                start,
+                max_bytes,
+                max_offset,
+                first,
+                first_batch,
+            ) {
                 ExtentEnd::At(end) => {
                     return Ok(Some(FileExtent {
                         fd,
@@ -223,9 +231,12 @@ impl<S: Storage> Log<S> {
         }
     }
 
-    /// Where an extent from `start` in the segment at `base` may end (see `read_extent`).
+    /// Where an extent from `start` in `file`, the segment at `base`, may end (see
+    /// `read_extent`).
+    #[allow(clippy::too_many_arguments)]
     fn extent_end(
         &self,
+        file: &Rc<S::File>,
         base: Offset,
         start: u64,
         max_bytes: usize,
@@ -234,7 +245,12 @@ impl<S: Storage> Log<S> {
         first_batch: Option<(Offset, u64)>,
     ) -> ExtentEnd {
         let st = self.state.borrow();
-        let Some(seg) = st.segments.get(&base) else {
+        // Gone, or replaced by compaction while batch headers were read: positions would differ.
+        let Some(seg) = st
+            .segments
+            .get(&base)
+            .filter(|seg| Rc::ptr_eq(&seg.file, file))
+        else {
             return ExtentEnd::None;
         };
         if max_offset <= seg.base_offset {
