@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, FetchRequest, FetchResponse, MetadataRequest,
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, FetchResponse, MetadataRequest,
     ProduceRequest, ProduceResponse, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, StrBytes};
@@ -24,7 +23,7 @@ use sluice_engine::Timestamp;
 
 mod common;
 
-use common::{connect, frame, header_bytes, read_frame, with_size, Broker, Launch};
+use common::{connect, fetch_request, frame, header_bytes, read_frame, with_size, Broker, Launch};
 
 /// Peak resident memory any case may reach, in KiB. The broker idles at about 40 MiB; a broker
 /// that allocated per claimed count or buffered an unread client's responses without bound would
@@ -169,20 +168,6 @@ fn produce_request(topic: &str, records: Bytes) -> ProduceRequest {
                 .with_records(Some(records))])])
 }
 
-fn fetch_request(topic: &str, offset: i64, max_bytes: i32) -> FetchRequest {
-    FetchRequest::default()
-        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-        .with_max_wait_ms(100)
-        .with_min_bytes(1)
-        .with_max_bytes(max_bytes)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(max_bytes)])])
-}
-
 fn create_topic(port: u16, name: &str) {
     let mut s = connect(port);
     let request = CreateTopicsRequest::default()
@@ -269,7 +254,7 @@ impl GoodClient {
                     ApiKey::Fetch,
                     12,
                     self.correlation,
-                    &fetch_request(&self.topic, offset, 8 << 20),
+                    &fetch_request(&self.topic, 0, offset, 8 << 20),
                 ))
                 .unwrap();
             let (correlation, r): (i32, FetchResponse) = response(&mut self.s, ApiKey::Fetch, 12);
@@ -891,7 +876,7 @@ fn a_thousand_pipelined_requests_answer_in_order() {
                     ApiKey::Fetch,
                     12,
                     correlation,
-                    &fetch_request("pipelined", 0, 1 << 20),
+                    &fetch_request("pipelined", 0, 0, 1 << 20),
                 ),
             };
             writer.write_all(&bytes).unwrap();
@@ -955,7 +940,7 @@ fn a_client_that_never_reads_holds_bounded_memory() {
     let mut s = connect(broker.port);
     s.set_write_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-    let fetch = frame(ApiKey::Fetch, 12, 0, &fetch_request("big", 0, 1 << 20));
+    let fetch = frame(ApiKey::Fetch, 12, 0, &fetch_request("big", 0, 0, 1 << 20));
     let metadata = frame(ApiKey::Metadata, 12, 0, &MetadataRequest::default());
     let mut sent = 0usize;
     let started = Instant::now();

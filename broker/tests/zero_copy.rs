@@ -17,12 +17,9 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{connect, frame, read_frame, request, Broker};
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use common::{connect, fetch_request, frame, read_frame, request, Broker};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, FetchResponse, ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use sluice_engine::batch::simple_batch;
 use sluice_engine::Timestamp;
@@ -89,20 +86,6 @@ fn produce(
         out.insert(p, batches);
     }
     out
-}
-
-fn fetch_request(topic: &str, partition: i32, offset: i64, max_bytes: i32) -> FetchRequest {
-    FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(100)
-        .with_min_bytes(1)
-        .with_max_bytes(max_bytes)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(max_bytes)])])
 }
 
 /// The records of the only partition in a fetch response, checked: no error, whole batches,

@@ -125,7 +125,6 @@ impl Splicer {
             splicer: self,
             socket: socket.clone(),
             pending: Vec::new(),
-            finished: false,
         };
         let mut sent = 0u64;
         while sent < extent.len {
@@ -181,7 +180,6 @@ impl Splicer {
                 }
             }
         }
-        transfer.finished = true;
         // The pipe is empty: the next transfer may use it.
         let mut pipes = self.pipes.borrow_mut();
         if pipes.len() < PIPES_KEPT {
@@ -254,9 +252,9 @@ impl Splicer {
 struct Transfer<'a> {
     splicer: &'a Splicer,
     socket: Rc<OwnedFd>,
-    /// Operations submitted whose results are not in yet.
+    /// Operations submitted whose results are not in yet: only while `run` awaits them, so
+    /// only when the transfer is dropped midway.
     pending: Vec<u64>,
-    finished: bool,
 }
 
 impl Transfer<'_> {
@@ -279,9 +277,6 @@ impl Transfer<'_> {
 
 impl Drop for Transfer<'_> {
     fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
         if !self.pending.is_empty() {
             unsafe { libc::shutdown(self.socket.as_raw_fd(), libc::SHUT_RDWR) };
         }

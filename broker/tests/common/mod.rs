@@ -455,6 +455,30 @@ pub fn frame(key: ApiKey, version: i16, correlation_id: i32, request: &impl Enco
     with_size(&buf)
 }
 
+/// A fetch of one partition from `offset`, at most `max_bytes` (for the response and the
+/// partition), waiting up to 100 ms for one byte.
+pub fn fetch_request(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_bytes: i32,
+) -> kafka_protocol::messages::FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    kafka_protocol::messages::FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_wait_ms(100)
+        .with_min_bytes(1)
+        .with_max_bytes(max_bytes)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(kafka_protocol::messages::TopicName(StrBytes::from_string(
+                topic.to_string(),
+            )))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(max_bytes)])])
+}
+
 /// Reads one response frame, or `None` when the broker closed the connection.
 pub fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
     let mut size = [0u8; 4];

@@ -6,10 +6,11 @@
 use std::ops::Bound;
 use std::rc::Rc;
 
-use super::Log;
+use super::{Log, State};
 use crate::batch::{BatchHeader, Records};
 use crate::error::{LogError, Result};
 use crate::segment::reader::{find_batch, read_batches, FileExtent, ReadBatch};
+use crate::segment::Segment;
 use crate::storage::Storage;
 use crate::storage::{align_down, StorageFile};
 use crate::types::{Offset, Timestamp};
@@ -24,6 +25,30 @@ enum Source<F> {
         segment_end: Offset,
     },
     End,
+}
+
+/// `OffsetOutOfRange` unless `offset` is between the log start and the log end.
+fn in_range<F>(st: &State<F>, offset: Offset) -> Result<()> {
+    if offset < st.log_start_offset || offset > st.log_end_offset {
+        return Err(LogError::OffsetOutOfRange {
+            offset,
+            log_start_offset: st.log_start_offset,
+            log_end_offset: st.log_end_offset,
+        });
+    }
+    Ok(())
+}
+
+/// The segment holding `offset`, or the first one after it (offsets compaction removed).
+fn segment_holding<F>(st: &State<F>, offset: Offset) -> Option<&Segment<F>> {
+    let mut candidate = st.segments.range(..=offset).next_back();
+    if candidate.is_none_or(|(_, s)| offset >= s.next_offset) {
+        let after = candidate
+            .map(|(&b, _)| Bound::Excluded(b))
+            .unwrap_or(Bound::Unbounded);
+        candidate = st.segments.range((after, Bound::Unbounded)).next();
+    }
+    candidate.map(|(_, seg)| seg)
 }
 
 enum ExtentEnd {
@@ -45,13 +70,7 @@ impl<S: Storage> Log<S> {
         self.check_usable()?;
         let max_offset = {
             let st = self.state.borrow();
-            if from < st.log_start_offset || from > st.log_end_offset {
-                return Err(LogError::OffsetOutOfRange {
-                    offset: from,
-                    log_start_offset: st.log_start_offset,
-                    log_end_offset: st.log_end_offset,
-                });
-            }
+            in_range(&st, from)?;
             max_offset.min(st.log_end_offset)
         };
         let mut out: Vec<ReadBatch> = Vec::new();
@@ -151,26 +170,13 @@ impl<S: Storage> Log<S> {
         self.check_usable()?;
         let (file, fd, base, entry, exact, limit) = {
             let st = self.state.borrow();
-            if from < st.log_start_offset || from > st.log_end_offset {
-                return Err(LogError::OffsetOutOfRange {
-                    offset: from,
-                    log_start_offset: st.log_start_offset,
-                    log_end_offset: st.log_end_offset,
-                });
-            }
+            in_range(&st, from)?;
             if from >= max_offset.min(st.written_end)
                 || self.cache.get(self.cache_id, from).is_some()
             {
                 return Ok(None);
             }
-            let mut candidate = st.segments.range(..=from).next_back();
-            if candidate.is_none_or(|(_, s)| from >= s.next_offset) {
-                let after = candidate
-                    .map(|(&b, _)| Bound::Excluded(b))
-                    .unwrap_or(Bound::Unbounded);
-                candidate = st.segments.range((after, Bound::Unbounded)).next();
-            }
-            let Some((_, seg)) = candidate else {
+            let Some(seg) = segment_holding(&st, from) else {
                 return Ok(None);
             };
             let Some(fd) = seg.file.buffered_fd() else {
@@ -306,14 +312,7 @@ impl<S: Storage> Log<S> {
                 None => Source::End,
             };
         }
-        let mut candidate = st.segments.range(..=offset).next_back();
-        if candidate.is_none_or(|(_, s)| offset >= s.next_offset) {
-            let after = candidate
-                .map(|(&b, _)| Bound::Excluded(b))
-                .unwrap_or(Bound::Unbounded);
-            candidate = st.segments.range((after, Bound::Unbounded)).next();
-        }
-        let Some((_, seg)) = candidate else {
+        let Some(seg) = segment_holding(&st, offset) else {
             return Source::End;
         };
         let position = if offset > seg.base_offset {
