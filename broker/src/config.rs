@@ -57,7 +57,13 @@ pub struct BrokerConfig {
     /// answered before the broker stops reading from it (Kafka has no broker-side name for this;
     /// the client-side name says the same thing from the other end).
     pub max_in_flight_requests_per_connection: usize,
+    /// `log.retention.check.interval.ms`: how often each shard applies time and size retention
+    /// to its partitions.
+    pub log_retention_check_interval_ms: u64,
 }
+
+/// Kafka's default `log.retention.check.interval.ms` (5 minutes).
+pub const LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
 
 /// Sluice's default broker `fetch.max.bytes`, 2 MiB (Kafka's is 55 MiB). A consumer catching up
 /// then takes its backlog in 2 MiB responses rather than 16 MiB ones (16 partitions x 1 MiB),
@@ -102,6 +108,7 @@ impl Default for BrokerConfig {
             max_connections_per_ip: MAX_CONNECTIONS_DEFAULT,
             connections_max_idle_ms: CONNECTIONS_MAX_IDLE_MS_DEFAULT,
             max_in_flight_requests_per_connection: IN_FLIGHT_PER_CONNECTION_MAX,
+            log_retention_check_interval_ms: LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT,
         }
     }
 }
@@ -151,6 +158,8 @@ struct FileConfig {
     connections_max_idle_ms: Option<u64>,
     #[serde(rename = "max.in.flight.requests.per.connection")]
     max_in_flight_requests_per_connection: Option<usize>,
+    #[serde(rename = "log.retention.check.interval.ms")]
+    log_retention_check_interval_ms: Option<u64>,
 }
 
 /// Command-line flags for the connection limits, under the TOML names with dashes; flags win
@@ -284,6 +293,9 @@ impl BrokerConfig {
         if let Some(v) = file.offsets_topic_partitions {
             self.offsets_topic_partitions = v.max(1);
         }
+        if let Some(v) = file.log_retention_check_interval_ms {
+            self.log_retention_check_interval_ms = v;
+        }
         LimitArgs {
             max_connections: file.max_connections,
             max_connections_per_ip: file.max_connections_per_ip,
@@ -296,6 +308,11 @@ impl BrokerConfig {
 
     /// Checks settings that depend on each other, once the file and flags are applied.
     pub fn validate(&self) -> anyhow::Result<()> {
+        if self.log_retention_check_interval_ms == 0 {
+            anyhow::bail!(
+                "log.retention.check.interval.ms must be at least 1 (Kafka's default is 300000)"
+            );
+        }
         let (session, heartbeat) = (
             self.group_consumer_session_timeout_ms,
             self.group_consumer_heartbeat_interval_ms,

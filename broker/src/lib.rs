@@ -84,6 +84,10 @@ struct ServeArgs {
     /// true); false copies them through memory.
     #[arg(long)]
     fetch_zero_copy: Option<bool>,
+    /// How often retention deletes expired segments (`log.retention.check.interval.ms`).
+    /// Default 300000, as Kafka.
+    #[arg(long)]
+    log_retention_check_interval_ms: Option<u64>,
     /// Connection limits (`max.connections`, `connections.max.idle.ms`, ...).
     #[command(flatten)]
     limits: config::LimitArgs,
@@ -123,6 +127,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.fetch_zero_copy {
         config.fetch_zero_copy = v;
+    }
+    if let Some(v) = args.log_retention_check_interval_ms {
+        config.log_retention_check_interval_ms = v;
     }
     args.limits.apply(&mut config);
     config.validate()?;

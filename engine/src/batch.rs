@@ -166,7 +166,14 @@ pub fn verify(batch: &[u8]) -> Result<BatchHeader<'_>, BatchError> {
 
 /// Full validation of a batch arriving from a producer, before the log assigns offsets.
 /// `max_message_bytes` is the topic's `max.message.bytes`.
-pub fn validate_for_append(batch: &[u8], max_message_bytes: u32) -> Result<(), BatchError> {
+///
+/// Returns the largest record timestamp of an uncompressed batch (Kafka's `LogValidator`
+/// computes it from the records, not from the header: librdkafka sends a max timestamp of 0
+/// with records of timestamp -1), `None` for a compressed one.
+pub fn validate_for_append(
+    batch: &[u8],
+    max_message_bytes: u32,
+) -> Result<Option<Timestamp>, BatchError> {
     if batch.len() > max_message_bytes as usize {
         return Err(BatchError::TooLarge {
             size: batch.len(),
@@ -186,6 +193,7 @@ pub fn validate_for_append(batch: &[u8], max_message_bytes: u32) -> Result<(), B
     // and checked by the consumer that decompresses them.
     if header.compression() == 0 {
         let mut seen = 0;
+        let mut max_delta = i64::MIN;
         for record in Records::new(batch) {
             let record = record?;
             if record.offset_delta != seen {
@@ -194,6 +202,7 @@ pub fn validate_for_append(batch: &[u8], max_message_bytes: u32) -> Result<(), B
                     reason: "offset delta out of sequence",
                 });
             }
+            max_delta = max_delta.max(record.timestamp_delta);
             seen += 1;
         }
         if seen != count {
@@ -202,8 +211,19 @@ pub fn validate_for_append(batch: &[u8], max_message_bytes: u32) -> Result<(), B
                 last_offset_delta: seen - 1,
             });
         }
+        return Ok(Some(Timestamp(
+            header.base_timestamp().0.saturating_add(max_delta),
+        )));
     }
-    Ok(())
+    Ok(None)
+}
+
+/// Sets a `CreateTime` batch's max timestamp to what its records hold, recomputing the CRC (the
+/// field is inside it), as Kafka's `LogValidator` does.
+pub fn stamp_max_timestamp(batch: &mut [u8], max_timestamp: Timestamp) {
+    batch[35..43].copy_from_slice(&max_timestamp.0.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Stamps the fields outside the CRC that the log owns.

@@ -439,3 +439,76 @@ fn idempotent_retries_are_deduplicated_across_clean_and_unclean_restarts() {
         assert_eq!(bumped.base_offset, Offset(info.last_offset.0 + 1));
     });
 }
+
+#[test]
+fn segments_without_timestamps_age_from_their_last_write_not_from_1970() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let clock = Clock::manual(1_000_000_000);
+        let config = LogConfig {
+            retention_ms: 60_000,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/retain/no-ts-0", config.clone(), clock.clone()).await;
+        // Producers that send no timestamp write -1: the batch's max timestamp is -1.
+        for _ in 0..3 {
+            append(&log, None, Some(b"v"), -1).await;
+            log.roll().await.unwrap();
+        }
+        append(&log, None, Some(b"active"), -1).await;
+        assert_eq!(log.segment_count(), 4);
+        clock.advance(59_000);
+        let outcome = log.enforce_retention().await.unwrap();
+        assert_eq!(outcome.segments_deleted, 0, "{outcome:?}");
+        assert_eq!(all_records(&log).await.len(), 4);
+        // Reopened, the segments take their files' times (the simulated disk has none: "now").
+        log.close().await.unwrap();
+        drop(log);
+        let log = open(&storage, "/retain/no-ts-0", config.clone(), clock.clone()).await;
+        clock.advance(59_000);
+        assert_eq!(log.enforce_retention().await.unwrap().segments_deleted, 0);
+        assert_eq!(all_records(&log).await.len(), 4);
+        // Once they have not been written for longer than retention.ms, they go, the active
+        // one too (rolled first).
+        clock.advance(2_000);
+        let outcome = log.enforce_retention().await.unwrap();
+        assert_eq!(outcome.segments_deleted, 4, "{outcome:?}");
+        assert_eq!(log.log_start_offset(), Offset(4));
+        assert_eq!(log.log_end_offset(), Offset(4));
+    });
+}
+
+#[test]
+fn retention_keeps_the_active_segment_while_an_older_one_stays() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let clock = Clock::manual(1_000_000_000);
+        let config = LogConfig {
+            retention_ms: 60_000,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/retain/mixed-0", config, clock.clone()).await;
+        // A fresh closed segment, then an active one with timestamps from 1970: Kafka walks
+        // from the oldest segment and stops at the first that stays, so nothing goes.
+        append(&log, None, Some(b"fresh"), clock.now_ms()).await;
+        log.roll().await.unwrap();
+        append(&log, None, Some(b"old"), 1_000).await;
+        let outcome = log.enforce_retention().await.unwrap();
+        assert_eq!(outcome.segments_deleted, 0, "{outcome:?}");
+        assert_eq!(all_records(&log).await.len(), 2);
+        // With only 1970 timestamps, the log is expired as a whole, as in Kafka.
+        let log2 = open(
+            &storage,
+            "/retain/old-0",
+            LogConfig {
+                retention_ms: 60_000,
+                ..LogConfig::default()
+            },
+            clock.clone(),
+        )
+        .await;
+        append(&log2, None, Some(b"old"), 1_000).await;
+        assert_eq!(log2.enforce_retention().await.unwrap().segments_deleted, 1);
+        assert_eq!(log2.log_start_offset(), Offset(1));
+    });
+}

@@ -97,3 +97,21 @@ def pytest_runtest_makereport(item, call):
             brokers += module.stash.get(BROKERS_KEY, [])
         for b in brokers:
             rep.sections.append((f"sluice log tail ({b.log_path})", b.log_tail()))
+
+
+@pytest.fixture(scope="module")
+def kafka_reference(request):
+    """Apache Kafka 4.x for the module, with the module's `KAFKA_PROPS` (server properties)."""
+    from reference import KafkaReference
+
+    k = KafkaReference(dict(getattr(request.module, "KAFKA_PROPS", {})), name=request.module.__name__)
+    failed_before = request.session.testsfailed
+    try:
+        k.start()
+        yield k
+    finally:
+        k.stop()
+        if request.session.testsfailed > failed_before:
+            print(f"Kafka files kept in {k.root}")
+        else:
+            k.remove()

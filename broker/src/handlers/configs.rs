@@ -128,6 +128,10 @@ pub async fn describe(
                         "max.in.flight.requests.per.connection",
                         config.max_in_flight_requests_per_connection.to_string(),
                     ),
+                    (
+                        "log.retention.check.interval.ms",
+                        config.log_retention_check_interval_ms.to_string(),
+                    ),
                 ];
                 for (key, value) in values {
                     if wanted(key) {

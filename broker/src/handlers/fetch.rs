@@ -167,6 +167,18 @@ enum Records {
     File(FileExtent),
 }
 
+impl Fetched {
+    /// A partition that failed: Kafka answers its offsets as unknown (-1) then.
+    fn failed(error_code: i16) -> Fetched {
+        Fetched {
+            error_code,
+            high_watermark: -1,
+            log_start_offset: -1,
+            records: Records::default(),
+        }
+    }
+}
+
 impl Default for Records {
     fn default() -> Records {
         Records::Memory(Bytes::new())
@@ -225,8 +237,7 @@ async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize, first: bool
                         if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed) {
                             tracing::warn!(topic = %topic, partition, offset, error = %e, "fetch failed");
                         }
-                        fetched.error_code = log_error_code(&e);
-                        return fetched;
+                        return Fetched::failed(log_error_code(&e));
                     }
                 }
             }
@@ -260,7 +271,7 @@ async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize, first: bool
                     if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed) {
                         tracing::warn!(topic = %topic, partition, offset, error = %e, "fetch failed");
                     }
-                    fetched.error_code = log_error_code(&e);
+                    return Fetched::failed(log_error_code(&e));
                 }
             }
             fetched

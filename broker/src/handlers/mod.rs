@@ -6,6 +6,7 @@ use std::rc::Rc;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
+use crate::net::order::Turn;
 use crate::net::response::{Frame, SplicedBuf, Splices};
 use crate::shard::Shard;
 
@@ -96,6 +97,7 @@ pub async fn dispatch(
     version: i16,
     body: &mut Bytes,
     client: Client,
+    turn: &mut Turn,
 ) -> anyhow::Result<Option<Answer>> {
     let request = decode_request(key, version, body)?;
     let mut splices = Splices::default();
@@ -107,7 +109,7 @@ pub async fn dispatch(
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(create_topics::handle(shard, r, version).await)
         }
-        RequestKind::Produce(r) => match produce::handle(shard, r, version).await {
+        RequestKind::Produce(r) => match produce::handle(shard, r, version, turn).await {
             Some(r) => ResponseKind::Produce(r),
             None => return Ok(None),
         },

@@ -11,8 +11,11 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use sluice_engine::LeaderEpoch;
 
+use futures_channel::oneshot;
+
 use super::errors::log_error_code;
-use crate::shard::Shard;
+use crate::net::order::Turn;
+use crate::shard::{wake, Shard};
 
 struct Outcome {
     error_code: i16,
@@ -34,11 +37,14 @@ impl Outcome {
     }
 }
 
+/// Appends on the partition's owner shard; `in_order` completes (or is dropped) once the
+/// batch holds its place in the log's append order, or is refused.
 async fn append_on_owner(
     shard: &Rc<Shard>,
     topic: String,
     partition: i32,
     records: Option<Bytes>,
+    in_order: oneshot::Sender<()>,
 ) -> Outcome {
     let Some(owner) = shard.image().owner(&topic, partition, shard.shared.shards) else {
         return Outcome::error(ResponseError::UnknownTopicOrPartition.code(), None);
@@ -55,9 +61,12 @@ async fn append_on_owner(
                 return Outcome::error(ResponseError::UnknownTopicOrPartition.code(), None);
             };
             // One copy: the log stamps offsets into its own buffer, the request frame is shared.
+            let signal = move || {
+                let _ = in_order.send(());
+            };
             match p
                 .log
-                .append(BytesMut::from(&records[..]), LeaderEpoch(0))
+                .append_signalling(BytesMut::from(&records[..]), LeaderEpoch(0), signal)
                 .await
             {
                 Ok(info) => {
@@ -79,14 +88,17 @@ async fn append_on_owner(
         .await
 }
 
-/// Returns `None` for acks=0: Kafka sends no response then.
+/// Returns `None` for acks=0: Kafka sends no response then. `turn` is told the request is in
+/// order once every batch holds its place in its log, before the appends are durable.
 pub async fn handle(
     shard: &Rc<Shard>,
     request: ProduceRequest,
     version: i16,
+    turn: &mut Turn,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
     let mut tasks = Vec::new();
+    let mut placed = Vec::new();
     for topic in request.topic_data {
         let name = topic.name.0.to_string();
         for p in topic.partition_data {
@@ -96,13 +108,20 @@ pub async fn handle(
             let task = if !matches!(acks, -1..=1) {
                 None
             } else {
+                let (tx, rx) = oneshot::channel();
+                placed.push(rx);
                 Some(glommio::spawn_local(async move {
-                    append_on_owner(&shard, name, index, p.records).await
+                    append_on_owner(&shard, name, index, p.records, tx).await
                 }))
             };
             tasks.push((topic.name.clone(), index, task));
         }
     }
+    for rx in placed {
+        // Completed on the owner shard's thread: never hand it a glommio waker.
+        let _ = wake::owner_woken(rx).await;
+    }
+    turn.in_order();
     let mut response = ProduceResponse::default();
     for (name, index, task) in tasks {
         let outcome = match task {

@@ -24,6 +24,7 @@
 
 pub mod alloc;
 pub mod frame;
+pub mod order;
 pub mod response;
 pub mod splice;
 
@@ -346,6 +347,7 @@ async fn connection(
         Ok::<_, std::io::Error>(())
     }));
     let mut requests = 0u64;
+    let mut chain = order::Chain::default();
     let mut idle_at: Option<&'static str> = None;
     let result: anyhow::Result<&'static str> = loop {
         let mut size = [0u8; 4];
@@ -386,7 +388,7 @@ async fn connection(
         progress.set(Instant::now());
         requests += 1;
         let body = Bytes::from(body);
-        match prepare(&shard, body, peer) {
+        match prepare(&shard, body, peer, chain.next()) {
             Ok(task) => match unless_idle(tx.send(task), &progress, idle).await {
                 Some(Ok(())) => {}
                 Some(Err(_)) => break Ok("response writer stopped"),
@@ -427,10 +429,14 @@ async fn connection(
 }
 
 /// Checks the header and starts the request; the returned task yields the response frame.
+///
+/// The task runs when its [`order::Turn`] comes: a produce once every earlier request of the
+/// connection is in order, anything else once every earlier request is done.
 fn prepare(
     shard: &Rc<Shard>,
     mut body: Bytes,
     peer: Option<SocketAddr>,
+    mut turn: order::Turn,
 ) -> anyhow::Result<Pending> {
     let (key, version, header) = match frame::decode_header(&mut body)? {
         frame::Header::Request {
@@ -447,17 +453,28 @@ fn prepare(
             ));
             let frame =
                 handlers::encode_response(ApiKey::ApiVersions, 0, correlation_id, &response)?;
-            return Ok(glommio::spawn_local(async move { Ok(Some(Frame::Bytes(frame))) }).detach());
+            return Ok(glommio::spawn_local(async move {
+                turn.finish().await;
+                Ok(Some(Frame::Bytes(frame)))
+            })
+            .detach());
         }
     };
     let shard = shard.clone();
     Ok(glommio::spawn_local(async move {
         let _in_flight = shard.request_guard();
+        if key == ApiKey::Produce {
+            turn.after_earlier_in_order().await;
+        } else {
+            turn.after_earlier_done().await;
+        }
         let client = handlers::Client {
             client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
             host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
         };
-        match handlers::dispatch(&shard, key, version, &mut body, client).await {
+        let result = handlers::dispatch(&shard, key, version, &mut body, client, &mut turn).await;
+        turn.finish().await;
+        match result {
             Ok(Some(answer)) => match handlers::encode_answer(key, header.correlation_id, &answer) {
                 Ok(frame) => Ok(Some(frame)),
                 Err(e) => {

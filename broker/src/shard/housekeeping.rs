@@ -1,6 +1,7 @@
 //! Per-shard background work on the shard's partitions, off the produce path: `flush.mode =
-//! interval` fdatasyncs, retention (`retention.ms`, `retention.bytes`, the log start offset) and
-//! compaction of `cleanup.policy = compact` topics.
+//! interval` fdatasyncs, retention (`retention.ms`, `retention.bytes`, the log start offset;
+//! every `log.retention.check.interval.ms`, as Kafka) and compaction of `cleanup.policy =
+//! compact` topics.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -19,9 +20,6 @@ fn ignore_closed(e: LogError) -> Result<(), LogError> {
 
 /// How often interval-flushed logs are checked (`flush.ms` decides whether one is due).
 pub const FLUSH_CHECK_MS: u64 = 50;
-/// Kafka's `log.retention.check.interval.ms` is 5 minutes; a shorter period keeps disk use
-/// closer to the configured limits and costs little (retention looks only at segment metadata).
-pub const RETENTION_CHECK_MS: u64 = 30_000;
 /// How often compacted topics are cleaned.
 pub const COMPACTION_CHECK_MS: u64 = 60_000;
 
@@ -31,6 +29,8 @@ impl Shard {
         glommio::spawn_local(async move {
             let mut last_retention = Instant::now();
             let mut last_compaction = Instant::now();
+            let retention_check =
+                Duration::from_millis(shard.config().log_retention_check_interval_ms);
             loop {
                 glommio::timer::sleep(Duration::from_millis(FLUSH_CHECK_MS)).await;
                 let partitions: Vec<_> = shard.partitions.borrow().iter().map(|(k, p)| (k.clone(), p.clone())).collect();
@@ -39,7 +39,7 @@ impl Shard {
                         tracing::error!(topic = %topic, partition = index, error = %e, "interval flush failed");
                     }
                 }
-                if last_retention.elapsed() >= Duration::from_millis(RETENTION_CHECK_MS) {
+                if last_retention.elapsed() >= retention_check {
                     last_retention = Instant::now();
                     for ((topic, index), p) in &partitions {
                         match p.log.enforce_retention().await {

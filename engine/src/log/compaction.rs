@@ -191,8 +191,11 @@ impl<S: Storage> Log<S> {
         assert_eq!(seg.size, size, "cleaned segment must scan whole");
         {
             let st = self.state.borrow();
-            // Keep the segment's offset range even if its last batches were removed.
-            seg.next_offset = seg.next_offset.max(st.segments[&base].next_offset);
+            // Keep the segment's offset range even if its last batches were removed, and its
+            // age: cleaning is not a write of new data (Kafka keeps `lastModified` too).
+            let old = &st.segments[&base];
+            seg.next_offset = seg.next_offset.max(old.next_offset);
+            seg.last_modified_ms = old.last_modified_ms;
         }
         self.state.borrow_mut().segments.insert(base, seg);
         self.write_segment_indexes(base).await;

@@ -147,10 +147,21 @@ impl Default for LogStats {
     }
 }
 
-/// An append's place in line; see [`Log::take_turn`].
+/// An append's place in line; see `Log::ticket`.
 struct Turn<'a, S: Storage> {
     log: &'a Log<S>,
     ticket: u64,
+}
+
+/// Runs a closure when dropped.
+struct CallOnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for CallOnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
 }
 
 impl<S: Storage> Drop for Turn<'_, S> {
@@ -296,14 +307,25 @@ impl<S: Storage> Log<S> {
 
     /// Appends one record batch (stamped with its offsets and `leader_epoch`) and returns when it
     /// is as durable as `flush.mode` asks.
-    pub async fn append(
+    pub async fn append(&self, batch: BytesMut, leader_epoch: LeaderEpoch) -> Result<AppendInfo> {
+        self.append_signalling(batch, leader_epoch, || {}).await
+    }
+
+    /// [`Log::append`], calling `in_order` as soon as the batch's place in this log's append
+    /// order is fixed (every append started later goes after it), or once it is refused: before
+    /// it waits for room, its turn or durability. A connection lets its next produce start then,
+    /// so pipelined produces keep their order and still share fdatasyncs.
+    pub async fn append_signalling(
         &self,
         mut batch: BytesMut,
         leader_epoch: LeaderEpoch,
+        in_order: impl FnOnce(),
     ) -> Result<AppendInfo> {
+        // Called on every way out, the early refusals included.
+        let in_order = CallOnDrop(Some(in_order));
         self.check_usable()?;
         let config = self.config();
-        batch::validate_for_append(&batch, config.max_message_bytes)?;
+        let records_max_timestamp = batch::validate_for_append(&batch, config.max_message_bytes)?;
         if config.cleanup_compact {
             let header = BatchHeader::parse(&batch)?;
             if header.compression() == 0 && !header.is_control() {
@@ -317,7 +339,9 @@ impl<S: Storage> Log<S> {
         let len = batch.len() as u64;
         // Appends to one log take effect in arrival order, even when one has to wait for room:
         // an idempotent producer's pipelined batches must not overtake each other.
-        let turn = self.take_turn().await;
+        let ticket = self.ticket();
+        drop(in_order);
+        let turn = self.wait_turn(ticket).await;
         // Make room first: nothing is assigned an offset until there is space to write it.
         loop {
             let now = self.clock.now_ms();
@@ -366,6 +390,11 @@ impl<S: Storage> Log<S> {
             if config.message_timestamp_type == TimestampType::LogAppendTime {
                 log_append_time = Timestamp(now);
                 batch::stamp_log_append_time(&mut batch, log_append_time);
+            } else if let Some(max) = records_max_timestamp {
+                let header = BatchHeader::parse(&batch).expect("validated");
+                if header.max_timestamp() != max && !header.is_control() {
+                    batch::stamp_max_timestamp(&mut batch, max);
+                }
             }
             let bytes = batch.freeze();
             let header = BatchHeader::parse(&bytes).expect("validated");
@@ -375,6 +404,7 @@ impl<S: Storage> Log<S> {
             let position = seg.size;
             seg.track_batch(&header, position, config.index_interval_bytes);
             seg.first_append_ms.get_or_insert(now);
+            seg.last_modified_ms = Some(now);
             seg.appender
                 .as_mut()
                 .expect("active segment has an appender")
@@ -408,15 +438,20 @@ impl<S: Storage> Log<S> {
         Ok(info)
     }
 
-    /// Waits for this append's turn. The returned guard passes the turn on when dropped, also
+    /// Takes this append's place in line. The returned guard gives it up when dropped, also
     /// when the append fails or its future is dropped midway.
-    async fn take_turn(&self) -> Turn<'_, S> {
+    fn ticket(&self) -> Turn<'_, S> {
         let ticket = {
             let mut st = self.state.borrow_mut();
             st.next_ticket += 1;
             st.next_ticket - 1
         };
-        let turn = Turn { log: self, ticket };
+        Turn { log: self, ticket }
+    }
+
+    /// Waits for this append's turn.
+    async fn wait_turn<'a>(&'a self, turn: Turn<'a, S>) -> Turn<'a, S> {
+        let ticket = turn.ticket;
         loop {
             if self.state.borrow().serving_ticket == ticket {
                 return turn;
@@ -706,6 +741,7 @@ impl<S: Storage> Log<S> {
             });
         }
         let mut seg = Segment::new(base, Rc::new(file));
+        seg.last_modified_ms = Some(self.clock.now_ms());
         seg.appender = Some(Appender::new(0, Vec::new(), allocate));
         Ok(seg)
     }

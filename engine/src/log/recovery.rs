@@ -116,6 +116,16 @@ impl<S: Storage> Log<S> {
                     seg
                 }
             };
+            let mut seg = seg;
+            // Retention's fallback age for segments without record timestamps, as Kafka's
+            // `lastModified`; a storage without times counts the segment as written now.
+            seg.last_modified_ms = Some(
+                storage
+                    .modified_ms(&path)
+                    .await
+                    .map_err(io("reading a segment's modification time"))?
+                    .unwrap_or_else(|| clock.now_ms()),
+            );
             if let Some((_, prev)) = segments.last_key_value() {
                 let prev: &Segment<S::File> = prev;
                 if seg.base_offset < prev.next_offset {

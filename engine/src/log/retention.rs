@@ -19,47 +19,60 @@ pub struct RetentionOutcome {
 }
 
 impl<S: Storage> Log<S> {
-    /// Applies `retention.ms`, `retention.bytes` and the log start offset: deletes closed
-    /// segments that are wholly expired, over the size budget, or below the log start.
+    /// Applies `retention.ms`, `retention.bytes` and the log start offset as Kafka's
+    /// `UnifiedLog.deleteOldSegments` does: walking from the oldest segment, each one goes while
+    /// it is expired (its [`Segment::largest_timestamp_ms`] more than `retention.ms` ago), over
+    /// the size budget, or wholly below the log start offset, and wholly below the high
+    /// watermark; the walk stops at the first segment that stays. The active segment goes only
+    /// when every segment before it went and it is itself expired or over the budget: it is
+    /// rolled first, so the log keeps an empty active segment at its end.
     pub async fn enforce_retention(&self) -> Result<RetentionOutcome> {
         self.check_usable()?;
         let _io = self.io.lock().await;
         self.check_usable()?;
         let config = self.config();
         let now = self.clock.now_ms();
-        // An expired active segment is rolled so that it can go too, as Kafka does.
-        let roll_active = {
-            let st = self.state.borrow();
-            let active = st.active();
-            config.cleanup_delete
-                && config.retention_ms >= 0
-                && !active.is_empty()
-                && active.max_timestamp.0 < now - config.retention_ms
-        };
-        if roll_active {
-            self.roll_locked().await?;
-        }
-        let victims = {
+        let high_watermark = self.high_watermark();
+        let (victims, roll_active) = {
             let st = self.state.borrow();
             let mut total: u64 = st.segments.values().map(|s| s.size).sum();
             let mut victims = Vec::new();
-            let closed = st.segments.len() - 1;
-            for seg in st.segments.values().take(closed) {
-                let below_start = seg.next_offset <= st.log_start_offset;
+            let mut roll_active = false;
+            let active_base = st.active().base_offset;
+            for seg in st.segments.values() {
+                let is_active = seg.base_offset == active_base;
+                let below_start = !is_active && seg.next_offset <= st.log_start_offset;
                 let expired = config.cleanup_delete
                     && config.retention_ms >= 0
-                    && seg.max_timestamp.0 < now - config.retention_ms;
+                    && seg
+                        .largest_timestamp_ms()
+                        .is_some_and(|t| now - t > config.retention_ms);
                 let over_size = config.cleanup_delete
                     && config.retention_bytes >= 0
                     && total - seg.size >= config.retention_bytes as u64;
-                if !(below_start || expired || over_size) {
+                // Never past the high watermark: a consumer may not have been able to read it.
+                let below_high_watermark = seg.next_offset <= high_watermark;
+                if !((below_start || expired || over_size) && below_high_watermark) {
+                    break;
+                }
+                if is_active {
+                    // An empty active segment has nothing to delete.
+                    roll_active = !seg.is_empty();
                     break;
                 }
                 total -= seg.size;
                 victims.push(seg.base_offset);
             }
-            victims
+            (victims, roll_active)
         };
+        if roll_active {
+            let active = self.state.borrow().active().base_offset;
+            tracing::info!(dir = %self.dir.display(), base_offset = active.0, "rolling the active segment: it is past retention");
+            self.roll_locked().await?;
+            let mut victims = victims;
+            victims.push(active);
+            return self.delete_segments_locked(&victims).await;
+        }
         self.delete_segments_locked(&victims).await
     }
 
@@ -244,7 +257,9 @@ impl<S: Storage> Log<S> {
         }
         {
             let mut st = self.state.borrow_mut();
-            st.segments.insert(keep, rescanned.segment);
+            let mut seg = rescanned.segment;
+            seg.last_modified_ms = Some(self.clock.now_ms());
+            st.segments.insert(keep, seg);
             st.log_end_offset = new_end;
             // The batch holding the target may start below a DeleteRecords start offset.
             st.log_start_offset = st.log_start_offset.min(new_end);

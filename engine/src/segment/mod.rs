@@ -52,6 +52,9 @@ pub struct Segment<F> {
     pub offset_of_max_timestamp: Offset,
     /// Wall-clock time of the first append, for `segment.ms`.
     pub first_append_ms: Option<i64>,
+    /// Wall-clock time of the last append (for a segment loaded from disk, its file's
+    /// modification time): the age retention gives a segment without valid record timestamps.
+    pub last_modified_ms: Option<i64>,
     pub offset_index: OffsetIndex,
     pub time_index: TimeIndex,
     bytes_since_index_entry: u64,
@@ -68,6 +71,7 @@ impl<F> Segment<F> {
             max_timestamp: Timestamp::NONE,
             offset_of_max_timestamp: Offset(-1),
             first_append_ms: None,
+            last_modified_ms: None,
             offset_index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
             bytes_since_index_entry: 0,
@@ -77,6 +81,17 @@ impl<F> Segment<F> {
 
     pub fn is_empty(&self) -> bool {
         self.size == 0
+    }
+
+    /// Kafka's `LogSegment.largestTimestamp`: the largest record timestamp, or where the segment
+    /// holds no valid one (producers that send -1), when it was last modified. Time retention
+    /// measures a segment's age from this. `None` only for a segment never written nor loaded.
+    pub fn largest_timestamp_ms(&self) -> Option<i64> {
+        if self.max_timestamp.0 >= 0 {
+            Some(self.max_timestamp.0)
+        } else {
+            self.last_modified_ms
+        }
     }
 
     pub fn relative(&self, offset: Offset) -> u32 {

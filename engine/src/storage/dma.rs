@@ -335,4 +335,13 @@ impl Storage for DmaStorage {
     async fn exists(&self, path: &Path) -> bool {
         path.exists()
     }
+
+    async fn modified_ms(&self, path: &Path) -> io::Result<Option<i64>> {
+        // One stat of an inode already in the cache, at log open only.
+        let modified = std::fs::metadata(path)?.modified()?;
+        Ok(modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_millis() as i64))
+    }
 }

@@ -331,4 +331,9 @@ impl Storage for MemStorage {
     async fn exists(&self, path: &Path) -> bool {
         self.fs.borrow().files.contains_key(path)
     }
+
+    /// The simulated disk keeps no times: a log opened on it takes its clock's "now" instead.
+    async fn modified_ms(&self, _path: &Path) -> io::Result<Option<i64>> {
+        Ok(None)
+    }
 }

@@ -81,6 +81,9 @@ pub trait Storage: Clone + 'static {
     /// Makes creations, renames and removals in `dir` durable.
     async fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     async fn exists(&self, path: &Path) -> bool;
+    /// The file's last modification time in milliseconds since the epoch, where the storage
+    /// keeps one (retention falls back to it for a segment without record timestamps).
+    async fn modified_ms(&self, path: &Path) -> io::Result<Option<i64>>;
 }
 
 /// Replaces `path` with `data` so that a crash leaves either the old or the new contents:
