@@ -57,10 +57,19 @@ pub struct BrokerConfig {
     /// answered before the broker stops reading from it (Kafka has no broker-side name for this;
     /// the client-side name says the same thing from the other end).
     pub max_in_flight_requests_per_connection: usize,
+    /// `group.min.session.timeout.ms` and `group.max.session.timeout.ms`: the session timeouts
+    /// a classic group member may ask for in JoinGroup (INVALID_SESSION_TIMEOUT otherwise).
+    pub group_min_session_timeout_ms: i64,
+    pub group_max_session_timeout_ms: i64,
     /// `log.retention.check.interval.ms`: how often each shard applies time and size retention
     /// to its partitions.
     pub log_retention_check_interval_ms: u64,
 }
+
+/// Kafka's defaults for `group.min.session.timeout.ms` (6 s) and `group.max.session.timeout.ms`
+/// (30 minutes).
+pub const GROUP_MIN_SESSION_TIMEOUT_MS_DEFAULT: i64 = 6_000;
+pub const GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT: i64 = 1_800_000;
 
 /// Kafka's default `log.retention.check.interval.ms` (5 minutes).
 pub const LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
@@ -109,6 +118,8 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: CONNECTIONS_MAX_IDLE_MS_DEFAULT,
             max_in_flight_requests_per_connection: IN_FLIGHT_PER_CONNECTION_MAX,
             log_retention_check_interval_ms: LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT,
+            group_min_session_timeout_ms: GROUP_MIN_SESSION_TIMEOUT_MS_DEFAULT,
+            group_max_session_timeout_ms: GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -160,6 +171,10 @@ struct FileConfig {
     max_in_flight_requests_per_connection: Option<usize>,
     #[serde(rename = "log.retention.check.interval.ms")]
     log_retention_check_interval_ms: Option<u64>,
+    #[serde(rename = "group.min.session.timeout.ms")]
+    group_min_session_timeout_ms: Option<i64>,
+    #[serde(rename = "group.max.session.timeout.ms")]
+    group_max_session_timeout_ms: Option<i64>,
 }
 
 /// Command-line flags for the connection limits, under the TOML names with dashes; flags win
@@ -296,6 +311,12 @@ impl BrokerConfig {
         if let Some(v) = file.log_retention_check_interval_ms {
             self.log_retention_check_interval_ms = v;
         }
+        if let Some(v) = file.group_min_session_timeout_ms {
+            self.group_min_session_timeout_ms = v;
+        }
+        if let Some(v) = file.group_max_session_timeout_ms {
+            self.group_max_session_timeout_ms = v;
+        }
         LimitArgs {
             max_connections: file.max_connections,
             max_connections_per_ip: file.max_connections_per_ip,
@@ -308,6 +329,13 @@ impl BrokerConfig {
 
     /// Checks settings that depend on each other, once the file and flags are applied.
     pub fn validate(&self) -> anyhow::Result<()> {
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
+            anyhow::bail!(
+                "group.min.session.timeout.ms ({}) is above group.max.session.timeout.ms ({})",
+                self.group_min_session_timeout_ms,
+                self.group_max_session_timeout_ms
+            );
+        }
         if self.log_retention_check_interval_ms == 0 {
             anyhow::bail!(
                 "log.retention.check.interval.ms must be at least 1 (Kafka's default is 300000)"

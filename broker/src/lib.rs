@@ -84,6 +84,14 @@ struct ServeArgs {
     /// true); false copies them through memory.
     #[arg(long)]
     fetch_zero_copy: Option<bool>,
+    /// The shortest session timeout a classic group member may ask for
+    /// (`group.min.session.timeout.ms`). Default 6000.
+    #[arg(long)]
+    group_min_session_timeout_ms: Option<i64>,
+    /// The longest session timeout a classic group member may ask for
+    /// (`group.max.session.timeout.ms`). Default 1800000.
+    #[arg(long)]
+    group_max_session_timeout_ms: Option<i64>,
     /// How often retention deletes expired segments (`log.retention.check.interval.ms`).
     /// Default 300000, as Kafka.
     #[arg(long)]
@@ -127,6 +135,12 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.fetch_zero_copy {
         config.fetch_zero_copy = v;
+    }
+    if let Some(v) = args.group_min_session_timeout_ms {
+        config.group_min_session_timeout_ms = v;
+    }
+    if let Some(v) = args.group_max_session_timeout_ms {
+        config.group_max_session_timeout_ms = v;
     }
     if let Some(v) = args.log_retention_check_interval_ms {
         config.log_retention_check_interval_ms = v;

@@ -29,9 +29,6 @@ pub mod offsets_topic;
 
 use offsets_topic::{CommitKey, CommitValue, OFFSETS_TOPIC};
 
-/// Kafka's `group.min.session.timeout.ms` and `group.max.session.timeout.ms`.
-pub const SESSION_TIMEOUT_MS_MIN: i32 = 6_000;
-pub const SESSION_TIMEOUT_MS_MAX: i32 = 1_800_000;
 /// Members one group may have (Kafka's `group.max.size` defaults to unlimited; a bound is kept).
 pub const GROUP_MEMBERS_MAX: usize = 10_000;
 /// How often expired sessions are looked for.
@@ -66,6 +63,9 @@ pub struct JoinResult {
     pub member_id: String,
     /// (member id, group instance id, metadata), for the leader only.
     pub members: Vec<(String, Option<String>, Bytes)>,
+    /// KIP-814: a static leader that rejoined without a rebalance must not compute new
+    /// assignments (JoinGroup v9+).
+    pub skip_assignment: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -430,6 +430,7 @@ impl Shard {
                     } else {
                         Vec::new()
                     },
+                    skip_assignment: false,
                 });
             }
         }
@@ -442,7 +443,10 @@ impl Shard {
             generation: -1,
             ..Default::default()
         };
-        if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&req.session_timeout_ms) {
+        let config = self.config();
+        let allowed = config.group_min_session_timeout_ms..=config.group_max_session_timeout_ms;
+        if !allowed.contains(&(req.session_timeout_ms as i64)) {
+            tracing::info!(group = %req.group_id, session_timeout_ms = req.session_timeout_ms, min = config.group_min_session_timeout_ms, max = config.group_max_session_timeout_ms, "JoinGroup refused: session timeout outside group.min/max.session.timeout.ms");
             return fail(ResponseError::InvalidSessionTimeout, &req.member_id);
         }
         if req.protocols.is_empty() || req.protocol_type.is_empty() {
@@ -469,28 +473,79 @@ impl Shard {
             let mut member_id = req.member_id.clone();
             if member_id.is_empty() {
                 if let Some(instance) = &req.instance_id {
-                    // A static member coming back takes over its old identity's place.
+                    member_id = new_member_id(&req.client_id);
+                    // KIP-345: a static member coming back (a restart, a new member id) takes
+                    // over its old identity's place and assignment; the old id is fenced.
                     let old = group
                         .members
                         .values()
                         .find(|m| m.instance_id.as_ref() == Some(instance))
                         .map(|m| m.id.clone());
                     if let Some(old) = old {
-                        if let Some(mut m) = group.members.remove(&old) {
-                            if let Some(w) = m.join_waiter.take() {
-                                let _ = w.send(JoinResult {
-                                    error: err(ResponseError::FencedInstanceId),
-                                    member_id: old.clone(),
-                                    generation: -1,
-                                    ..Default::default()
-                                });
-                            }
+                        let mut m = group.members.remove(&old).expect("found");
+                        let fenced = || JoinResult {
+                            error: err(ResponseError::FencedInstanceId),
+                            member_id: old.clone(),
+                            generation: -1,
+                            ..Default::default()
+                        };
+                        if let Some(w) = m.join_waiter.take() {
+                            let _ = w.send(fenced());
                         }
+                        if let Some(w) = m.sync_waiter.take() {
+                            let _ = w.send(SyncResult {
+                                error: err(ResponseError::FencedInstanceId),
+                                ..Default::default()
+                            });
+                        }
+                        m.id = member_id.clone();
+                        m.client_id = req.client_id.clone();
+                        m.client_host = req.client_host.clone();
+                        m.protocols = req.protocols.clone();
+                        m.session_timeout = Duration::from_millis(req.session_timeout_ms as u64);
+                        m.rebalance_timeout = Duration::from_millis(
+                            req.rebalance_timeout_ms.max(req.session_timeout_ms) as u64,
+                        );
+                        m.last_heartbeat = Instant::now();
+                        group.members.insert(member_id.clone(), m);
                         if group.leader.as_ref() == Some(&old) {
-                            group.leader = None;
+                            group.leader = Some(member_id.clone());
+                        }
+                        tracing::info!(group = %group.id, instance = %instance, old = %old, new = %member_id, "static member rejoined under a new member id");
+                        // A stable group whose protocol stays the same does not rebalance: the
+                        // member gets the current generation and, by SyncGroup, its assignment.
+                        if group.state == GroupState::Stable
+                            && group.select_protocol() == group.protocol
+                        {
+                            let leader = group.leader.clone().unwrap_or_default();
+                            let is_leader = leader == member_id;
+                            let protocol = group.protocol.clone();
+                            return JoinResult {
+                                error: 0,
+                                generation: group.generation,
+                                protocol_type: group.protocol_type.clone(),
+                                protocol: protocol.clone(),
+                                leader,
+                                member_id,
+                                members: if is_leader {
+                                    group
+                                        .members
+                                        .values()
+                                        .map(|m| {
+                                            (
+                                                m.id.clone(),
+                                                m.instance_id.clone(),
+                                                m.metadata_for(protocol.as_deref()),
+                                            )
+                                        })
+                                        .collect()
+                                } else {
+                                    Vec::new()
+                                },
+                                skip_assignment: is_leader,
+                            };
                         }
                     }
-                    member_id = new_member_id(&req.client_id);
                 } else {
                     member_id = new_member_id(&req.client_id);
                     if req.require_known_member_id {
@@ -694,7 +749,8 @@ impl Shard {
     }
 
     /// Checks that a commit may be made on behalf of `member_id` at `generation`
-    /// (generation -1: a commit outside group membership, allowed while the group has no members).
+    /// (generation -1: a commit outside group management, allowed while the group has no
+    /// members).
     pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> i16 {
         let groups = self.groups.groups.borrow();
         let Some(group) = groups.get(group_id) else {
@@ -711,7 +767,10 @@ impl Shard {
                 Some(_) => 0,
             };
         }
-        if generation < 0 && member_id.is_empty() {
+        if generation < 0 {
+            // A client outside group management (the admin client, or a consumer that only
+            // assigns partitions; librdkafka's KIP-848 consumer sends its own member id then)
+            // may commit while the group has no members, as in Kafka, whatever its member id.
             return if group.members.is_empty() {
                 0
             } else {

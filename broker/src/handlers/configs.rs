@@ -129,6 +129,14 @@ pub async fn describe(
                         config.max_in_flight_requests_per_connection.to_string(),
                     ),
                     (
+                        "group.min.session.timeout.ms",
+                        config.group_min_session_timeout_ms.to_string(),
+                    ),
+                    (
+                        "group.max.session.timeout.ms",
+                        config.group_max_session_timeout_ms.to_string(),
+                    ),
+                    (
                         "log.retention.check.interval.ms",
                         config.log_retention_check_interval_ms.to_string(),
                     ),

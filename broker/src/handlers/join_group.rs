@@ -59,6 +59,9 @@ pub async fn handle(
         response.protocol_type = result.protocol_type.map(StrBytes::from_string);
     }
     response.protocol_name = Some(StrBytes::from_string(result.protocol.unwrap_or_default()));
+    if version >= 9 {
+        response.skip_assignment = result.skip_assignment;
+    }
     response.members = result
         .members
         .into_iter()

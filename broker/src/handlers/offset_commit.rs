@@ -14,8 +14,15 @@ use crate::shard::Shard;
 
 pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
+    let image = shard.image();
+    // A commit for a topic that does not exist is refused per partition, as Kafka does; the
+    // other partitions of the request are committed.
+    let known = |topic: &str| image.topics.contains_key(topic);
     let mut commits = Vec::new();
     for t in &request.topics {
+        if !known(t.name.0.as_str()) {
+            continue;
+        }
         for p in &t.partitions {
             commits.push((
                 (t.name.0.to_string(), p.partition_index),
@@ -52,6 +59,7 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCo
     };
     let mut response = OffsetCommitResponse::default();
     for t in request.topics {
+        let topic_known = known(t.name.0.as_str());
         response.topics.push(
             OffsetCommitResponseTopic::default()
                 .with_name(t.name)
@@ -59,6 +67,11 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCo
                     t.partitions
                         .iter()
                         .map(|p| {
+                            let code = if topic_known {
+                                code
+                            } else {
+                                ResponseError::UnknownTopicOrPartition.code()
+                            };
                             OffsetCommitResponsePartition::default()
                                 .with_partition_index(p.partition_index)
                                 .with_error_code(code)

@@ -1,0 +1,245 @@
+"""Group behaviours checked against Apache Kafka 4.x on the same client calls.
+
+- Static membership (KIP-345): a member killed with SIGKILL and restarted with the same
+  `group.instance.id` within its session timeout gets its previous partitions back; the other
+  member is not revoked and the group does not rebalance.
+- OffsetCommit for a topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION.
+- `group.min.session.timeout.ms` / `group.max.session.timeout.ms` bound what a member may ask.
+- A `group.protocol=consumer` client that only assigns partitions (no subscription) commits
+  again and again.
+
+Members are separate processes (this file run as a script) so they can be killed for real; each
+prints a JSON line per assignment change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ConfigResource, ResourceType
+
+from harness import admin, create_topic
+
+BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "0"]
+PARTITIONS = 4
+SESSION_TIMEOUT_MS = 20_000
+
+
+def member_main(bootstrap: str, group: str, topic: str, instance: str, out: str) -> None:
+    """A static member: subscribes and logs every assignment change until killed."""
+    log = open(out, "a", buffering=1)
+
+    def emit(ev, parts):
+        log.write(json.dumps({"t": time.monotonic(), "ev": ev, "parts": sorted(tp.partition for tp in parts)}) + "\n")
+
+    c = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
+        "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 500,
+        "partition.assignment.strategy": "range", "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    })
+    c.subscribe([topic], on_assign=lambda _c, p: emit("assign", p), on_revoke=lambda _c, p: emit("revoke", p),
+                on_lost=lambda _c, p: emit("lost", p))
+    while True:
+        c.poll(0.2)
+
+
+class StaticMember:
+    def __init__(self, bootstrap: str, group: str, topic: str, instance: str, out: Path):
+        self.out = out
+        self.proc = subprocess.Popen([sys.executable, __file__, bootstrap, group, topic, instance, str(out)],
+                                     cwd=Path(__file__).parent)
+
+    def events(self) -> list[dict]:
+        if not self.out.exists():
+            return []
+        return [json.loads(line) for line in self.out.read_text().splitlines() if line.strip()]
+
+    def owned(self) -> set[int] | None:
+        """The partitions it owns by its own log, or None before its first assignment."""
+        owned = None
+        for e in self.events():
+            if e["ev"] == "assign":
+                owned = (owned or set()) | set(e["parts"])
+            elif e["ev"] in ("revoke", "lost"):
+                owned = (owned or set()) - set(e["parts"])
+        return owned
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def wait_for(what, predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def broker_members(bootstrap: str, group: str) -> dict[str, tuple[str, set[int]]]:
+    """instance id -> (member id, partitions) as the broker describes the group."""
+    client = admin(bootstrap)
+    (d,) = [f.result(timeout=15) for f in client.describe_consumer_groups([group]).values()]
+    return {m.group_instance_id: (m.member_id, {tp.partition for tp in m.assignment.topic_partitions})
+            for m in d.members}
+
+
+def static_rejoin(bootstrap: str, tmp: Path, name: str):
+    topic, group = f"static-{name}", f"static-group-{name}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    a = StaticMember(bootstrap, group, topic, "a", tmp / f"{name}-a1.log")
+    b = StaticMember(bootstrap, group, topic, "b", tmp / f"{name}-b.log")
+    try:
+        wait_for("both members assigned", lambda: a.owned() and b.owned()
+                 and len(a.owned()) + len(b.owned()) == PARTITIONS)
+        before = wait_for("the broker's view", lambda: (m := broker_members(bootstrap, group)) and len(m) == 2
+                          and all(p for _, p in m.values()) and m)
+        b_events = len(b.events())
+        a_parts = a.owned()
+        a.kill()
+        time.sleep(1)
+        a2 = StaticMember(bootstrap, group, topic, "a", tmp / f"{name}-a2.log")
+        try:
+            wait_for("the restarted member assigned", lambda: a2.owned())
+            # Long enough for a rebalance to have reached b, had there been one.
+            time.sleep(3)
+            after = broker_members(bootstrap, group)
+            return {
+                "restarted_gets": sorted(a2.owned()), "had": sorted(a_parts),
+                "b_events_after_restart": b.events()[b_events:],
+                "b_keeps": sorted(b.owned()),
+                "same_member_id_for_b": after["b"][0] == before["b"][0],
+                "new_member_id_for_a": after["a"][0] != before["a"][0],
+                "broker_assignment_same": {k: sorted(v[1]) for k, v in after.items()}
+                == {k: sorted(v[1]) for k, v in before.items()},
+            }
+        finally:
+            a2.kill()
+    finally:
+        for m in (a, b):
+            if m.proc.poll() is None:
+                m.kill()
+
+
+def test_static_member_restarted_within_its_session_gets_its_partitions_back(broker, kafka_reference, tmp_path):
+    got = {name: static_rejoin(b, tmp_path, name)
+           for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap))}
+    for name, r in got.items():
+        assert r["restarted_gets"] == r["had"], (name, r)
+        assert r["b_events_after_restart"] == [], (name, r)
+        assert r["same_member_id_for_b"] and r["new_member_id_for_a"], (name, r)
+        assert r["broker_assignment_same"], (name, r)
+    assert got["sluice"] == got["kafka"] | {"restarted_gets": got["sluice"]["restarted_gets"],
+                                            "had": got["sluice"]["had"], "b_keeps": got["sluice"]["b_keeps"]}, got
+
+
+def commit_errors(bootstrap: str, group: str, offsets: list[TopicPartition]) -> list[tuple]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        try:
+            result = c.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:
+            return [("request", e.args[0].code())]
+        return sorted((tp.topic, tp.partition, tp.error.code() if tp.error else 0) for tp in result)
+    finally:
+        c.close()
+
+
+def test_commit_for_a_missing_topic_is_refused_as_kafka_does(broker, kafka_reference):
+    got = {}
+    for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):
+        create_topic(b, "commit-known", 2)
+        got[name] = commit_errors(b, "commit-missing", [TopicPartition("commit-known", 0, 5),
+                                                       TopicPartition("no-such-topic", 0, 5)])
+    assert got["kafka"] == got["sluice"], got
+    assert ("no-such-topic", 0, KafkaError.UNKNOWN_TOPIC_OR_PART) in got["sluice"] or \
+        got["sluice"] == [("request", KafkaError.UNKNOWN_TOPIC_OR_PART)], got
+    # The partition of the existing topic is committed all the same.
+    for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):
+        c = Consumer({"bootstrap.servers": b, "group.id": "commit-missing"})
+        (tp,) = c.committed([TopicPartition("commit-known", 0)], timeout=15)
+        c.close()
+        assert tp.offset == 5, (name, tp)
+
+
+def join_error(bootstrap: str, group: str, session_timeout_ms: int) -> int | None:
+    """The error a subscribing consumer with this session timeout gets, or None once assigned."""
+    errors = []
+    assigned = []
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "session.timeout.ms": session_timeout_ms,
+                  "heartbeat.interval.ms": min(500, session_timeout_ms // 3),
+                  "error_cb": lambda e: errors.append(e.code())})
+    c.subscribe(["commit-known"], on_assign=lambda _c, p: assigned.append(p))
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not assigned:
+            m = c.poll(0.2)
+            if m is not None and m.error():
+                errors.append(m.error().code())
+            if KafkaError.INVALID_SESSION_TIMEOUT in errors:
+                return KafkaError.INVALID_SESSION_TIMEOUT
+        return None if assigned else (errors[-1] if errors else -1)
+    finally:
+        c.close()
+
+
+def test_session_timeouts_outside_the_broker_bounds_are_refused(broker, kafka_reference):
+    for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):
+        # Kafka's defaults: 6 s to 30 minutes.
+        assert join_error(b, f"short-{name}", 3_000) == KafkaError.INVALID_SESSION_TIMEOUT, name
+        assert join_error(b, f"ok-{name}", 6_000) is None, name
+    client = admin(broker.bootstrap)
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    described = client.describe_configs([resource])[resource].result(timeout=15)
+    assert described["group.min.session.timeout.ms"].value == "6000"
+    assert described["group.max.session.timeout.ms"].value == "1800000"
+
+
+def test_the_session_timeout_bounds_are_broker_settings():
+    from harness import Broker
+    b = Broker(cores=1, name="session-bounds",
+               extra_args=["--group-min-session-timeout-ms", "1000", "--group-max-session-timeout-ms", "4000",
+                           "--group-initial-rebalance-delay-ms", "0"])
+    try:
+        b.start()
+        create_topic(b.bootstrap, "commit-known", 2)
+        assert join_error(b.bootstrap, "short-ok", 3_000) is None
+        assert join_error(b.bootstrap, "too-long", 6_000) == KafkaError.INVALID_SESSION_TIMEOUT
+        b.stop_cleanly()
+    finally:
+        if b.running():
+            b.stop_cleanly()
+        b.remove()
+
+
+def test_an_assign_only_consumer_protocol_client_commits_again_and_again(broker, kafka_reference):
+    for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):
+        create_topic(b, "assign-commits", 2)
+        c = Consumer({"bootstrap.servers": b, "group.id": "assign-only", "group.protocol": "consumer",
+                      "enable.auto.commit": False})
+        try:
+            c.assign([TopicPartition("assign-commits", 0, 0), TopicPartition("assign-commits", 1, 0)])
+            for i in range(1, 6):
+                result = c.commit(offsets=[TopicPartition("assign-commits", 0, i), TopicPartition("assign-commits", 1, 10 * i)],
+                                  asynchronous=False)
+                assert [tp.error for tp in result] == [None, None], (name, i, result)
+            committed = c.committed([TopicPartition("assign-commits", 0), TopicPartition("assign-commits", 1)], timeout=15)
+            assert [tp.offset for tp in committed] == [5, 50], (name, committed)
+        finally:
+            c.close()
+
+
+if __name__ == "__main__":
+    member_main(*sys.argv[1:6])
