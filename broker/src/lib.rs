@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 mod config;
+mod config_catalog;
 mod group;
 mod handlers;
 mod metadata;

@@ -37,6 +37,62 @@ pub struct MetadataImage {
     /// Next idempotent producer id to hand out (InitProducerId).
     #[serde(default)]
     pub next_producer_id: i64,
+    /// Dynamic broker configs (AlterConfigs / IncrementalAlterConfigs on a broker resource), by
+    /// resource name: "" for the cluster-wide default, the node id for one broker. Kafka names.
+    #[serde(default)]
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Topic configs whose default comes from a broker config (Kafka's synonyms): a dynamic broker
+/// config under the second name applies to every topic without its own override.
+pub const TOPIC_BROKER_SYNONYMS: &[(&str, &str)] = &[
+    ("cleanup.policy", "log.cleanup.policy"),
+    ("compression.type", "compression.type"),
+    ("delete.retention.ms", "log.cleaner.delete.retention.ms"),
+    ("flush.ms", "log.flush.interval.ms"),
+    ("index.interval.bytes", "log.index.interval.bytes"),
+    ("max.message.bytes", "message.max.bytes"),
+    ("message.timestamp.type", "log.message.timestamp.type"),
+    ("retention.bytes", "log.retention.bytes"),
+    ("retention.ms", "log.retention.ms"),
+    ("segment.bytes", "log.segment.bytes"),
+    ("segment.ms", "log.roll.ms"),
+];
+
+impl MetadataImage {
+    /// A dynamic broker config as this broker sees it: its own value, else the cluster-wide
+    /// default, with the source that set it (2 = per broker, 3 = cluster default, as Kafka's
+    /// DescribeConfigs `config_source`).
+    pub fn dynamic_broker_config(&self, node_id: i32, name: &str) -> Option<(&str, i8)> {
+        let ours = self
+            .broker_configs
+            .get(&node_id.to_string())
+            .and_then(|m| m.get(name));
+        if let Some(v) = ours {
+            return Some((v.as_str(), 2));
+        }
+        self.broker_configs
+            .get("")
+            .and_then(|m| m.get(name))
+            .map(|v| (v.as_str(), 3))
+    }
+
+    /// A topic's configs with the dynamic broker defaults filled in under topic names, then its
+    /// own overrides on top: what its logs run with.
+    pub fn effective_topic_configs(
+        &self,
+        node_id: i32,
+        topic: &TopicMeta,
+    ) -> BTreeMap<String, String> {
+        let mut configs = BTreeMap::new();
+        for (topic_key, broker_key) in TOPIC_BROKER_SYNONYMS {
+            if let Some((v, _)) = self.dynamic_broker_config(node_id, broker_key) {
+                configs.insert(topic_key.to_string(), v.to_string());
+            }
+        }
+        configs.extend(topic.configs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        configs
+    }
 }
 
 impl MetadataImage {

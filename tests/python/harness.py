@@ -247,7 +247,14 @@ def create_topic(bootstrap: str, name: str, partitions: int, config: dict | None
         request_timeout=15,
     )
     futures[name].result(timeout=20)
-    md = client.list_topics(topic=name, timeout=10)
+    # Sluice answers Metadata with the new topic at once; Apache Kafka (the reference in the
+    # differential tests) may take a moment to propagate it to its broker's metadata cache.
+    deadline = time.monotonic() + 15
+    while True:
+        md = client.list_topics(topic=name, timeout=10)
+        if md.topics[name].error is None or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert md.topics[name].error is None, md.topics[name].error
     assert sorted(md.topics[name].partitions) == list(range(partitions))
 

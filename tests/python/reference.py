@@ -10,6 +10,7 @@ what each answers.
 from __future__ import annotations
 
 import base64
+import gc
 import os
 import shutil
 import signal
@@ -89,7 +90,7 @@ class KafkaReference:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
                                   "-c", str(props), "--standalone"),
-                       check=True, stdout=subprocess.DEVNULL, timeout=120)
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
         out = open(self.root / "stdout.log", "wb")
         self.proc = subprocess.Popen(self._java("kafka.Kafka", str(props)), stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=subprocess.STDOUT)
@@ -115,6 +116,9 @@ class KafkaReference:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
+        # Clients a test left for the garbage collector go while Kafka still answers, rather
+        # than retry their connections loudly afterwards.
+        gc.collect()
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
             try:

@@ -1,5 +1,13 @@
-//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics (Kafka's names and
-//! defaults) and, read-only, for the broker.
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers, under
+//! Kafka's names, types (KIP-569) and defaults.
+//!
+//! A broker lists every config Kafka 4.x has (`config_catalog.rs`): Sluice's value where Sluice
+//! reads the setting, Kafka's default where it only accepts it, then Sluice's own settings.
+//! Dynamic broker configs (per broker, or the cluster-wide default under the empty name) are
+//! stored in the metadata image, durably, and applied by every shard when the image arrives:
+//! the `log.*` topic defaults (their synonyms, `TOPIC_BROKER_SYNONYMS`) and the connection
+//! limits take effect at once, as in Kafka. Configs Kafka cannot change without a restart are
+//! refused.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -14,34 +22,285 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::metadata::{log_config, TOPIC_CONFIG_DEFAULTS};
+use kafka_protocol::messages::describe_configs_response::DescribeConfigsSynonym;
+
+use crate::config::BrokerConfig;
+use crate::config_catalog::BROKER_CONFIGS;
+use crate::metadata::{
+    log_config, MetadataImage, TopicMeta, TOPIC_BROKER_SYNONYMS, TOPIC_CONFIG_DEFAULTS,
+};
 use crate::shard::Shard;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
+// DescribeConfigs `config_source`, Kafka's values.
 const SOURCE_TOPIC_CONFIG: i8 = 1;
+const SOURCE_DYNAMIC_BROKER_CONFIG: i8 = 2;
+const SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG: i8 = 3;
 const SOURCE_STATIC_BROKER_CONFIG: i8 = 4;
 const SOURCE_DEFAULT_CONFIG: i8 = 5;
+// DescribeConfigs `config_type` (KIP-569).
+const TYPE_BOOLEAN: i8 = 1;
+const TYPE_STRING: i8 = 2;
+const TYPE_INT: i8 = 3;
+const TYPE_SHORT: i8 = 4;
+const TYPE_LONG: i8 = 5;
+const TYPE_DOUBLE: i8 = 6;
+const TYPE_LIST: i8 = 7;
 
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 const OP_APPEND: i8 = 2;
 const OP_SUBTRACT: i8 = 3;
 
-fn entry(name: &str, value: &str, source: i8, read_only: bool) -> DescribeConfigsResourceResult {
-    DescribeConfigsResourceResult::default()
-        .with_name(StrBytes::from_string(name.to_string()))
-        .with_value(Some(StrBytes::from_string(value.to_string())))
-        .with_read_only(read_only)
-        .with_config_source(source)
+/// What Sluice says of a Kafka broker setting it accepts but does not use.
+const ACCEPTED_ONLY: &str =
+    "A Kafka broker setting that Sluice accepts and reports with Kafka's default; it has no effect in Sluice.";
+
+/// Broker settings Sluice reads, under Kafka's names (and Sluice's own, at the end), with what
+/// they do here and their value in this process.
+fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &'static str)> {
+    vec![
+        ("node.id", config.node_id.to_string(), "This node's id in the cluster."),
+        ("broker.id", config.node_id.to_string(), "The same as node.id."),
+        ("listeners", format!("PLAINTEXT://{}", config.listener), "Where the Kafka protocol is served; changing it needs a restart in Sluice."),
+        ("advertised.listeners", format!("PLAINTEXT://{}:{}", config.advertised_host, config.advertised_port), "The address clients are told to connect to."),
+        ("log.dirs", config.data_dir.display().to_string(), "The directory holding partition logs and the metadata file (one directory)."),
+        ("num.partitions", config.num_partitions.to_string(), "Partitions of auto-created topics and of CreateTopics asking for -1."),
+        ("auto.create.topics.enable", config.auto_create_topics.to_string(), "Whether Metadata for an unknown topic creates it."),
+        ("socket.request.max.bytes", config.socket_request_max_bytes.to_string(), "The largest request frame; a larger one closes its connection before anything is allocated."),
+        ("default.replication.factor", "1".to_string(), "Replicas of new topics; one until replication exists."),
+        ("min.insync.replicas", "1".to_string(), "In-sync replicas an acks=all produce needs; one until replication exists."),
+        ("fetch.max.bytes", config.fetch_max_bytes.to_string(), "The most record bytes one fetch response carries, whatever the client asks; its first batch always goes."),
+        ("group.initial.rebalance.delay.ms", config.group_initial_rebalance_delay_ms.to_string(), "How long a new classic group waits for more members before its first assignment."),
+        ("group.consumer.session.timeout.ms", config.group_consumer_session_timeout_ms.to_string(), "How long a group.protocol=consumer member may go without a heartbeat before it leaves its group."),
+        ("group.consumer.heartbeat.interval.ms", config.group_consumer_heartbeat_interval_ms.to_string(), "How often group.protocol=consumer members are told to heartbeat."),
+        ("group.min.session.timeout.ms", config.group_min_session_timeout_ms.to_string(), "The shortest session timeout a classic group member may ask for."),
+        ("group.max.session.timeout.ms", config.group_max_session_timeout_ms.to_string(), "The longest session timeout a classic group member may ask for."),
+        ("offsets.topic.num.partitions", config.offsets_topic_partitions.to_string(), "Partitions of __consumer_offsets, which holds committed offsets."),
+        ("max.connections", config.max_connections.to_string(), "Client connections held open at once over all shards; more are closed at once. Changes without a restart."),
+        ("max.connections.per.ip", config.max_connections_per_ip.to_string(), "Client connections held open at once from one address. Changes without a restart."),
+        ("connections.max.idle.ms", config.connections_max_idle_ms.to_string(), "A connection that makes no progress for this long is closed."),
+        ("log.retention.check.interval.ms", config.log_retention_check_interval_ms.to_string(), "How often each shard applies time and size retention to its partitions."),
+        // Sluice's own settings, not Kafka's.
+        ("batch.cache.bytes", config.batch_cache_bytes.to_string(), "Sluice: the batch cache budget of each shard, for tail reads."),
+        ("fetch.zero.copy", config.fetch_zero_copy.to_string(), "Sluice: records on disk go from the segment files to the socket by splice, never through the broker's memory."),
+        ("max.in.flight.requests.per.connection", config.max_in_flight_requests_per_connection.to_string(), "Sluice: requests of one connection read and not yet answered before the broker stops reading from it."),
+    ]
+}
+
+/// Broker configs Kafka changes without a restart that Sluice reads only at start: refused,
+/// rather than stored and silently not applied.
+const RESTART_ONLY_IN_SLUICE: &[&str] = &["listeners"];
+
+/// Topic configs: their type and what they do.
+fn topic_config_doc(key: &str) -> (i8, &'static str) {
+    match key {
+        "cleanup.policy" => (TYPE_LIST, "delete (retention removes old segments), compact (the latest value per key is kept), or both."),
+        "compression.type" => (TYPE_STRING, "The codec batches are stored with: producer (as sent), uncompressed, gzip, snappy, lz4 or zstd."),
+        "delete.retention.ms" => (TYPE_LONG, "How long compaction keeps tombstones (null values) readable."),
+        "flush.mode" => (TYPE_STRING, "Sluice: batch (fdatasync before a produce is acknowledged, group-committed), interval (every flush.ms) or none."),
+        "flush.ms" => (TYPE_LONG, "Under flush.mode=interval, how often written data is fdatasync'd."),
+        "index.interval.bytes" => (TYPE_INT, "Bytes between two entries of the sparse offset and time indexes."),
+        "max.message.bytes" => (TYPE_INT, "The largest record batch a produce may append."),
+        "message.timestamp.type" => (TYPE_STRING, "CreateTime (the producer's timestamps) or LogAppendTime (the broker's clock)."),
+        "retention.bytes" => (TYPE_LONG, "The most bytes a partition keeps before its oldest segments go; -1 for no limit."),
+        "retention.ms" => (TYPE_LONG, "How long records are kept, measured from a segment's largest record timestamp (or its last write, without timestamps); -1 for ever."),
+        "segment.bytes" => (TYPE_INT, "The size at which a segment is closed and a new one started."),
+        "segment.ms" => (TYPE_LONG, "The age at which a segment is closed and a new one started."),
+        _ => (TYPE_STRING, ACCEPTED_ONLY),
+    }
+}
+
+/// One config as DescribeConfigs reports it.
+struct Described {
+    name: String,
+    value: Option<String>,
+    source: i8,
+    read_only: bool,
+    sensitive: bool,
+    config_type: i8,
+    documentation: &'static str,
+    /// Most specific first, the entry's own source included.
+    synonyms: Vec<(String, Option<String>, i8)>,
+}
+
+impl Described {
+    fn result(
+        self,
+        include_synonyms: bool,
+        include_documentation: bool,
+        version: i16,
+    ) -> DescribeConfigsResourceResult {
+        let value = if self.sensitive { None } else { self.value };
+        let mut r = DescribeConfigsResourceResult::default()
+            .with_name(StrBytes::from_string(self.name))
+            .with_value(value.map(StrBytes::from_string))
+            .with_read_only(self.read_only)
+            .with_config_source(self.source)
+            .with_is_sensitive(self.sensitive);
+        if include_synonyms {
+            r.synonyms = self
+                .synonyms
+                .into_iter()
+                .map(|(name, value, source)| {
+                    DescribeConfigsSynonym::default()
+                        .with_name(StrBytes::from_string(name))
+                        .with_value(if self.sensitive {
+                            None
+                        } else {
+                            value.map(StrBytes::from_string)
+                        })
+                        .with_source(source)
+                })
+                .collect();
+        }
+        if version >= 3 {
+            r.config_type = self.config_type;
+            if include_documentation {
+                r.documentation = Some(StrBytes::from_static_str(self.documentation));
+            }
+        }
+        r
+    }
+}
+
+/// Every broker config under Kafka's names (with Sluice's value where Sluice reads it, else
+/// Kafka's default), then Sluice's own settings.
+fn describe_broker(config: &BrokerConfig, image: &MetadataImage) -> Vec<Described> {
+    let sluice: BTreeMap<&str, (String, &str)> = sluice_broker_settings(config)
+        .into_iter()
+        .map(|(k, v, doc)| (k, (v, doc)))
+        .collect();
+    let mut out = Vec::new();
+    for def in BROKER_CONFIGS {
+        let ours = sluice.get(def.name);
+        let mut synonyms = Vec::new();
+        for (resource, source) in [
+            (config.node_id.to_string(), SOURCE_DYNAMIC_BROKER_CONFIG),
+            (String::new(), SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ] {
+            if let Some(v) = image
+                .broker_configs
+                .get(&resource)
+                .and_then(|m| m.get(def.name))
+            {
+                synonyms.push((def.name.to_string(), Some(v.clone()), source));
+            }
+        }
+        if let Some((v, _)) = ours {
+            if def.default != Some(v.as_str()) {
+                synonyms.push((
+                    def.name.to_string(),
+                    Some(v.clone()),
+                    SOURCE_STATIC_BROKER_CONFIG,
+                ));
+            }
+        }
+        if let Some(d) = def.default {
+            synonyms.push((
+                def.name.to_string(),
+                Some(d.to_string()),
+                SOURCE_DEFAULT_CONFIG,
+            ));
+        }
+        let (value, source) = synonyms
+            .first()
+            .map(|(_, v, s)| (v.clone(), *s))
+            .unwrap_or((None, SOURCE_DEFAULT_CONFIG));
+        out.push(Described {
+            name: def.name.to_string(),
+            value,
+            source,
+            read_only: def.read_only || RESTART_ONLY_IN_SLUICE.contains(&def.name),
+            sensitive: def.sensitive,
+            config_type: def.config_type,
+            documentation: ours.map_or(ACCEPTED_ONLY, |(_, doc)| doc),
+            synonyms,
+        });
+    }
+    for (name, (value, doc)) in &sluice {
+        if BROKER_CONFIGS.iter().any(|d| d.name == *name) {
+            continue;
+        }
+        let config_type = if value.parse::<i64>().is_ok() {
+            TYPE_LONG
+        } else if value == "true" || value == "false" {
+            TYPE_BOOLEAN
+        } else {
+            TYPE_STRING
+        };
+        out.push(Described {
+            name: name.to_string(),
+            value: Some(value.clone()),
+            source: SOURCE_STATIC_BROKER_CONFIG,
+            read_only: true,
+            sensitive: false,
+            config_type,
+            documentation: doc,
+            synonyms: vec![(
+                name.to_string(),
+                Some(value.clone()),
+                SOURCE_STATIC_BROKER_CONFIG,
+            )],
+        });
+    }
+    out
+}
+
+/// A topic's configs: its override, else a dynamic broker default under the synonym, else the
+/// default.
+fn describe_topic(
+    config: &BrokerConfig,
+    image: &MetadataImage,
+    topic: &TopicMeta,
+) -> Vec<Described> {
+    let mut out = Vec::new();
+    for (key, default) in TOPIC_CONFIG_DEFAULTS {
+        let (config_type, documentation) = topic_config_doc(key);
+        let mut synonyms = Vec::new();
+        if let Some(v) = topic.configs.get(*key) {
+            synonyms.push((key.to_string(), Some(v.clone()), SOURCE_TOPIC_CONFIG));
+        }
+        if let Some((_, broker_key)) = TOPIC_BROKER_SYNONYMS.iter().find(|(k, _)| k == key) {
+            if let Some((v, source)) = image.dynamic_broker_config(config.node_id, broker_key) {
+                synonyms.push((broker_key.to_string(), Some(v.to_string()), source));
+            }
+            synonyms.push((
+                broker_key.to_string(),
+                Some(default.to_string()),
+                SOURCE_DEFAULT_CONFIG,
+            ));
+        } else {
+            synonyms.push((
+                key.to_string(),
+                Some(default.to_string()),
+                SOURCE_DEFAULT_CONFIG,
+            ));
+        }
+        let (_, value, source) = synonyms[0].clone();
+        out.push(Described {
+            name: key.to_string(),
+            value,
+            source,
+            read_only: false,
+            sensitive: false,
+            config_type,
+            documentation,
+            synonyms,
+        });
+    }
+    out
 }
 
 pub async fn describe(
     shard: &Rc<Shard>,
     request: DescribeConfigsRequest,
+    version: i16,
 ) -> DescribeConfigsResponse {
     let mut response = DescribeConfigsResponse::default();
     let config = shard.config().clone();
+    let image = shard.image();
     for resource in request.resources {
         let name = resource.resource_name.to_string();
         let wanted = |key: &str| {
@@ -53,112 +312,201 @@ pub async fn describe(
         let mut result = DescribeConfigsResult::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
-        match resource.resource_type {
-            RESOURCE_TOPIC => match shard.image().topics.get(&name) {
-                Some(topic) => {
-                    for (key, default) in TOPIC_CONFIG_DEFAULTS {
-                        if !wanted(key) {
-                            continue;
-                        }
-                        result.configs.push(match topic.configs.get(*key) {
-                            Some(v) => entry(key, v, SOURCE_TOPIC_CONFIG, false),
-                            None => entry(key, default, SOURCE_DEFAULT_CONFIG, false),
-                        });
-                    }
-                }
+        let described = match resource.resource_type {
+            RESOURCE_TOPIC => match image.topics.get(&name) {
+                Some(topic) => describe_topic(&config, &image, topic),
                 None => {
                     result.error_code = ResponseError::UnknownTopicOrPartition.code();
                     result.error_message = Some(StrBytes::from_string(format!(
                         "topic {name} does not exist"
                     )));
+                    Vec::new()
                 }
             },
-            RESOURCE_BROKER => {
-                let values = [
-                    ("node.id", config.node_id.to_string()),
-                    ("listeners", format!("PLAINTEXT://{}", config.listener)),
-                    (
-                        "advertised.listeners",
-                        format!(
-                            "PLAINTEXT://{}:{}",
-                            config.advertised_host, config.advertised_port
-                        ),
-                    ),
-                    ("log.dirs", config.data_dir.display().to_string()),
-                    ("num.partitions", config.num_partitions.to_string()),
-                    (
-                        "auto.create.topics.enable",
-                        config.auto_create_topics.to_string(),
-                    ),
-                    (
-                        "socket.request.max.bytes",
-                        config.socket_request_max_bytes.to_string(),
-                    ),
-                    ("default.replication.factor", "1".to_string()),
-                    ("min.insync.replicas", "1".to_string()),
-                    ("batch.cache.bytes", config.batch_cache_bytes.to_string()),
-                    ("fetch.max.bytes", config.fetch_max_bytes.to_string()),
-                    ("fetch.zero.copy", config.fetch_zero_copy.to_string()),
-                    (
-                        "group.initial.rebalance.delay.ms",
-                        config.group_initial_rebalance_delay_ms.to_string(),
-                    ),
-                    (
-                        "group.consumer.session.timeout.ms",
-                        config.group_consumer_session_timeout_ms.to_string(),
-                    ),
-                    (
-                        "group.consumer.heartbeat.interval.ms",
-                        config.group_consumer_heartbeat_interval_ms.to_string(),
-                    ),
-                    (
-                        "offsets.topic.num.partitions",
-                        config.offsets_topic_partitions.to_string(),
-                    ),
-                    ("max.connections", config.max_connections.to_string()),
-                    (
-                        "max.connections.per.ip",
-                        config.max_connections_per_ip.to_string(),
-                    ),
-                    (
-                        "connections.max.idle.ms",
-                        config.connections_max_idle_ms.to_string(),
-                    ),
-                    (
-                        "max.in.flight.requests.per.connection",
-                        config.max_in_flight_requests_per_connection.to_string(),
-                    ),
-                    (
-                        "group.min.session.timeout.ms",
-                        config.group_min_session_timeout_ms.to_string(),
-                    ),
-                    (
-                        "group.max.session.timeout.ms",
-                        config.group_max_session_timeout_ms.to_string(),
-                    ),
-                    (
-                        "log.retention.check.interval.ms",
-                        config.log_retention_check_interval_ms.to_string(),
-                    ),
-                ];
-                for (key, value) in values {
-                    if wanted(key) {
-                        result
-                            .configs
-                            .push(entry(key, &value, SOURCE_STATIC_BROKER_CONFIG, true));
+            // The cluster-wide defaults: only those set, as Kafka lists them.
+            RESOURCE_BROKER if name.is_empty() => image
+                .broker_configs
+                .get("")
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| {
+                    let def = BROKER_CONFIGS.iter().find(|d| d.name == k);
+                    Described {
+                        name: k.clone(),
+                        value: Some(v.clone()),
+                        source: SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
+                        read_only: false,
+                        sensitive: def.is_some_and(|d| d.sensitive),
+                        config_type: def.map_or(TYPE_STRING, |d| d.config_type),
+                        documentation: ACCEPTED_ONLY,
+                        synonyms: vec![(
+                            k.clone(),
+                            Some(v.clone()),
+                            SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
+                        )],
                     }
-                }
+                })
+                .collect(),
+            RESOURCE_BROKER if name == config.node_id.to_string() => {
+                describe_broker(&config, &image)
+            }
+            RESOURCE_BROKER => {
+                result.error_code = ResponseError::InvalidRequest.code();
+                result.error_message = Some(StrBytes::from_string(format!(
+                    "broker {name} is not this broker ({})",
+                    config.node_id
+                )));
+                Vec::new()
             }
             other => {
                 result.error_code = ResponseError::InvalidRequest.code();
                 result.error_message = Some(StrBytes::from_string(format!(
                     "resource type {other} is not supported"
                 )));
+                Vec::new()
             }
-        }
+        };
+        result.configs = described
+            .into_iter()
+            .filter(|d| wanted(&d.name))
+            .map(|d| {
+                d.result(
+                    request.include_synonyms,
+                    request.include_documentation,
+                    version,
+                )
+            })
+            .collect();
         response.results.push(result);
     }
     response
+}
+
+/// Checks one dynamic broker config value: a known name Kafka changes without a restart (and
+/// Sluice too), of the right type; a topic default also as the topic config it stands for.
+fn check_broker_config(name: &str, value: &str) -> Result<(), (i16, String)> {
+    // Kafka stores broker configs it does not know (plugins read their own), and so does Sluice.
+    let Some(def) = BROKER_CONFIGS.iter().find(|d| d.name == name) else {
+        return Ok(());
+    };
+    if def.read_only || RESTART_ONLY_IN_SLUICE.contains(&name) {
+        return Err((
+            ResponseError::InvalidRequest.code(),
+            format!("cannot update {name} dynamically; it is read at start-up"),
+        ));
+    }
+    let ok = match def.config_type {
+        TYPE_BOOLEAN => value == "true" || value == "false",
+        TYPE_INT => value.parse::<i32>().is_ok(),
+        TYPE_SHORT => value.parse::<i16>().is_ok(),
+        TYPE_LONG => value.parse::<i64>().is_ok(),
+        TYPE_DOUBLE => value.parse::<f64>().is_ok(),
+        _ => true,
+    };
+    // A bad value is an invalid request for Kafka here (INVALID_CONFIG is for topics).
+    if !ok {
+        return Err((
+            ResponseError::InvalidRequest.code(),
+            format!("invalid value {value:?} for {name}"),
+        ));
+    }
+    if let Some((topic_key, _)) = TOPIC_BROKER_SYNONYMS.iter().find(|(_, b)| *b == name) {
+        let one = BTreeMap::from([(topic_key.to_string(), value.to_string())]);
+        log_config(&one).map_err(|e| (ResponseError::InvalidRequest.code(), e))?;
+    }
+    Ok(())
+}
+
+/// Stores the dynamic configs of a broker resource ("" for the cluster default, or this node's
+/// id) durably in the metadata image; every shard applies them when the image arrives.
+async fn set_broker_configs(
+    shard: &Rc<Shard>,
+    resource: String,
+    new: BTreeMap<String, String>,
+    validate_only: bool,
+) -> (i16, Option<String>) {
+    let node = shard.config().node_id.to_string();
+    if !resource.is_empty() && resource != node {
+        return (
+            ResponseError::InvalidRequest.code(),
+            Some(format!("broker {resource} is not this broker ({node})")),
+        );
+    }
+    for (k, v) in &new {
+        if let Err((code, message)) = check_broker_config(k, v) {
+            return (code, Some(message));
+        }
+    }
+    if validate_only {
+        return (0, None);
+    }
+    let name = resource.clone();
+    let count = new.len();
+    match shard
+        .update_metadata(move |image| {
+            if new.is_empty() {
+                image.broker_configs.remove(&name);
+            } else {
+                image.broker_configs.insert(name, new);
+            }
+            Ok(())
+        })
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(resource = %resource, configs = count, "dynamic broker configs altered");
+            (0, None)
+        }
+        Err(e) => (ResponseError::KafkaStorageError.code(), Some(e)),
+    }
+}
+
+/// Applies IncrementalAlterConfigs operations to `current`; `list_default` gives a list
+/// config's value when it has none yet.
+fn apply_operations(
+    current: &BTreeMap<String, String>,
+    configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+    list_default: impl Fn(&str) -> String,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut new = current.clone();
+    for c in configs {
+        let key = c.name.to_string();
+        let value = c.value.as_ref().map(|v| v.to_string());
+        match (c.config_operation, value) {
+            (OP_SET, Some(v)) => {
+                new.insert(key, v);
+            }
+            (OP_DELETE, _) => {
+                new.remove(&key);
+            }
+            (OP_APPEND, Some(v)) => {
+                let current = new.get(&key).cloned().unwrap_or_else(|| list_default(&key));
+                let mut items: Vec<String> = current
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                for item in v.split(',') {
+                    if !items.iter().any(|i| i == item) {
+                        items.push(item.to_string());
+                    }
+                }
+                new.insert(key, items.join(","));
+            }
+            (OP_SUBTRACT, Some(v)) => {
+                let current = new.get(&key).cloned().unwrap_or_else(|| list_default(&key));
+                let remove: Vec<&str> = v.split(',').collect();
+                let items: Vec<&str> = current.split(',').filter(|i| !remove.contains(i)).collect();
+                new.insert(key, items.join(","));
+            }
+            (op, _) => {
+                return Err(format!(
+                    "operation {op} on {key} needs a value or is unknown"
+                ))
+            }
+        }
+    }
+    Ok(new)
 }
 
 /// Validates `new` overrides and stores them for `topic` (unless `validate_only`).
@@ -205,10 +553,27 @@ pub async fn alter(shard: &Rc<Shard>, request: AlterConfigsRequest) -> AlterConf
     use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
     let mut response = AlterConfigsResponse::default();
     for resource in request.resources {
-        let (code, message) = if resource.resource_type != RESOURCE_TOPIC {
+        let (code, message) = if resource.resource_type == RESOURCE_BROKER {
+            let new = resource
+                .configs
+                .iter()
+                .filter_map(|c| {
+                    c.value
+                        .as_ref()
+                        .map(|v| (c.name.to_string(), v.to_string()))
+                })
+                .collect();
+            set_broker_configs(
+                shard,
+                resource.resource_name.to_string(),
+                new,
+                request.validate_only,
+            )
+            .await
+        } else if resource.resource_type != RESOURCE_TOPIC {
             (
                 ResponseError::InvalidRequest.code(),
-                Some("only topic configs can be altered".to_string()),
+                Some("only topic and broker configs can be altered".to_string()),
             )
         } else {
             let new = resource
@@ -247,63 +612,37 @@ pub async fn incremental_alter(
     let mut response = IncrementalAlterConfigsResponse::default();
     for resource in request.resources {
         let name = resource.resource_name.to_string();
-        let (code, message) = if resource.resource_type != RESOURCE_TOPIC {
+        let image = shard.image();
+        let (code, message) = if resource.resource_type == RESOURCE_BROKER {
+            let current = image.broker_configs.get(&name).cloned().unwrap_or_default();
+            let list_default = |key: &str| {
+                BROKER_CONFIGS
+                    .iter()
+                    .find(|d| d.name == key)
+                    .and_then(|d| d.default)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            match apply_operations(&current, &resource.configs, list_default) {
+                Ok(new) => set_broker_configs(shard, name, new, request.validate_only).await,
+                Err(e) => (ResponseError::InvalidConfig.code(), Some(e)),
+            }
+        } else if resource.resource_type != RESOURCE_TOPIC {
             (
                 ResponseError::InvalidRequest.code(),
-                Some("only topic configs can be altered".to_string()),
+                Some("only topic and broker configs can be altered".to_string()),
             )
-        } else if let Some(topic) = shard.image().topics.get(&name) {
-            let mut new = topic.configs.clone();
-            let mut error = None;
-            for c in &resource.configs {
-                let key = c.name.to_string();
-                let value = c.value.as_ref().map(|v| v.to_string());
-                let list_default = || {
-                    TOPIC_CONFIG_DEFAULTS
-                        .iter()
-                        .find(|(k, _)| *k == key)
-                        .map(|(_, v)| v.to_string())
-                        .unwrap_or_default()
-                };
-                match (c.config_operation, value) {
-                    (OP_SET, Some(v)) => {
-                        new.insert(key, v);
-                    }
-                    (OP_DELETE, _) => {
-                        new.remove(&key);
-                    }
-                    (OP_APPEND, Some(v)) => {
-                        let current = new.get(&key).cloned().unwrap_or_else(list_default);
-                        let mut items: Vec<String> = current
-                            .split(',')
-                            .filter(|s| !s.is_empty())
-                            .map(str::to_string)
-                            .collect();
-                        for item in v.split(',') {
-                            if !items.iter().any(|i| i == item) {
-                                items.push(item.to_string());
-                            }
-                        }
-                        new.insert(key, items.join(","));
-                    }
-                    (OP_SUBTRACT, Some(v)) => {
-                        let current = new.get(&key).cloned().unwrap_or_else(list_default);
-                        let remove: Vec<&str> = v.split(',').collect();
-                        let items: Vec<&str> =
-                            current.split(',').filter(|i| !remove.contains(i)).collect();
-                        new.insert(key, items.join(","));
-                    }
-                    (op, _) => {
-                        error = Some(format!(
-                            "operation {op} on {key} needs a value or is unknown"
-                        ));
-                        break;
-                    }
-                }
-            }
-            match error {
-                Some(e) => (ResponseError::InvalidConfig.code(), Some(e)),
-                None => set_topic_configs(shard, name, new, request.validate_only).await,
+        } else if let Some(topic) = image.topics.get(&name) {
+            let list_default = |key: &str| {
+                TOPIC_CONFIG_DEFAULTS
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, v)| v.to_string())
+                    .unwrap_or_default()
+            };
+            match apply_operations(&topic.configs, &resource.configs, list_default) {
+                Ok(new) => set_topic_configs(shard, name, new, request.validate_only).await,
+                Err(e) => (ResponseError::InvalidConfig.code(), Some(e)),
             }
         } else {
             (

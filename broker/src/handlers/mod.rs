@@ -126,7 +126,7 @@ pub async fn dispatch(
             ResponseKind::CreatePartitions(create_partitions::handle(shard, r).await)
         }
         RequestKind::DescribeConfigs(r) => {
-            ResponseKind::DescribeConfigs(configs::describe(shard, r).await)
+            ResponseKind::DescribeConfigs(configs::describe(shard, r, version).await)
         }
         RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(configs::alter(shard, r).await),
         RequestKind::IncrementalAlterConfigs(r) => {

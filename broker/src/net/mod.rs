@@ -44,7 +44,6 @@ use glommio::net::{TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseKind};
 use kafka_protocol::ResponseError;
 
-use crate::config::BrokerConfig;
 use crate::handlers;
 use crate::shard::Shard;
 use response::{Frame, FramePart};
@@ -103,6 +102,34 @@ impl RateLimitedLog {
 static REFUSALS: RateLimitedLog = RateLimitedLog::new();
 static ACCEPT_ERRORS: RateLimitedLog = RateLimitedLog::new();
 
+/// `max.connections` and `max.connections.per.ip` as they are now: the start-up values, or
+/// the dynamic broker configs set since (Kafka changes both without a restart).
+#[derive(Clone, Copy)]
+struct ConnectionLimits {
+    max_connections: usize,
+    max_connections_per_ip: usize,
+}
+
+impl ConnectionLimits {
+    fn of(shard: &Shard) -> ConnectionLimits {
+        let config = shard.config();
+        let image = shard.image();
+        let dynamic = |name: &str, fallback: usize| {
+            image
+                .dynamic_broker_config(config.node_id, name)
+                .and_then(|(v, _)| v.parse::<usize>().ok())
+                .unwrap_or(fallback)
+        };
+        ConnectionLimits {
+            max_connections: dynamic("max.connections", config.max_connections),
+            max_connections_per_ip: dynamic(
+                "max.connections.per.ip",
+                config.max_connections_per_ip,
+            ),
+        }
+    }
+}
+
 /// A connection's place under `max.connections` and `max.connections.per.ip`; freed on drop.
 struct ConnectionSlot {
     ip: Option<IpAddr>,
@@ -110,13 +137,13 @@ struct ConnectionSlot {
 
 impl ConnectionSlot {
     /// Takes a place, or says which limit refuses it.
-    fn acquire(config: &BrokerConfig, ip: Option<IpAddr>) -> Result<ConnectionSlot, String> {
+    fn acquire(limits: ConnectionLimits, ip: Option<IpAddr>) -> Result<ConnectionSlot, String> {
         let open = OPEN_CONNECTIONS.fetch_add(1, Ordering::SeqCst);
-        if open >= config.max_connections {
+        if open >= limits.max_connections {
             OPEN_CONNECTIONS.fetch_sub(1, Ordering::SeqCst);
             return Err(format!(
                 "max.connections ({}) reached",
-                config.max_connections
+                limits.max_connections
             ));
         }
         // Holds the place under max.connections; dropped (given back) if the per-IP limit refuses.
@@ -124,13 +151,13 @@ impl ConnectionSlot {
         if let Some(ip) = ip {
             let mut per_ip = OPEN_PER_IP.lock().unwrap_or_else(|e| e.into_inner());
             let count = per_ip.entry(ip).or_insert(0);
-            if *count >= config.max_connections_per_ip {
+            if *count >= limits.max_connections_per_ip {
                 if *count == 0 {
                     per_ip.remove(&ip);
                 }
                 return Err(format!(
                     "max.connections.per.ip ({}) reached for {ip}",
-                    config.max_connections_per_ip
+                    limits.max_connections_per_ip
                 ));
             }
             *count += 1;
@@ -199,7 +226,10 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
                     failing = 0;
                 }
                 let peer = stream.peer_addr().ok();
-                let slot = match ConnectionSlot::acquire(shard.config(), peer.map(|p| p.ip())) {
+                let slot = match ConnectionSlot::acquire(
+                    ConnectionLimits::of(&shard),
+                    peer.map(|p| p.ip()),
+                ) {
                     Ok(slot) => slot,
                     Err(limit) => {
                         if let Some(suppressed) = REFUSALS.due(REFUSAL_LOG_INTERVAL) {

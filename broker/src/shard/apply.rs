@@ -78,7 +78,7 @@ impl Shard {
             if let Err(e) = self.open_owned(topic).await {
                 errors.push(e.to_string());
             }
-            match log_config(&topic.configs) {
+            match log_config(&image.effective_topic_configs(self.config().node_id, topic)) {
                 Ok(config) => {
                     let ours: Vec<_> = self
                         .partitions

@@ -186,8 +186,12 @@ impl Shard {
 
     /// Opens (creating or recovering) the partitions of `topic` that this shard owns.
     pub async fn open_owned(self: &Rc<Self>, topic: &TopicMeta) -> anyhow::Result<()> {
-        let config =
-            log_config(&topic.configs).map_err(|e| anyhow::anyhow!("topic {}: {e}", topic.name))?;
+        let config = log_config(
+            &self
+                .image()
+                .effective_topic_configs(self.config().node_id, topic),
+        )
+        .map_err(|e| anyhow::anyhow!("topic {}: {e}", topic.name))?;
         for (index, &owner) in topic.shards.iter().enumerate() {
             if owner as usize % self.shared.shards != self.id {
                 continue;

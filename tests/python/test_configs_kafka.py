@@ -1,0 +1,204 @@
+"""DescribeConfigs and dynamic broker configs, checked against Apache Kafka 4.x.
+
+- A broker lists every config Kafka 4.x lists, with Kafka's type (KIP-569), a documentation
+  string, synonyms, and Kafka's default wherever Sluice only accepts the setting (for example
+  `log.flush.interval.messages`); topic configs carry Kafka's types and broker synonyms.
+- IncrementalAlterConfigs and AlterConfigs on broker resources (this broker, and the cluster-wide
+  default under the empty name, as `kafka-configs --entity-type brokers`) are stored durably and
+  applied without a restart where Kafka applies them: a `log.*` default reaches every topic
+  without an override, `max.connections.per.ip` the next connection; configs Kafka reads only at
+  start are refused as Kafka refuses them.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ResourceType
+
+from kafka.protocol.admin.configs import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+
+from harness import consumer, create_topic, producer, produce_all, assert_all_delivered
+from wire import Pipeline, build
+
+BROKER_ARGS = ["--log-retention-check-interval-ms", "200"]
+KAFKA_PROPS = {"log.retention.check.interval.ms": "200", "log.initial.task.delay.ms": "0"}
+
+# DescribeConfigs config_source values.
+TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 3, 5
+
+# Set on the reference Kafka's command line or by the test harness (ports, paths, ids, test
+# speed-ups), or different in Sluice by design (its defaults): values not compared.
+DIFFERENT_BY_SETUP = {
+    "advertised.listeners", "listeners", "log.dirs", "controller.quorum.bootstrap.servers",
+    "controller.listener.names", "listener.security.protocol.map", "inter.broker.listener.name",
+    "process.roles", "offsets.topic.num.partitions", "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
+    "group.initial.rebalance.delay.ms", "log.retention.check.interval.ms", "log.initial.task.delay.ms",
+    "num.partitions", "broker.id", "node.id",
+    # Sluice's own default, 2 MiB (broker/src/config.rs says why).
+    "fetch.max.bytes",
+}
+
+
+class Entry:
+    """One config of a DescribeConfigs v4 answer."""
+
+    def __init__(self, c: dict):
+        self.value = c["value"]
+        self.source = c["config_source"]
+        self.type = c["config_type"]
+        self.documentation = c["documentation"]
+        self.is_sensitive = c["is_sensitive"]
+        self.read_only = c["read_only"]
+        self.synonyms = [(s["name"], s["value"], s["source"]) for s in c["synonyms"]]
+
+
+def describe(bootstrap: str, rtype: ResourceType, name: str) -> dict[str, Entry]:
+    """DescribeConfigs v4 with synonyms and documentation, as `kafka-configs --describe --all`."""
+    pipe = Pipeline(bootstrap)
+    pipe.send(build(DescribeConfigsRequest, 4, resources=[{
+        "resource_type": int(rtype.value), "resource_name": name, "configuration_keys": None}],
+        include_synonyms=True, include_documentation=True))
+    (r,) = pipe.responses()
+    pipe.close()
+    (result,) = r["results"]
+    assert result["error_code"] == 0, result
+    return {c["name"]: Entry(c) for c in result["configs"]}
+
+
+def alter(bootstrap: str, rtype: ResourceType, name: str, entries: list[ConfigEntry]) -> int:
+    """IncrementalAlterConfigs v1; the resource's error code."""
+    pipe = Pipeline(bootstrap)
+    pipe.send(build(IncrementalAlterConfigsRequest, 1, validate_only=False, resources=[{
+        "resource_type": int(rtype.value), "resource_name": name, "configs": [{
+            "name": e.name, "config_operation": int(e.incremental_operation.value), "value": e.value}
+            for e in entries]}]))
+    (r,) = pipe.responses()
+    pipe.close()
+    return r["responses"][0]["error_code"]
+
+
+def test_every_kafka_broker_config_is_listed_with_kafkas_type_and_default(broker, kafka_reference):
+    ours = describe(broker.bootstrap, ResourceType.BROKER, "1")
+    theirs = describe(kafka_reference.bootstrap, ResourceType.BROKER, "1")
+    # Internal settings Kafka lists only when set (the test sets log.initial.task.delay.ms).
+    missing = sorted(set(theirs) - set(ours) - set(KAFKA_PROPS))
+    assert not missing, f"{len(missing)} Kafka broker configs not listed: {missing[:20]}"
+    assert len(theirs) > 300, len(theirs)
+    wrong_type = {k: (ours[k].type, theirs[k].type) for k in theirs if k in ours and ours[k].type != theirs[k].type}
+    assert not wrong_type, wrong_type
+    for name, t in theirs.items():
+        if name in KAFKA_PROPS and name not in ours:
+            continue
+        o = ours[name]
+        assert o.is_sensitive == t.is_sensitive, name
+        if name in DIFFERENT_BY_SETUP or t.source != DEFAULT_CONFIG:
+            continue
+        # Sluice's own values differ from Kafka's defaults only where Sluice reads the setting.
+        if o.source == DEFAULT_CONFIG:
+            assert o.value == t.value, (name, o.value, t.value)
+    # Accepted-only settings show Kafka's default, e.g. the message-count flush.
+    assert ours["log.flush.interval.messages"].value == "9223372036854775807"
+    assert ours["log.flush.interval.messages"].source == DEFAULT_CONFIG
+    # Documentation and synonyms are filled in (DescribeConfigs v3+ and v1+).
+    assert all(c.documentation for c in ours.values()), [k for k, c in ours.items() if not c.documentation][:5]
+    assert ours["log.retention.check.interval.ms"].synonyms
+    # Sluice's own settings come last, under their own names.
+    assert ours["fetch.zero.copy"].value == "true"
+
+
+def test_topic_configs_carry_kafkas_types_and_broker_synonyms(broker, kafka_reference):
+    for b in (broker.bootstrap, kafka_reference.bootstrap):
+        create_topic(b, "described", 1, {"retention.ms": "3600000"})
+    ours = describe(broker.bootstrap, ResourceType.TOPIC, "described")
+    theirs = describe(kafka_reference.bootstrap, ResourceType.TOPIC, "described")
+    shared = set(ours) & set(theirs)
+    assert {"retention.ms", "segment.bytes", "cleanup.policy", "max.message.bytes"} <= shared
+    assert {k: ours[k].type for k in shared} == {k: theirs[k].type for k in shared}
+    for key in ("retention.ms",):
+        assert ours[key].value == theirs[key].value == "3600000"
+        assert ours[key].source == theirs[key].source == TOPIC_CONFIG
+    # The broker synonym of a topic default, as Kafka names it.
+    seg = [s[0] for s in ours["segment.bytes"].synonyms]
+    assert seg == [s[0] for s in theirs["segment.bytes"].synonyms] == ["log.segment.bytes"], seg
+
+
+def test_dynamic_broker_configs_apply_at_once_and_persist(broker, kafka_reference):
+    results = {}
+    for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):
+        create_topic(b, "dynamic-default", 1)
+        r = {
+            # This broker's own default for topics without an override.
+            "set": alter(b, ResourceType.BROKER, "1", [ConfigEntry("log.retention.ms", "1500",
+                                                                   incremental_operation=AlterConfigOpType.SET)]),
+            # The cluster-wide default.
+            "set_default": alter(b, ResourceType.BROKER, "", [ConfigEntry("log.segment.bytes", "2097152",
+                                                                          incremental_operation=AlterConfigOpType.SET)]),
+            # Kafka reads these only at start-up.
+            "read_only": alter(b, ResourceType.BROKER, "1", [ConfigEntry("log.retention.check.interval.ms", "1000",
+                                                                          incremental_operation=AlterConfigOpType.SET)]),
+            # Kafka keeps broker configs it does not know (plugins read their own).
+        "unknown": alter(b, ResourceType.BROKER, "1", [ConfigEntry("no.such.config", "1",
+                                                                        incremental_operation=AlterConfigOpType.SET)]),
+            "bad_value": alter(b, ResourceType.BROKER, "1", [ConfigEntry("log.retention.ms", "soon",
+                                                                          incremental_operation=AlterConfigOpType.SET)]),
+        }
+        # Kafka applies dynamic configs asynchronously: wait for the topic to show it.
+        deadline = time.monotonic() + 20
+        while True:
+            topic = describe(b, ResourceType.TOPIC, "dynamic-default")
+            if topic["retention.ms"].value == "1500" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        r["topic_retention"] = (topic["retention.ms"].value, topic["retention.ms"].source)
+        r["topic_segment"] = (topic["segment.bytes"].value, topic["segment.bytes"].source)
+        r["broker_view"] = describe(b, ResourceType.BROKER, "1")["log.retention.ms"].value
+        r["cluster_default"] = {k: v.value for k, v in describe(b, ResourceType.BROKER, "").items()
+                                if k == "log.segment.bytes"}
+        results[name] = r
+    assert results["sluice"] == results["kafka"], results
+    assert results["sluice"]["topic_retention"] == ("1500", DYNAMIC_BROKER_CONFIG)
+    assert results["sluice"]["topic_segment"] == ("2097152", DYNAMIC_DEFAULT_BROKER_CONFIG)
+    # Applied without a restart: records produced now are gone once 1.5 s old.
+    p = producer(broker.bootstrap)
+    assert_all_delivered(produce_all(p, "dynamic-default", [{"value": b"x"}] * 10))
+    c = consumer(broker.bootstrap)
+    deadline = time.monotonic() + 20
+    while c.get_watermark_offsets(TopicPartition("dynamic-default", 0), timeout=10, cached=False) != (10, 10):
+        assert time.monotonic() < deadline, "the dynamic log.retention.ms was not applied"
+        time.sleep(0.25)
+    c.close()
+    # Durable: the broker keeps them across a restart.
+    broker.restart()
+    assert describe(broker.bootstrap, ResourceType.BROKER, "1")["log.retention.ms"].value == "1500"
+    # Deleting the override brings the default back.
+    assert alter(broker.bootstrap, ResourceType.BROKER, "1", [ConfigEntry("log.retention.ms", None,
+                                                                          incremental_operation=AlterConfigOpType.DELETE)]) == 0
+    assert describe(broker.bootstrap, ResourceType.TOPIC, "dynamic-default")["retention.ms"].value == "604800000"
+
+
+def test_max_connections_per_ip_changes_without_a_restart(broker):
+    assert alter(broker.bootstrap, ResourceType.BROKER, "1", [ConfigEntry("max.connections.per.ip", "3",
+                                                                          incremental_operation=AlterConfigOpType.SET)]) == 0
+    host, port = broker.bootstrap.split(":")
+    time.sleep(0.5)
+    # From an address no other client of this broker uses, so only these count.
+    source = ("127.0.0.2", 0)
+    held = [socket.create_connection((host, int(port)), timeout=5, source_address=source) for _ in range(3)]
+    for s in held:
+        s.settimeout(0.5)
+        try:
+            assert s.recv(1) != b"", "one of the first three connections was closed"
+        except TimeoutError:
+            pass
+    extra = socket.create_connection((host, int(port)), timeout=5, source_address=source)
+    extra.settimeout(5)
+    assert extra.recv(1) == b"", "a fourth connection from one address stays open"
+    for s in held + [extra]:
+        s.close()
+    assert alter(broker.bootstrap, ResourceType.BROKER, "1", [ConfigEntry("max.connections.per.ip", None,
+                                                                          incremental_operation=AlterConfigOpType.DELETE)]) == 0
