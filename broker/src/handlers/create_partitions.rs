@@ -8,7 +8,7 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::create_topics::PARTITIONS_PER_TOPIC_MAX;
+use super::create_topics::{check_replica_assignment, PARTITIONS_PER_TOPIC_MAX};
 use crate::shard::Shard;
 
 pub async fn handle(
@@ -30,10 +30,6 @@ pub async fn handle(
                 ResponseError::UnknownTopicOrPartition,
                 format!("topic {name} does not exist"),
             )),
-            Some(_) if topic.assignments.is_some() => Some((
-                ResponseError::InvalidReplicaAssignment,
-                "manual assignment needs more than one broker".to_string(),
-            )),
             Some(c) if count <= c => Some((
                 ResponseError::InvalidPartitions,
                 format!(
@@ -44,7 +40,26 @@ pub async fn handle(
                 ResponseError::InvalidPartitions,
                 format!("at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic"),
             )),
-            Some(_) => None,
+            Some(c) => topic.assignments.as_ref().and_then(|assignments| {
+                let brokers: Vec<Vec<i32>> = assignments
+                    .iter()
+                    .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                    .collect();
+                if brokers.len() as i32 != count - c {
+                    return Some((
+                        ResponseError::InvalidReplicaAssignment,
+                        format!(
+                            "increasing the partition count from {c} to {count} needs {} assignments, {} given",
+                            count - c,
+                            brokers.len()
+                        ),
+                    ));
+                }
+                // One broker: every existing partition has one replica.
+                check_replica_assignment(shard.config().node_id, &brokers, Some(1))
+                    .err()
+                    .map(|e| (ResponseError::InvalidReplicaAssignment, e))
+            }),
         };
         if let Some((error, message)) = refused {
             result.error_code = error.code();

@@ -22,7 +22,48 @@ pub enum CreateError {
     InvalidPartitions(String),
     InvalidReplicationFactor(String),
     InvalidConfig(String),
+    InvalidReplicaAssignment(String),
+    InvalidRequest(String),
     Storage(String),
+}
+
+/// Checks a manual replica assignment (CreateTopics, CreatePartitions) as Kafka does: every
+/// partition names at least one broker, none twice, all of them registered (here: this node),
+/// and every partition the same number of replicas (`replication_factor` when given).
+pub fn check_replica_assignment(
+    node_id: i32,
+    assignments: &[Vec<i32>],
+    replication_factor: Option<usize>,
+) -> Result<(), String> {
+    let factor = replication_factor.or(assignments.first().map(Vec::len));
+    for (i, brokers) in assignments.iter().enumerate() {
+        if brokers.is_empty() {
+            return Err(format!(
+                "the manual assignment of partition {i} names no broker"
+            ));
+        }
+        let mut seen = brokers.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != brokers.len() {
+            return Err(format!(
+                "the manual assignment of partition {i} names a broker twice: {brokers:?}"
+            ));
+        }
+        if let Some(unknown) = brokers.iter().find(|&&b| b != node_id) {
+            return Err(format!(
+                "the manual assignment of partition {i} includes broker {unknown}, but no such broker is registered"
+            ));
+        }
+        if Some(brokers.len()) != factor {
+            return Err(format!(
+                "the manual assignment of partition {i} has {} replicas, the others {}",
+                brokers.len(),
+                factor.unwrap_or(0)
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl CreateError {
@@ -40,6 +81,10 @@ impl CreateError {
                 (ResponseError::InvalidReplicationFactor.code(), m.clone())
             }
             CreateError::InvalidConfig(m) => (ResponseError::InvalidConfig.code(), m.clone()),
+            CreateError::InvalidReplicaAssignment(m) => {
+                (ResponseError::InvalidReplicaAssignment.code(), m.clone())
+            }
+            CreateError::InvalidRequest(m) => (ResponseError::InvalidRequest.code(), m.clone()),
             CreateError::Storage(m) => (ResponseError::KafkaStorageError.code(), m.clone()),
         }
     }
@@ -118,16 +163,49 @@ pub async fn handle(
     let mut response = CreateTopicsResponse::default();
     for topic in request.topics {
         let name = topic.name.0.to_string();
-        let partitions = if topic.num_partitions == -1 {
+        let manual = !topic.assignments.is_empty();
+        let partitions = if manual {
+            topic.assignments.len() as i32
+        } else if topic.num_partitions == -1 {
             shard.config().num_partitions
         } else {
             topic.num_partitions
         };
         let mut result = CreatableTopicResult::default().with_name(topic.name.clone());
-        let outcome = if !topic.assignments.is_empty() {
-            Err(CreateError::InvalidReplicationFactor(
-                "manual replica assignment needs more than one broker".into(),
+        // A manual assignment lists partitions 0, 1, 2, ... with their brokers.
+        let mut assignments: Vec<(i32, Vec<i32>)> = topic
+            .assignments
+            .iter()
+            .map(|a| {
+                (
+                    a.partition_index,
+                    a.broker_ids.iter().map(|b| b.0).collect(),
+                )
+            })
+            .collect();
+        assignments.sort_by_key(|(p, _)| *p);
+        let outcome = if manual && (topic.num_partitions != -1 || topic.replication_factor != -1) {
+            Err(CreateError::InvalidRequest(
+                "both a partition count or replication factor and a manual assignment were given; use one".into(),
             ))
+        } else if manual
+            && assignments
+                .iter()
+                .enumerate()
+                .any(|(i, (p, _))| *p != i as i32)
+        {
+            Err(CreateError::InvalidReplicaAssignment(
+                "the manual assignment must list partitions 0, 1, 2, ... each once".into(),
+            ))
+        } else if let Err(e) = check_replica_assignment(
+            shard.config().node_id,
+            &assignments
+                .iter()
+                .map(|(_, b)| b.clone())
+                .collect::<Vec<_>>(),
+            None,
+        ) {
+            Err(CreateError::InvalidReplicaAssignment(e))
         } else if topic.replication_factor != -1 && topic.replication_factor != 1 {
             Err(CreateError::InvalidReplicationFactor(format!(
                 "replication factor {} is larger than the 1 available broker",
