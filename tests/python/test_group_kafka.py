@@ -26,7 +26,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
+from kafka.protocol.consumer.group import HeartbeatRequest
+
 from harness import admin, create_topic
+from wire import Pipeline, build
 
 BROKER_ARGS = ["--group-initial-rebalance-delay-ms", "0"]
 PARTITIONS = 4
@@ -116,7 +119,14 @@ def static_rejoin(bootstrap: str, tmp: Path, name: str):
             # Long enough for a rebalance to have reached b, had there been one.
             time.sleep(3)
             after = broker_members(bootstrap, group)
+            # The killed instance's old member id, still naming instance "a", is a zombie now.
+            pipe = Pipeline(bootstrap)
+            pipe.send(build(HeartbeatRequest, 4, group_id=group, generation_id=1,
+                            member_id=before["a"][0], group_instance_id="a"))
+            (zombie,) = pipe.responses()
+            pipe.close()
             return {
+                "zombie_heartbeat": zombie["error_code"],
                 "restarted_gets": sorted(a2.owned()), "had": sorted(a_parts),
                 "b_events_after_restart": b.events()[b_events:],
                 "b_keeps": sorted(b.owned()),
@@ -141,6 +151,7 @@ def test_static_member_restarted_within_its_session_gets_its_partitions_back(bro
         assert r["b_events_after_restart"] == [], (name, r)
         assert r["same_member_id_for_b"] and r["new_member_id_for_a"], (name, r)
         assert r["broker_assignment_same"], (name, r)
+        assert r["zombie_heartbeat"] == 82, (name, r)  # FENCED_INSTANCE_ID
     assert got["sluice"] == got["kafka"] | {"restarted_gets": got["sluice"]["restarted_gets"],
                                             "had": got["sluice"]["had"], "b_keeps": got["sluice"]["b_keeps"]}, got
 

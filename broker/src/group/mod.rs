@@ -145,6 +145,17 @@ impl Group {
         }
     }
 
+    /// KIP-345: a request naming a static member's instance id under another member id comes
+    /// from an instance that was replaced (a zombie) and is fenced.
+    fn fenced(&self, member_id: &str, instance_id: Option<&str>) -> bool {
+        let Some(instance) = instance_id else {
+            return false;
+        };
+        self.members
+            .values()
+            .any(|m| m.instance_id.as_deref() == Some(instance) && m.id != member_id)
+    }
+
     fn rebalance_timeout(&self) -> Duration {
         self.members
             .values()
@@ -614,6 +625,7 @@ impl Shard {
         self: &Rc<Self>,
         group_id: &str,
         member_id: &str,
+        instance_id: Option<&str>,
         generation: i32,
         assignments: Vec<(String, Bytes)>,
     ) -> SyncResult {
@@ -626,6 +638,9 @@ impl Shard {
             let Some(group) = groups.get_mut(group_id) else {
                 return fail(ResponseError::UnknownMemberId);
             };
+            if group.fenced(member_id, instance_id) {
+                return fail(ResponseError::FencedInstanceId);
+            }
             if !group.members.contains_key(member_id) {
                 return fail(ResponseError::UnknownMemberId);
             }
@@ -674,11 +689,20 @@ impl Shard {
             .unwrap_or_else(|_| fail(ResponseError::RebalanceInProgress))
     }
 
-    pub fn heartbeat(&self, group_id: &str, member_id: &str, generation: i32) -> i16 {
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> i16 {
         let mut groups = self.groups.groups.borrow_mut();
         let Some(group) = groups.get_mut(group_id) else {
             return err(ResponseError::UnknownMemberId);
         };
+        if group.fenced(member_id, instance_id) {
+            return err(ResponseError::FencedInstanceId);
+        }
         let state = group.state;
         let current = group.generation;
         let Some(member) = group.members.get_mut(member_id) else {
@@ -751,7 +775,13 @@ impl Shard {
     /// Checks that a commit may be made on behalf of `member_id` at `generation`
     /// (generation -1: a commit outside group management, allowed while the group has no
     /// members).
-    pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> i16 {
+    pub fn check_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> i16 {
         let groups = self.groups.groups.borrow();
         let Some(group) = groups.get(group_id) else {
             return if generation < 0 {
@@ -766,6 +796,9 @@ impl Shard {
                 Some(m) if generation != m.epoch => err(ResponseError::StaleMemberEpoch),
                 Some(_) => 0,
             };
+        }
+        if group.fenced(member_id, instance_id) {
+            return err(ResponseError::FencedInstanceId);
         }
         if generation < 0 {
             // A client outside group management (the admin client, or a consumer that only

@@ -14,10 +14,11 @@ pub async fn handle(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatRe
         None => ResponseError::CoordinatorNotAvailable.code(),
         Some(owner) => {
             let member_id = request.member_id.to_string();
+            let instance_id = request.group_instance_id.map(|i| i.to_string());
             let generation = request.generation_id;
             shard
                 .invoke_on(owner, move |s| async move {
-                    s.heartbeat(&group_id, &member_id, generation)
+                    s.heartbeat(&group_id, &member_id, instance_id.as_deref(), generation)
                 })
                 .await
         }

@@ -42,10 +42,12 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCo
         None => ResponseError::CoordinatorNotAvailable.code(),
         Some(owner) => {
             let member_id = request.member_id.to_string();
+            let instance_id = request.group_instance_id.as_ref().map(|i| i.to_string());
             let generation = request.generation_id_or_member_epoch;
             shard
                 .invoke_on(owner, move |s| async move {
-                    let check = s.check_commit(&group_id, &member_id, generation);
+                    let check =
+                        s.check_commit(&group_id, &member_id, instance_id.as_deref(), generation);
                     if check != 0 {
                         return check;
                     }

@@ -22,6 +22,7 @@ pub async fn handle(
         },
         Some(owner) => {
             let member_id = request.member_id.to_string();
+            let instance_id = request.group_instance_id.map(|i| i.to_string());
             let generation = request.generation_id;
             let assignments: Vec<(String, bytes::Bytes)> = request
                 .assignments
@@ -30,8 +31,14 @@ pub async fn handle(
                 .collect();
             shard
                 .invoke_on(owner, move |s| async move {
-                    s.sync_group(&group_id, &member_id, generation, assignments)
-                        .await
+                    s.sync_group(
+                        &group_id,
+                        &member_id,
+                        instance_id.as_deref(),
+                        generation,
+                        assignments,
+                    )
+                    .await
                 })
                 .await
         }
