@@ -50,6 +50,19 @@ pub fn end_offset_for(
     }
 }
 
+/// The fencing check of KIP-320: a client that knows another epoch than the leader's (-1: it
+/// knows none) has stale or future metadata and must refresh it before it can trust an answer.
+fn fencing_error(current: i32) -> Option<ResponseError> {
+    if current == LeaderEpoch::NONE.0 {
+        return None;
+    }
+    match current.cmp(&LEADER_EPOCH.0) {
+        std::cmp::Ordering::Less => Some(ResponseError::FencedLeaderEpoch),
+        std::cmp::Ordering::Greater => Some(ResponseError::UnknownLeaderEpoch),
+        std::cmp::Ordering::Equal => None,
+    }
+}
+
 /// (error code, leader epoch, end offset) for one partition.
 async fn lookup(
     shard: &Rc<Shard>,
@@ -66,21 +79,8 @@ async fn lookup(
     let Some(owner) = shard.image().owner(&topic, partition, shard.shared.shards) else {
         return unknown;
     };
-    // The fencing check of KIP-320: a client that knows another epoch than the leader's has
-    // stale (or future) metadata and must refresh it before it can trust the answer.
-    if current >= 0 && current < LEADER_EPOCH.0 {
-        return (
-            ResponseError::FencedLeaderEpoch.code(),
-            -1,
-            UNDEFINED_OFFSET,
-        );
-    }
-    if current > LEADER_EPOCH.0 {
-        return (
-            ResponseError::UnknownLeaderEpoch.code(),
-            -1,
-            UNDEFINED_OFFSET,
-        );
+    if let Some(error) = fencing_error(current) {
+        return (error.code(), -1, UNDEFINED_OFFSET);
     }
     shard
         .invoke_on(owner, move |shard| async move {
