@@ -10,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::batch::BatchHeader;
-use crate::types::Offset;
+use crate::types::{Offset, Timestamp};
 
 /// Batches remembered per producer for duplicate detection, as Kafka does.
 pub const PRODUCER_BATCHES_MAX: usize = 5;
@@ -19,7 +19,10 @@ pub const PRODUCER_BATCHES_MAX: usize = 5;
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 100_000;
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SLPS";
-const SNAPSHOT_VERSION: u32 = 1;
+/// Version 2 added each producer's last timestamp; version 1 snapshots still load, with the
+/// timestamps unknown (`Timestamp::NONE`) until the producer appends again.
+const SNAPSHOT_VERSION: u32 = 2;
+const SNAPSHOT_VERSION_NO_TIMESTAMP: u32 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchMeta {
@@ -35,6 +38,20 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchMeta>,
     /// Offset of the producer's last batch, to forget the least recently active first.
     pub last_offset: Offset,
+    /// The max timestamp of the producer's last batch, as the log holds it (the broker's time
+    /// on `LogAppendTime` topics). DescribeProducers reports it.
+    pub last_timestamp: Timestamp,
+}
+
+/// One idempotent producer as DescribeProducers shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The last sequence of its last batch; -1 when no batch with a sequence is remembered
+    /// (after an epoch bump that only wrote a control batch).
+    pub last_sequence: i32,
+    pub last_timestamp: Timestamp,
 }
 
 /// What to do with a batch.
@@ -93,6 +110,22 @@ impl ProducerStateManager {
 
     pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
         self.producers.get(&producer_id)
+    }
+
+    /// Every producer remembered, by producer id.
+    pub fn active(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, e)| ActiveProducer {
+                producer_id,
+                producer_epoch: e.epoch,
+                last_sequence: e.batches.back().map(|b| b.last_seq).unwrap_or(-1),
+                last_timestamp: e.last_timestamp,
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
     }
 
     /// Checks a batch from a producer before it is assigned offsets.
@@ -162,6 +195,7 @@ impl ProducerStateManager {
             entry.batches.clear();
         }
         entry.last_offset = last_offset;
+        entry.last_timestamp = header.max_timestamp();
         if header.base_sequence() >= 0 && !header.is_control() {
             entry.batches.push_back(BatchMeta {
                 first_seq: header.base_sequence(),
@@ -199,6 +233,7 @@ impl ProducerStateManager {
             out.extend_from_slice(&id.to_be_bytes());
             out.extend_from_slice(&e.epoch.to_be_bytes());
             out.extend_from_slice(&e.last_offset.0.to_be_bytes());
+            out.extend_from_slice(&e.last_timestamp.0.to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -227,7 +262,8 @@ impl ProducerStateManager {
             at += n;
             Some(s)
         };
-        if u32::from_be_bytes(take(4)?.try_into().ok()?) != SNAPSHOT_VERSION {
+        let version = u32::from_be_bytes(take(4)?.try_into().ok()?);
+        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_NO_TIMESTAMP {
             return None;
         }
         let offset = Offset(i64::from_be_bytes(take(8)?.try_into().ok()?));
@@ -237,6 +273,11 @@ impl ProducerStateManager {
             let id = i64::from_be_bytes(take(8)?.try_into().ok()?);
             let epoch = i16::from_be_bytes(take(2)?.try_into().ok()?);
             let last_offset = Offset(i64::from_be_bytes(take(8)?.try_into().ok()?));
+            let last_timestamp = if version == SNAPSHOT_VERSION_NO_TIMESTAMP {
+                Timestamp::NONE
+            } else {
+                Timestamp(i64::from_be_bytes(take(8)?.try_into().ok()?))
+            };
             let n = take(1)?[0] as usize;
             let mut batches = VecDeque::with_capacity(n);
             for _ in 0..n {
@@ -253,6 +294,7 @@ impl ProducerStateManager {
                     epoch,
                     batches,
                     last_offset,
+                    last_timestamp,
                 },
             );
         }
@@ -339,5 +381,67 @@ mod tests {
         let mut bad = bytes.clone();
         bad[20] ^= 1;
         assert!(ProducerStateManager::decode(&bad).is_none());
+    }
+
+    #[test]
+    fn active_producers_report_last_sequence_and_timestamp_across_snapshots() {
+        let mut s = ProducerStateManager::default();
+        let mut b = BatchBuilder::new().producer(9, 3, 0);
+        for t in [1_700_000_000_005, 1_700_000_000_002] {
+            b.push(&NewRecord {
+                value: Some(b"v".to_vec()),
+                timestamp: Timestamp(t),
+                ..Default::default()
+            });
+        }
+        let b = b.build();
+        s.record(&BatchHeader::parse(&b).unwrap(), Offset(0), Offset(1));
+        let b2 = batch(4, 0, 7, 1);
+        s.record(&BatchHeader::parse(&b2).unwrap(), Offset(2), Offset(2));
+        let want = vec![
+            ActiveProducer {
+                producer_id: 4,
+                producer_epoch: 0,
+                last_sequence: 7,
+                last_timestamp: Timestamp(1),
+            },
+            ActiveProducer {
+                producer_id: 9,
+                producer_epoch: 3,
+                last_sequence: 1,
+                last_timestamp: Timestamp(1_700_000_000_005),
+            },
+        ];
+        assert_eq!(s.active(), want);
+        let (back, _) = ProducerStateManager::decode(&s.encode(Offset(3))).unwrap();
+        assert_eq!(back.active(), want);
+
+        // A version 1 snapshot (no timestamps) still loads; its timestamps are unknown.
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(SNAPSHOT_MAGIC);
+        v1.extend_from_slice(&SNAPSHOT_VERSION_NO_TIMESTAMP.to_be_bytes());
+        v1.extend_from_slice(&3i64.to_be_bytes());
+        v1.extend_from_slice(&1u32.to_be_bytes());
+        v1.extend_from_slice(&4i64.to_be_bytes());
+        v1.extend_from_slice(&0i16.to_be_bytes());
+        v1.extend_from_slice(&2i64.to_be_bytes());
+        v1.push(1);
+        for v in [7i32, 7] {
+            v1.extend_from_slice(&v.to_be_bytes());
+        }
+        for v in [2i64, 2] {
+            v1.extend_from_slice(&v.to_be_bytes());
+        }
+        let crc = crc32fast::hash(&v1);
+        v1.extend_from_slice(&crc.to_be_bytes());
+        let (old, offset) = ProducerStateManager::decode(&v1).unwrap();
+        assert_eq!(offset, Offset(3));
+        assert_eq!(
+            old.active(),
+            vec![ActiveProducer {
+                last_timestamp: Timestamp::NONE,
+                ..want[0]
+            }]
+        );
     }
 }

@@ -1,12 +1,59 @@
-//! ApiVersions: exactly the APIs and versions this broker implements.
+//! ApiVersions: exactly the APIs and versions this broker implements, and the feature levels
+//! (KIP-584) it runs at, which clients read to know what the cluster does.
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::SUPPORTED;
 
-pub fn handle(_request: &ApiVersionsRequest, error: Option<ResponseError>) -> ApiVersionsResponse {
+/// A feature this broker has: the levels it supports and the one it runs at.
+pub struct Feature {
+    pub name: &'static str,
+    pub min_version: i16,
+    pub max_version: i16,
+    pub finalized: i16,
+}
+
+/// The features this broker runs at, as a Kafka 4.0 cluster reports them. A feature left out
+/// is at level 0 for clients: `transaction.version` (no transactions yet),
+/// `eligible.leader.replicas.version` (one replica: nothing to elect), `share.version` and
+/// `streams.version` (no share or streams groups), `kraft.version` (no controller quorum yet).
+pub const FEATURES: &[Feature] = &[
+    // 4.0-IV3, the level of Kafka 4.0, whose API versions this broker implements. Only that
+    // level: there is no metadata log whose format could be run at an older one.
+    Feature {
+        name: "metadata.version",
+        min_version: METADATA_VERSION_4_0,
+        max_version: METADATA_VERSION_4_0,
+        finalized: METADATA_VERSION_4_0,
+    },
+    // Level 1 is the KIP-848 consumer group protocol (ConsumerGroupHeartbeat), which this
+    // broker serves beside the classic one (level 0).
+    Feature {
+        name: "group.version",
+        min_version: 0,
+        max_version: 1,
+        finalized: 1,
+    },
+];
+
+/// `metadata.version` 4.0-IV3 (`kafka-features version-mapping --release-version 4.0`).
+pub const METADATA_VERSION_4_0: i16 = 25;
+
+/// The epoch of the finalized levels. They are fixed in a build, so the epoch is too; clients
+/// keep the levels of the highest epoch they have seen, so it must grow whenever a build changes
+/// a level in `FEATURES`.
+pub const FINALIZED_FEATURES_EPOCH: i64 = 1;
+
+pub fn handle(
+    _request: &ApiVersionsRequest,
+    version: i16,
+    error: Option<ResponseError>,
+) -> ApiVersionsResponse {
     let mut response = ApiVersionsResponse::default();
     response.error_code = error.map(|e| e.code()).unwrap_or(0);
     response.api_keys = SUPPORTED
@@ -18,5 +65,27 @@ pub fn handle(_request: &ApiVersionsRequest, error: Option<ResponseError>) -> Ap
                 .with_max_version(max)
         })
         .collect();
+    // Before version 4 a supported range starting at 0 broke older clients (KAFKA-17011), so
+    // Kafka leaves those features out of `supported_features` then; so does this broker.
+    response.supported_features = FEATURES
+        .iter()
+        .filter(|f| version >= 4 || f.min_version > 0)
+        .map(|f| {
+            SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(f.name))
+                .with_min_version(f.min_version)
+                .with_max_version(f.max_version)
+        })
+        .collect();
+    response.finalized_features = FEATURES
+        .iter()
+        .map(|f| {
+            FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(f.name))
+                .with_min_version_level(f.finalized)
+                .with_max_version_level(f.finalized)
+        })
+        .collect();
+    response.finalized_features_epoch = FINALIZED_FEATURES_EPOCH;
     response
 }

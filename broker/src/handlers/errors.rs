@@ -31,3 +31,45 @@ pub fn log_error_code(error: &LogError) -> i16 {
     };
     e.code()
 }
+
+/// Features this broker does not have, and how Kafka answers requests for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disabled {
+    /// No authorizer: ACL requests get SECURITY_DISABLED, as from Kafka without
+    /// `authorizer.class.name` (with its messages: Describe says "on the broker", Create and
+    /// Delete do not).
+    Authorizer,
+    AuthorizerDescribe,
+    /// No quota store: quotas can be described (there are none) but not set. Kafka always
+    /// stores quotas, so no Kafka code says this; INVALID_REQUEST is the one clients show with
+    /// the message.
+    ClientQuotas,
+    /// No SASL, so no SCRAM credentials to keep: an upsertion is refused as a mechanism this
+    /// broker does not support.
+    Scram,
+}
+
+impl Disabled {
+    pub fn code(self) -> i16 {
+        match self {
+            Disabled::Authorizer | Disabled::AuthorizerDescribe => {
+                ResponseError::SecurityDisabled.code()
+            }
+            Disabled::ClientQuotas => ResponseError::InvalidRequest.code(),
+            Disabled::Scram => ResponseError::UnsupportedSaslMechanism.code(),
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            Disabled::Authorizer => "No Authorizer is configured.",
+            Disabled::AuthorizerDescribe => "No Authorizer is configured on the broker",
+            Disabled::ClientQuotas => {
+                "Client quotas are not supported by this broker: it neither stores nor enforces them"
+            }
+            Disabled::Scram => {
+                "SCRAM credentials are not supported by this broker: it does not authenticate with SASL"
+            }
+        }
+    }
+}

@@ -37,7 +37,10 @@ pub async fn lookup(
             let log = &p.log;
             let hw = log.high_watermark().0;
             let found = match timestamp {
-                LATEST | LATEST_TIERED => Ok(Some((hw, -1))),
+                LATEST => Ok(Some((hw, -1))),
+                // Nothing is tiered: there is no tiered offset, as Kafka answers without
+                // remote storage.
+                LATEST_TIERED => return (0, -1, -1),
                 EARLIEST | EARLIEST_LOCAL => Ok(Some((log.log_start_offset().0, -1))),
                 MAX_TIMESTAMP => log
                     .max_timestamp_offset()
@@ -58,6 +61,17 @@ pub async fn lookup(
         .await
 }
 
+/// The first version that may ask for `timestamp`; an older request asking for it is answered
+/// UNSUPPORTED_VERSION for that partition, as Kafka does.
+fn first_version(timestamp: i64) -> i16 {
+    match timestamp {
+        MAX_TIMESTAMP => 7,
+        EARLIEST_LOCAL => 8,
+        LATEST_TIERED => 9,
+        _ => 0,
+    }
+}
+
 pub async fn handle(
     shard: &Rc<Shard>,
     request: ListOffsetsRequest,
@@ -67,20 +81,25 @@ pub async fn handle(
     for topic in request.topics {
         let mut t = ListOffsetsTopicResponse::default().with_name(topic.name.clone());
         for p in topic.partitions {
-            let (code, ts, offset) = lookup(
-                shard,
-                topic.name.0.to_string(),
-                p.partition_index,
-                p.timestamp,
-            )
-            .await;
+            let (code, ts, offset) = if version < first_version(p.timestamp) {
+                (ResponseError::UnsupportedVersion.code(), -1, -1)
+            } else {
+                lookup(
+                    shard,
+                    topic.name.0.to_string(),
+                    p.partition_index,
+                    p.timestamp,
+                )
+                .await
+            };
             let mut pr = ListOffsetsPartitionResponse::default()
                 .with_partition_index(p.partition_index)
                 .with_error_code(code)
                 .with_timestamp(ts)
                 .with_offset(offset);
             if version >= 4 {
-                pr.leader_epoch = if code == 0 { 0 } else { -1 };
+                // The epoch of the offset found; none when there is no offset.
+                pr.leader_epoch = if code == 0 && offset >= 0 { 0 } else { -1 };
             }
             t.partitions.push(pr);
         }

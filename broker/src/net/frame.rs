@@ -155,7 +155,7 @@ mod tests {
         assert_eq!(body_len(101, 100), None);
         assert_eq!(body_len(100, 100), Some(100));
         let mut f = frame(ApiKey::Metadata, 12, &MetadataRequest::default());
-        f[6..8].copy_from_slice(&13i16.to_be_bytes());
+        f[6..8].copy_from_slice(&14i16.to_be_bytes());
         assert!(decode_frame(&f, 1 << 20).is_err(), "unsupported version");
     }
 

@@ -479,6 +479,7 @@ fn prepare(
             // client can pick a version both sides know.
             let response = ResponseKind::ApiVersions(handlers::api_versions::handle(
                 &ApiVersionsRequest::default(),
+                0,
                 Some(ResponseError::UnsupportedVersion),
             ));
             let frame =

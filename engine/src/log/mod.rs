@@ -255,6 +255,11 @@ impl<S: Storage> Log<S> {
         self.state.borrow().segments.values().map(|s| s.size).sum()
     }
 
+    /// The idempotent producers this partition remembers, by producer id (DescribeProducers).
+    pub fn active_producers(&self) -> Vec<crate::producer_state::ActiveProducer> {
+        self.state.borrow().producers.active()
+    }
+
     pub fn leader_epochs(&self) -> Vec<(LeaderEpoch, Offset)> {
         self.state.borrow().epochs.clone()
     }

@@ -50,6 +50,37 @@ fn request(key: ApiKey) -> RequestKind {
         ApiKey::ConsumerGroupDescribe => {
             RequestKind::ConsumerGroupDescribe(ConsumerGroupDescribeRequest::default())
         }
+        ApiKey::OffsetForLeaderEpoch => {
+            RequestKind::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest::default())
+        }
+        ApiKey::DescribeTopicPartitions => {
+            RequestKind::DescribeTopicPartitions(DescribeTopicPartitionsRequest::default())
+        }
+        ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default()),
+        ApiKey::AlterReplicaLogDirs => {
+            RequestKind::AlterReplicaLogDirs(AlterReplicaLogDirsRequest::default())
+        }
+        ApiKey::ListConfigResources => {
+            RequestKind::ListConfigResources(ListConfigResourcesRequest::default())
+        }
+        ApiKey::DescribeProducers => {
+            RequestKind::DescribeProducers(DescribeProducersRequest::default())
+        }
+        ApiKey::DescribeAcls => RequestKind::DescribeAcls(DescribeAclsRequest::default()),
+        ApiKey::CreateAcls => RequestKind::CreateAcls(CreateAclsRequest::default()),
+        ApiKey::DeleteAcls => RequestKind::DeleteAcls(DeleteAclsRequest::default()),
+        ApiKey::DescribeClientQuotas => {
+            RequestKind::DescribeClientQuotas(DescribeClientQuotasRequest::default())
+        }
+        ApiKey::AlterClientQuotas => {
+            RequestKind::AlterClientQuotas(AlterClientQuotasRequest::default())
+        }
+        ApiKey::DescribeUserScramCredentials => {
+            RequestKind::DescribeUserScramCredentials(DescribeUserScramCredentialsRequest::default())
+        }
+        ApiKey::AlterUserScramCredentials => {
+            RequestKind::AlterUserScramCredentials(AlterUserScramCredentialsRequest::default())
+        }
         other => panic!("{other:?} is not in SUPPORTED"),
     }
 }
@@ -134,19 +165,50 @@ fn rich() -> Vec<(ApiKey, i16, RequestKind)> {
             ]),
     ]);
     let mut out = Vec::new();
-    for v in [3, 9, 11] {
+    for v in [3, 9, 12] {
         out.push((ApiKey::Produce, v, RequestKind::Produce(produce.clone())));
     }
-    for v in [4, 12] {
+    for v in [4, 13] {
         out.push((ApiKey::Metadata, v, RequestKind::Metadata(metadata.clone())));
     }
     for v in [4, 12] {
         out.push((ApiKey::Fetch, v, RequestKind::Fetch(fetch.clone())));
     }
+    let dtp = DescribeTopicPartitionsRequest::default()
+        .with_topics(vec![
+            describe_topic_partitions_request::TopicRequest::default().with_name(topic("a")),
+            describe_topic_partitions_request::TopicRequest::default().with_name(topic("b")),
+        ])
+        .with_response_partition_limit(2)
+        .with_cursor(Some(
+            describe_topic_partitions_request::Cursor::default()
+                .with_topic_name(topic("a"))
+                .with_partition_index(1),
+        ));
+    out.push((
+        ApiKey::DescribeTopicPartitions,
+        0,
+        RequestKind::DescribeTopicPartitions(dtp),
+    ));
+    let epochs = OffsetForLeaderEpochRequest::default().with_topics(vec![
+        offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+            .with_topic(topic("greetings"))
+            .with_partitions(vec![
+                offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(0)
+                    .with_leader_epoch(0),
+            ]),
+    ]);
+    out.push((
+        ApiKey::OffsetForLeaderEpoch,
+        4,
+        RequestKind::OffsetForLeaderEpoch(epochs),
+    ));
     out.push((ApiKey::CreateTopics, 7, RequestKind::CreateTopics(create)));
     out.push((ApiKey::JoinGroup, 9, RequestKind::JoinGroup(join)));
     out.push((ApiKey::OffsetCommit, 8, RequestKind::OffsetCommit(commit)));
-    out.push((ApiKey::ListOffsets, 8, RequestKind::ListOffsets(list)));
+    out.push((ApiKey::ListOffsets, 10, RequestKind::ListOffsets(list)));
     out.push((ApiKey::DeleteRecords, 2, RequestKind::DeleteRecords(delete)));
     out
 }
