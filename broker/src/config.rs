@@ -60,10 +60,19 @@ pub struct BrokerConfig {
     /// `log.retention.check.interval.ms`: how often each shard applies time and size retention
     /// to its partitions.
     pub log_retention_check_interval_ms: u64,
+    /// `log.cleaner.backoff.ms`: how often each shard compacts its `cleanup.policy=compact`
+    /// partitions. Kafka's cleaner sleeps this long when it finds nothing to clean.
+    pub log_cleaner_backoff_ms: u64,
 }
 
 /// Kafka's default `log.retention.check.interval.ms` (5 minutes).
 pub const LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
+
+/// Sluice's default `log.cleaner.backoff.ms`, one minute (Kafka's is 15 s). Kafka's cleaner
+/// tracks each log's dirty ratio and cleans only logs past `min.cleanable.dirty.ratio`; Sluice
+/// has no such tracking yet, so each pass reads every closed segment of every compacted log,
+/// and running that four times as often would cost reads for little gain.
+pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 60_000;
 
 /// Sluice's default broker `fetch.max.bytes`, 2 MiB (Kafka's is 55 MiB). A consumer catching up
 /// then takes its backlog in 2 MiB responses rather than 16 MiB ones (16 partitions x 1 MiB),
@@ -109,6 +118,7 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: CONNECTIONS_MAX_IDLE_MS_DEFAULT,
             max_in_flight_requests_per_connection: IN_FLIGHT_PER_CONNECTION_MAX,
             log_retention_check_interval_ms: LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT,
+            log_cleaner_backoff_ms: LOG_CLEANER_BACKOFF_MS_DEFAULT,
         }
     }
 }
@@ -160,6 +170,8 @@ struct FileConfig {
     max_in_flight_requests_per_connection: Option<usize>,
     #[serde(rename = "log.retention.check.interval.ms")]
     log_retention_check_interval_ms: Option<u64>,
+    #[serde(rename = "log.cleaner.backoff.ms")]
+    log_cleaner_backoff_ms: Option<u64>,
 }
 
 /// Command-line flags for the connection limits, under the TOML names with dashes; flags win
@@ -296,6 +308,9 @@ impl BrokerConfig {
         if let Some(v) = file.log_retention_check_interval_ms {
             self.log_retention_check_interval_ms = v;
         }
+        if let Some(v) = file.log_cleaner_backoff_ms {
+            self.log_cleaner_backoff_ms = v;
+        }
         LimitArgs {
             max_connections: file.max_connections,
             max_connections_per_ip: file.max_connections_per_ip,
@@ -312,6 +327,9 @@ impl BrokerConfig {
             anyhow::bail!(
                 "log.retention.check.interval.ms must be at least 1 (Kafka's default is 300000)"
             );
+        }
+        if self.log_cleaner_backoff_ms == 0 {
+            anyhow::bail!("log.cleaner.backoff.ms must be at least 1 (Sluice's default is 60000)");
         }
         let (session, heartbeat) = (
             self.group_consumer_session_timeout_ms,

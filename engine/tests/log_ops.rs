@@ -530,11 +530,7 @@ type NewKeyValue = (Option<Vec<u8>>, Option<Vec<u8>>, i64);
 
 /// One batch of `records` compressed with `codec`, from an idempotent
 /// producer whose sequence numbers count the records (`base_sequence` is the first one's).
-fn compressed_batch(
-    codec: Compression,
-    base_sequence: i32,
-    records: &[NewKeyValue],
-) -> BytesMut {
+fn compressed_batch(codec: Compression, base_sequence: i32, records: &[NewKeyValue]) -> BytesMut {
     let mut b = BatchBuilder::new()
         .producer(77, 3, base_sequence)
         .compression(codec);

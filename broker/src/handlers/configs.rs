@@ -132,6 +132,10 @@ pub async fn describe(
                         "log.retention.check.interval.ms",
                         config.log_retention_check_interval_ms.to_string(),
                     ),
+                    (
+                        "log.cleaner.backoff.ms",
+                        config.log_cleaner_backoff_ms.to_string(),
+                    ),
                 ];
                 for (key, value) in values {
                     if wanted(key) {
