@@ -485,4 +485,22 @@ mod tests {
         c.group_consumer_heartbeat_interval_ms = 0;
         assert!(c.validate().is_err());
     }
+
+    #[test]
+    fn the_cleaner_backoff_comes_from_the_file_and_is_checked() {
+        let c = BrokerConfig::default();
+        assert_eq!(c.log_cleaner_backoff_ms, LOG_CLEANER_BACKOFF_MS_DEFAULT);
+        let dir =
+            std::env::temp_dir().join(format!("sluice-config-cleaner-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("broker.toml");
+        std::fs::write(&path, "log.cleaner.backoff.ms = 250\n").unwrap();
+        let mut c = BrokerConfig::default();
+        c.apply_file(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(c.log_cleaner_backoff_ms, 250);
+        c.validate().unwrap();
+        c.log_cleaner_backoff_ms = 0;
+        assert!(c.validate().is_err());
+    }
 }

@@ -570,7 +570,7 @@ impl BatchBuilder {
         self
     }
 
-    /// Compresses the records with `codec` (attribute bits 0-2 follow it).
+    /// Compresses the records with `codec` (attribute bits 0-2 then follow it).
     pub fn compression(mut self, codec: Compression) -> Self {
         self.compression = codec;
         self
@@ -602,7 +602,12 @@ impl BatchBuilder {
     pub fn build(self) -> Bytes {
         assert!(self.count > 0, "a record batch holds at least one record");
         let records = compression::compress(self.compression, &self.records);
-        let attributes = (self.attributes & !ATTR_COMPRESSION_MASK) | self.compression.id();
+        // Without a codec the attributes go as given, compression bits included: tests build
+        // batches that only claim to be compressed.
+        let attributes = match self.compression {
+            Compression::None => self.attributes,
+            codec => (self.attributes & !ATTR_COMPRESSION_MASK) | codec.id(),
+        };
         let size = BATCH_HEADER_SIZE + records.len();
         let mut b = BytesMut::with_capacity(size);
         b.put_i64(0);
