@@ -172,6 +172,12 @@ impl<S: Storage> Log<S> {
             .await
             .map_err(io("syncing a cleaned segment"))?;
         drop(file);
+        // Until the new segment is installed below, zero-copy fetches still compute extents from
+        // the old one; its buffered descriptor is opened lazily by path, so open it now, on the
+        // old file: opened after the rename it would be the new, shorter file, and a splice of
+        // the old positions would run past its end.
+        let old_file = self.state.borrow().segments[&base].file.clone();
+        let _ = old_file.buffered_fd();
         self.storage
             .rename(&cleaned, &path)
             .await
