@@ -97,6 +97,9 @@ struct ServeArgs {
     /// Default 300000, as Kafka.
     #[arg(long)]
     log_retention_check_interval_ms: Option<u64>,
+    /// How often compacted topics are cleaned (`log.cleaner.backoff.ms`). Default 60000.
+    #[arg(long)]
+    log_cleaner_backoff_ms: Option<u64>,
     /// Connection limits (`max.connections`, `connections.max.idle.ms`, ...).
     #[command(flatten)]
     limits: config::LimitArgs,
@@ -145,6 +148,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.log_retention_check_interval_ms {
         config.log_retention_check_interval_ms = v;
+    }
+    if let Some(v) = args.log_cleaner_backoff_ms {
+        config.log_cleaner_backoff_ms = v;
     }
     args.limits.apply(&mut config);
     config.validate()?;

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sluice_engine::{FlushMode, LogConfig, TimestampType};
+use sluice_engine::{Compression, CompressionType, FlushMode, LogConfig, TimestampType};
 
 pub const METADATA_FILE: &str = ".sluice-metadata.json";
 
@@ -160,6 +160,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
 /// Topic configs this broker understands, with Kafka's defaults (DescribeConfigs lists them).
 pub const TOPIC_CONFIG_DEFAULTS: &[(&str, &str)] = &[
     ("cleanup.policy", "delete"),
+    ("compression.type", "producer"),
     ("delete.retention.ms", "86400000"),
     ("flush.mode", "batch"),
     ("flush.ms", "1000"),
@@ -191,6 +192,22 @@ pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, Strin
                 }
                 c.cleanup_delete = parts.contains(&"delete");
                 c.cleanup_compact = parts.contains(&"compact");
+            }
+            "compression.type" => {
+                c.compression_type = match value.as_str() {
+                    "producer" => CompressionType::Producer,
+                    "uncompressed" => CompressionType::Codec(Compression::None),
+                    "gzip" => CompressionType::Codec(Compression::Gzip),
+                    "snappy" => CompressionType::Codec(Compression::Snappy),
+                    "lz4" => CompressionType::Codec(Compression::Lz4),
+                    "zstd" => CompressionType::Codec(Compression::Zstd),
+                    _ => {
+                        return Err(format!(
+                            "compression.type={value:?}: expected producer, uncompressed, gzip, \
+                             snappy, lz4 or zstd"
+                        ))
+                    }
+                }
             }
             "delete.retention.ms" => c.delete_retention_ms = int()?.max(0),
             "flush.mode" => {
@@ -271,5 +288,32 @@ mod tests {
         let mut bad = BTreeMap::new();
         bad.insert("no.such.config".to_string(), "1".to_string());
         assert!(log_config(&bad).is_err());
+    }
+
+    #[test]
+    fn compression_type_takes_kafkas_values() {
+        let with = |value: &str| {
+            let mut m = BTreeMap::new();
+            m.insert("compression.type".to_string(), value.to_string());
+            log_config(&m).map(|c| c.compression_type)
+        };
+        assert_eq!(
+            LogConfig::default().compression_type,
+            CompressionType::Producer
+        );
+        assert_eq!(with("producer"), Ok(CompressionType::Producer));
+        for (value, codec) in [
+            ("uncompressed", Compression::None),
+            ("gzip", Compression::Gzip),
+            ("snappy", Compression::Snappy),
+            ("lz4", Compression::Lz4),
+            ("zstd", Compression::Zstd),
+        ] {
+            assert_eq!(with(value), Ok(CompressionType::Codec(codec)));
+        }
+        // Kafka's names only, case and all.
+        for value in ["none", "GZIP", "brotli", ""] {
+            assert!(with(value).is_err(), "{value:?}");
+        }
     }
 }

@@ -20,8 +20,11 @@
 //! ```
 //! All integers are big-endian. Records inside use zig-zag varints (see [`Record`]).
 
+use std::borrow::Cow;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::compression::{self, Compression, DECOMPRESSED_BYTES_MAX};
 use crate::error::BatchError;
 use crate::types::{LeaderEpoch, Offset, Timestamp};
 
@@ -164,16 +167,45 @@ pub fn verify(batch: &[u8]) -> Result<BatchHeader<'_>, BatchError> {
     Ok(header)
 }
 
+/// What [`validate_for_append`] found in a valid batch.
+#[derive(Debug)]
+pub struct ValidBatch<'a> {
+    /// The batch's codec.
+    pub compression: Compression,
+    /// The largest record timestamp. Kafka's `LogValidator` computes it from the records, not
+    /// from the header: librdkafka sends a max timestamp of 0 with records of timestamp -1.
+    pub max_timestamp: Timestamp,
+    /// The records section, decompressed: borrowed from the batch when it is uncompressed.
+    pub records: Cow<'a, [u8]>,
+}
+
+/// The records section of a batch (the bytes after its header), decompressed if need be.
+pub fn records_section(batch: &[u8]) -> Result<Cow<'_, [u8]>, BatchError> {
+    let header = BatchHeader::parse(batch)?;
+    let compression = Compression::from_attributes(header.attributes())?;
+    let section = &batch[BATCH_HEADER_SIZE..];
+    Ok(match compression {
+        Compression::None => Cow::Borrowed(section),
+        codec => Cow::Owned(compression::decompress(
+            codec,
+            section,
+            DECOMPRESSED_BYTES_MAX,
+        )?),
+    })
+}
+
 /// Full validation of a batch arriving from a producer, before the log assigns offsets.
-/// `max_message_bytes` is the topic's `max.message.bytes`.
+/// `max_message_bytes` is the topic's `max.message.bytes`; `keys_required` is set for a
+/// compacted topic, where every record of a data batch needs a key.
 ///
-/// Returns the largest record timestamp of an uncompressed batch (Kafka's `LogValidator`
-/// computes it from the records, not from the header: librdkafka sends a max timestamp of 0
-/// with records of timestamp -1), `None` for a compressed one.
+/// Compressed batches are decompressed and their records checked like uncompressed ones, as
+/// Kafka's `LogValidator` does. Records without a key are collected, not stopped at, so that
+/// the producer learns every one of them (`BatchError::MissingKey`).
 pub fn validate_for_append(
     batch: &[u8],
     max_message_bytes: u32,
-) -> Result<Option<Timestamp>, BatchError> {
+    keys_required: bool,
+) -> Result<ValidBatch<'_>, BatchError> {
     if batch.len() > max_message_bytes as usize {
         return Err(BatchError::TooLarge {
             size: batch.len(),
@@ -189,33 +221,80 @@ pub fn validate_for_append(
             last_offset_delta: delta,
         });
     }
-    // Uncompressed records can be checked one by one; compressed ones are stored as sent
-    // and checked by the consumer that decompresses them.
-    if header.compression() == 0 {
-        let mut seen = 0;
-        let mut max_delta = i64::MIN;
-        for record in Records::new(batch) {
-            let record = record?;
-            if record.offset_delta != seen {
-                return Err(BatchError::BadRecord {
-                    index: seen,
-                    reason: "offset delta out of sequence",
-                });
-            }
-            max_delta = max_delta.max(record.timestamp_delta);
-            seen += 1;
-        }
-        if seen != count {
-            return Err(BatchError::BadRecordCount {
-                record_count: count,
-                last_offset_delta: seen - 1,
+    let compression = Compression::from_attributes(header.attributes())?;
+    let records = records_section(batch)?;
+    let keys_required = keys_required && !header.is_control();
+    let mut seen = 0;
+    let mut max_delta = i64::MIN;
+    let mut keyless = Vec::new();
+    for record in Records::section(&records, count) {
+        let record = record?;
+        if record.offset_delta != seen {
+            return Err(BatchError::BadRecord {
+                index: seen,
+                reason: "offset delta out of sequence",
             });
         }
-        return Ok(Some(Timestamp(
-            header.base_timestamp().0.saturating_add(max_delta),
-        )));
+        if keys_required && record.key.is_none() {
+            keyless.push(seen);
+        }
+        max_delta = max_delta.max(record.timestamp_delta);
+        seen += 1;
     }
-    Ok(None)
+    if seen != count {
+        return Err(BatchError::BadRecordCount {
+            record_count: count,
+            last_offset_delta: seen - 1,
+        });
+    }
+    if !keyless.is_empty() {
+        return Err(BatchError::MissingKey {
+            batch_indexes: keyless,
+        });
+    }
+    Ok(ValidBatch {
+        compression,
+        max_timestamp: Timestamp(header.base_timestamp().0.saturating_add(max_delta)),
+        records,
+    })
+}
+
+/// A copy of `batch` with another records section: `records` (already compressed as
+/// `attributes` say) holding `record_count` records. Every other header field is kept (base
+/// offset, leader epoch, last offset delta, timestamps, producer id, epoch and sequence); the
+/// length and the CRC are recomputed.
+pub fn rebuild(batch: &[u8], attributes: i16, record_count: i32, records: &[u8]) -> BytesMut {
+    assert!(
+        batch.len() >= BATCH_HEADER_SIZE,
+        "rebuilding a batch of {} bytes",
+        batch.len()
+    );
+    assert!(record_count > 0, "a record batch holds at least one record");
+    let size = BATCH_HEADER_SIZE + records.len();
+    let mut b = BytesMut::with_capacity(size);
+    b.extend_from_slice(&batch[..BATCH_HEADER_SIZE]);
+    b.extend_from_slice(records);
+    b[8..12].copy_from_slice(&((size - LOG_OVERHEAD) as i32).to_be_bytes());
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    b[57..61].copy_from_slice(&record_count.to_be_bytes());
+    let crc = compute_crc(&b);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// `batch` with its records (`records`, the decompressed section) compressed with `codec`
+/// instead: what a topic whose `compression.type` differs from the producer's codec stores, as
+/// Kafka does. The records are kept byte for byte, so are offsets, timestamps and producer
+/// fields.
+pub fn recompress(batch: &[u8], records: &[u8], codec: Compression) -> BytesMut {
+    let header = BatchHeader::parse(batch).expect("a validated batch has a header");
+    let attributes = (header.attributes() & !ATTR_COMPRESSION_MASK) | codec.id();
+    rebuild(
+        batch,
+        attributes,
+        header.record_count(),
+        &compression::compress(codec, records),
+    )
 }
 
 /// Sets a `CreateTime` batch's max timestamp to what its records hold, recomputing the CRC (the
@@ -242,7 +321,7 @@ pub fn stamp_log_append_time(batch: &mut [u8], now: Timestamp) {
     batch[17..21].copy_from_slice(&crc.to_be_bytes());
 }
 
-/// One record inside an uncompressed batch.
+/// One record of a batch (of its decompressed records section when the batch is compressed).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record<'a> {
     pub attributes: i8,
@@ -255,7 +334,8 @@ pub struct Record<'a> {
     pub raw: &'a [u8],
 }
 
-/// Iterates the records of an uncompressed batch. Stops at the first malformed record.
+/// Iterates the records of an uncompressed batch, or of a records section. Stops at the first
+/// malformed record.
 pub struct Records<'a> {
     data: &'a [u8],
     at: usize,
@@ -274,6 +354,18 @@ impl<'a> Records<'a> {
         Records {
             data: batch,
             at: BATCH_HEADER_SIZE,
+            index: 0,
+            count,
+            failed: false,
+        }
+    }
+
+    /// The `count` records of a records section: a batch's bytes after its header, decompressed
+    /// (see [`records_section`]).
+    pub fn section(records: &'a [u8], count: i32) -> Records<'a> {
+        Records {
+            data: records,
+            at: 0,
             index: 0,
             count,
             failed: false,
@@ -429,10 +521,12 @@ pub struct NewRecord {
     pub timestamp: Timestamp,
 }
 
-/// Builds uncompressed v2 batches: for tests, tools, benchmarks and the broker's own internal
-/// records. Base offset is 0 and the partition leader epoch -1; the log stamps both.
+/// Builds v2 batches: for tests, tools, benchmarks and the broker's own internal records.
+/// Base offset is 0 and the partition leader epoch -1; the log stamps both. Uncompressed unless
+/// [`BatchBuilder::compression`] says otherwise.
 #[derive(Debug)]
 pub struct BatchBuilder {
+    compression: Compression,
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
@@ -452,6 +546,7 @@ impl Default for BatchBuilder {
 impl BatchBuilder {
     pub fn new() -> BatchBuilder {
         BatchBuilder {
+            compression: Compression::None,
             producer_id: -1,
             producer_epoch: -1,
             base_sequence: -1,
@@ -472,6 +567,12 @@ impl BatchBuilder {
 
     pub fn attributes(mut self, attributes: i16) -> Self {
         self.attributes = attributes;
+        self
+    }
+
+    /// Compresses the records with `codec` (attribute bits 0-2 then follow it).
+    pub fn compression(mut self, codec: Compression) -> Self {
+        self.compression = codec;
         self
     }
 
@@ -498,41 +599,31 @@ impl BatchBuilder {
         self.count += 1;
     }
 
-    /// Appends a record copied unchanged from another batch (compaction keeps offset deltas).
-    pub(crate) fn push_raw(&mut self, raw: &[u8]) {
-        self.records.put_slice(raw);
-        self.count += 1;
-    }
-
     pub fn build(self) -> Bytes {
-        self.build_with(self.count - 1, None, None)
-    }
-
-    /// Builds with an explicit last offset delta and timestamps; compaction uses it to keep a
-    /// batch's offset range and timestamps when it drops records from the middle.
-    pub(crate) fn build_with(
-        &self,
-        last_offset_delta: i32,
-        base_timestamp: Option<i64>,
-        max_timestamp: Option<i64>,
-    ) -> Bytes {
         assert!(self.count > 0, "a record batch holds at least one record");
-        let size = BATCH_HEADER_SIZE + self.records.len();
+        let records = compression::compress(self.compression, &self.records);
+        // Without a codec the attributes go as given, compression bits included: tests build
+        // batches that only claim to be compressed.
+        let attributes = match self.compression {
+            Compression::None => self.attributes,
+            codec => (self.attributes & !ATTR_COMPRESSION_MASK) | codec.id(),
+        };
+        let size = BATCH_HEADER_SIZE + records.len();
         let mut b = BytesMut::with_capacity(size);
         b.put_i64(0);
         b.put_i32((size - LOG_OVERHEAD) as i32);
         b.put_i32(-1);
         b.put_i8(MAGIC_V2);
         b.put_u32(0);
-        b.put_i16(self.attributes);
-        b.put_i32(last_offset_delta);
-        b.put_i64(base_timestamp.unwrap_or(self.base_timestamp.unwrap_or(-1)));
-        b.put_i64(max_timestamp.unwrap_or(self.max_timestamp));
+        b.put_i16(attributes);
+        b.put_i32(self.count - 1);
+        b.put_i64(self.base_timestamp.unwrap_or(-1));
+        b.put_i64(self.max_timestamp);
         b.put_i64(self.producer_id);
         b.put_i16(self.producer_epoch);
         b.put_i32(self.base_sequence);
         b.put_i32(self.count);
-        b.put_slice(&self.records);
+        b.put_slice(&records);
         let crc = compute_crc(&b);
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         b.freeze()
@@ -572,7 +663,7 @@ mod tests {
             });
         }
         let batch = b.build();
-        validate_for_append(&batch, 1 << 20).unwrap();
+        validate_for_append(&batch, 1 << 20, false).unwrap();
         let header = BatchHeader::parse(&batch).unwrap();
         assert_eq!(header.record_count(), 5);
         assert_eq!(header.last_offset_delta(), 4);
@@ -616,21 +707,21 @@ mod tests {
         let mut longer = batch.clone();
         longer.extend_from_slice(&[0; 4]);
         assert!(matches!(
-            validate_for_append(&longer, 1 << 20),
+            validate_for_append(&longer, 1 << 20, false),
             Err(BatchError::LengthMismatch { .. })
         ));
         assert!(matches!(
-            validate_for_append(&batch[..40], 1 << 20),
+            validate_for_append(&batch[..40], 1 << 20, false),
             Err(BatchError::Truncated { .. })
         ));
         assert!(matches!(
-            validate_for_append(&batch, 10),
+            validate_for_append(&batch, 10, false),
             Err(BatchError::TooLarge { .. })
         ));
         let mut magic = batch.clone();
         magic[16] = 1;
         assert!(matches!(
-            validate_for_append(&magic, 1 << 20),
+            validate_for_append(&magic, 1 << 20, false),
             Err(BatchError::BadMagic { magic: 1 })
         ));
     }
@@ -643,6 +734,151 @@ mod tests {
         batch[23..27].copy_from_slice(&2i32.to_be_bytes());
         let crc = compute_crc(&batch);
         batch[17..21].copy_from_slice(&crc.to_be_bytes());
-        assert!(validate_for_append(&batch, 1 << 20).is_err());
+        assert!(validate_for_append(&batch, 1 << 20, false).is_err());
+    }
+
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    /// An idempotent producer's batch of `n` records with headers, some keyless, timestamps out
+    /// of order, compressed with `codec`.
+    fn producer_batch(codec: Compression, n: u8) -> Bytes {
+        let mut b = BatchBuilder::new()
+            .producer(4242, 7, 1000)
+            .compression(codec);
+        for i in 0..n {
+            b.push(&NewRecord {
+                key: (i % 3 != 1).then(|| vec![b'k', i]),
+                value: Some(vec![i; 40]),
+                headers: vec![(b"h".to_vec(), Some(vec![i]))],
+                timestamp: Timestamp(5_000 + ((i as i64 * 7) % 11)),
+            });
+        }
+        b.build()
+    }
+
+    /// (offset delta, timestamp delta, key, value) of a record.
+    type Fields = (i32, i64, Option<Vec<u8>>, Option<Vec<u8>>);
+
+    fn records_of(batch: &[u8]) -> Vec<Fields> {
+        let section = records_section(batch).unwrap();
+        let count = BatchHeader::parse(batch).unwrap().record_count();
+        Records::section(&section, count)
+            .map(|r| {
+                let r = r.unwrap();
+                (
+                    r.offset_delta,
+                    r.timestamp_delta,
+                    r.key.map(<[u8]>::to_vec),
+                    r.value.map(<[u8]>::to_vec),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn compressed_batches_are_validated_record_by_record() {
+        let plain = producer_batch(Compression::None, 20);
+        for codec in CODECS {
+            let batch = producer_batch(codec, 20);
+            let header = BatchHeader::parse(&batch).unwrap();
+            assert_eq!(header.compression(), codec.id());
+            let valid = validate_for_append(&batch, 1 << 20, false).unwrap();
+            assert_eq!(valid.compression, codec);
+            assert_eq!(valid.max_timestamp, Timestamp(5_010));
+            assert_eq!(&valid.records[..], &plain[BATCH_HEADER_SIZE..]);
+            assert_eq!(records_of(&batch), records_of(&plain));
+        }
+    }
+
+    #[test]
+    fn the_max_timestamp_of_a_compressed_batch_comes_from_its_records() {
+        // librdkafka sends max_timestamp 0 with records of timestamp -1; the records decide.
+        for codec in CODECS {
+            let mut b = BatchBuilder::new().compression(codec);
+            for _ in 0..3 {
+                b.push(&NewRecord {
+                    value: Some(b"v".to_vec()),
+                    timestamp: Timestamp::NONE,
+                    ..NewRecord::default()
+                });
+            }
+            let mut batch = b.build().to_vec();
+            batch[35..43].copy_from_slice(&0i64.to_be_bytes());
+            let crc = compute_crc(&batch);
+            batch[17..21].copy_from_slice(&crc.to_be_bytes());
+            let valid = validate_for_append(&batch, 1 << 20, false).unwrap();
+            assert_eq!(valid.max_timestamp, Timestamp::NONE, "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn keyless_records_are_all_named_in_compressed_batches_too() {
+        for codec in CODECS {
+            let batch = producer_batch(codec, 8);
+            match validate_for_append(&batch, 1 << 20, true) {
+                Err(BatchError::MissingKey { batch_indexes }) => {
+                    assert_eq!(batch_indexes, vec![1, 4, 7], "{codec:?}")
+                }
+                other => panic!("{codec:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn recompressed_batches_keep_offsets_timestamps_and_producer_fields() {
+        for from in CODECS {
+            let mut original = producer_batch(from, 30).to_vec();
+            stamp(&mut original, Offset(900), LeaderEpoch(5));
+            let plain = records_section(&original).unwrap().into_owned();
+            for to in CODECS {
+                let rebuilt = recompress(&original, &plain, to);
+                let old = verify(&original).unwrap();
+                let new = verify(&rebuilt).expect("the recompressed batch's CRC is valid");
+                assert_eq!(new.compression(), to.id(), "{from:?} -> {to:?}");
+                assert_eq!(
+                    new.attributes() & !ATTR_COMPRESSION_MASK,
+                    old.attributes() & !ATTR_COMPRESSION_MASK
+                );
+                assert_eq!(new.base_offset(), Offset(900));
+                assert_eq!(new.partition_leader_epoch(), LeaderEpoch(5));
+                assert_eq!(new.last_offset_delta(), old.last_offset_delta());
+                assert_eq!(new.record_count(), 30);
+                assert_eq!(new.base_timestamp(), old.base_timestamp());
+                assert_eq!(new.max_timestamp(), old.max_timestamp());
+                assert_eq!(
+                    (new.producer_id(), new.producer_epoch(), new.base_sequence()),
+                    (4242, 7, 1000)
+                );
+                assert_eq!(records_of(&rebuilt), records_of(&original));
+                validate_for_append(&rebuilt, 1 << 20, false).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_with_an_unknown_codec_or_undecodable_records_is_refused() {
+        let mut batch = producer_batch(Compression::Gzip, 5).to_vec();
+        batch[22] = (batch[22] & !0x07) | 6;
+        let crc = compute_crc(&batch);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            validate_for_append(&batch, 1 << 20, false),
+            Err(BatchError::UnknownCompression { codec: 6 })
+        ));
+        let mut batch = producer_batch(Compression::Zstd, 5).to_vec();
+        let last = batch.len() - 3;
+        batch[last] ^= 0xff;
+        let crc = compute_crc(&batch);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            validate_for_append(&batch, 1 << 20, false),
+            Err(BatchError::BadCompression { codec: "zstd", .. })
+        ));
     }
 }

@@ -4,6 +4,8 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::compression::Compression;
+
 /// `flush.mode`: when an append counts as done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushMode {
@@ -20,6 +22,26 @@ pub enum FlushMode {
 pub enum TimestampType {
     CreateTime,
     LogAppendTime,
+}
+
+/// `compression.type`: the codec the log stores batches with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompressionType {
+    /// Keep each batch's own codec (Kafka's `producer`, the default).
+    Producer,
+    /// Recompress every batch whose codec differs (`uncompressed`, `gzip`, `snappy`, `lz4`,
+    /// `zstd`).
+    Codec(Compression),
+}
+
+impl CompressionType {
+    /// The codec a batch sent with `codec` is stored with.
+    pub fn target(self, codec: Compression) -> Compression {
+        match self {
+            CompressionType::Producer => codec,
+            CompressionType::Codec(target) => target,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -48,6 +70,8 @@ pub struct LogConfig {
     pub delete_retention_ms: i64,
     /// `message.timestamp.type`
     pub message_timestamp_type: TimestampType,
+    /// `compression.type`
+    pub compression_type: CompressionType,
 }
 
 impl Default for LogConfig {
@@ -65,6 +89,7 @@ impl Default for LogConfig {
             cleanup_compact: false,
             delete_retention_ms: 24 * 3600 * 1000,
             message_timestamp_type: TimestampType::CreateTime,
+            compression_type: CompressionType::Producer,
         }
     }
 }

@@ -24,8 +24,16 @@ pub enum BatchError {
     BadRecord { index: i32, reason: &'static str },
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     TooLarge { size: usize, max: u32 },
-    #[error("a compacted topic requires every record to have a key")]
-    MissingKey,
+    /// Records without a key sent to a compacted topic. `batch_indexes` are their positions in
+    /// the batch (Kafka's `batch_index`), so the producer can fail exactly those (KIP-467).
+    #[error("a compacted topic requires every record to have a key; records {batch_indexes:?} have none")]
+    MissingKey { batch_indexes: Vec<i32> },
+    #[error("compression codec {codec} is not one Kafka defines")]
+    UnknownCompression { codec: i16 },
+    #[error("{codec} records do not decompress: {reason}")]
+    BadCompression { codec: &'static str, reason: String },
+    #[error("records decompress to more than {max} bytes")]
+    DecompressedTooLarge { max: usize },
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -11,6 +11,7 @@
 
 pub mod batch;
 pub mod batch_cache;
+pub mod compression;
 pub mod config;
 pub mod error;
 pub mod log;
@@ -20,7 +21,8 @@ pub mod storage;
 pub mod types;
 
 pub use batch_cache::BatchCache;
-pub use config::{Clock, FlushMode, LogConfig, TimestampType};
+pub use compression::Compression;
+pub use config::{Clock, CompressionType, FlushMode, LogConfig, TimestampType};
 pub use error::{BatchError, LogError};
 pub use log::{AppendInfo, CompactionOutcome, Log, RetentionOutcome};
 pub use segment::reader::{FileExtent, ReadBatch};

@@ -6,10 +6,12 @@ use std::path::PathBuf;
 
 use bytes::BytesMut;
 use futures_lite::future::block_on;
-use sluice_engine::batch::{simple_batch, BatchHeader, Records};
+use sluice_engine::batch::{
+    records_section, simple_batch, BatchBuilder, BatchHeader, NewRecord, Records,
+};
 use sluice_engine::{
-    BatchCache, Clock, FlushMode, LeaderEpoch, Log, LogConfig, LogError, MemStorage, Offset,
-    Timestamp, TimestampType,
+    BatchCache, BatchError, Clock, Compression, CompressionType, FlushMode, LeaderEpoch, Log,
+    LogConfig, LogError, MemStorage, Offset, Timestamp, TimestampType,
 };
 
 async fn open(storage: &MemStorage, dir: &str, config: LogConfig, clock: Clock) -> Log<MemStorage> {
@@ -510,5 +512,332 @@ fn retention_keeps_the_active_segment_while_an_older_one_stays() {
         append(&log2, None, Some(b"old"), 1_000).await;
         assert_eq!(log2.enforce_retention().await.unwrap().segments_deleted, 1);
         assert_eq!(log2.log_start_offset(), Offset(1));
+    });
+}
+
+// ---- compressed batches ------------------------------------------------------------------
+
+const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
+
+/// A record to append: key, value, timestamp.
+type NewKeyValue = (Option<Vec<u8>>, Option<Vec<u8>>, i64);
+
+/// One batch of `records` compressed with `codec`, from an idempotent
+/// producer whose sequence numbers count the records (`base_sequence` is the first one's).
+fn compressed_batch(codec: Compression, base_sequence: i32, records: &[NewKeyValue]) -> BytesMut {
+    let mut b = BatchBuilder::new()
+        .producer(77, 3, base_sequence)
+        .compression(codec);
+    for (key, value, ts) in records {
+        b.push(&NewRecord {
+            key: key.clone(),
+            value: value.clone(),
+            headers: vec![(b"h".to_vec(), Some(b"x".to_vec()))],
+            timestamp: Timestamp(*ts),
+        });
+    }
+    BytesMut::from(&b.build()[..])
+}
+
+type StoredRecord = (i64, Option<Vec<u8>>, Option<Vec<u8>>, i64);
+
+/// Every stored batch's codec and its records (offset, key, value, timestamp), decompressed.
+async fn stored(log: &Log<MemStorage>) -> Vec<(i16, Vec<StoredRecord>)> {
+    let mut out = Vec::new();
+    let mut cur = log.log_start_offset();
+    loop {
+        let batches = log.read(cur, 1 << 20, Offset(i64::MAX)).await.unwrap();
+        if batches.is_empty() {
+            return out;
+        }
+        for b in batches {
+            let header = sluice_engine::batch::verify(&b.bytes).expect("stored batches verify");
+            let section = records_section(&b.bytes).unwrap();
+            let records = Records::section(&section, header.record_count())
+                .map(|r| {
+                    let r = r.unwrap();
+                    (
+                        b.base_offset.0 + r.offset_delta as i64,
+                        r.key.map(<[u8]>::to_vec),
+                        r.value.map(<[u8]>::to_vec),
+                        header.base_timestamp().0 + r.timestamp_delta,
+                    )
+                })
+                .collect();
+            out.push((header.compression(), records));
+            cur = b.last_offset.next();
+        }
+    }
+}
+
+#[test]
+fn compaction_filters_inside_compressed_batches_and_keeps_their_codec() {
+    for codec in CODECS {
+        block_on(async {
+            let storage = MemStorage::new();
+            let clock = Clock::manual(1_000_000);
+            let config = LogConfig {
+                segment_bytes: 1500,
+                cleanup_compact: true,
+                cleanup_delete: false,
+                ..LogConfig::default()
+            };
+            let dir = format!("/compact-{}/t-0", codec.name());
+            let log = open(&storage, &dir, config.clone(), clock.clone()).await;
+            // 30 batches of 8 records over 11 keys; one key ends in a tombstone.
+            let mut written = Vec::new();
+            for b in 0..30i64 {
+                let records: Vec<_> = (0..8i64)
+                    .map(|i| {
+                        let n = b * 8 + i;
+                        let key = format!("key-{}", (n * 7) % 11).into_bytes();
+                        let value = (n != 200).then(|| format!("value-{n}").repeat(3).into_bytes());
+                        (Some(key), value, clock.now_ms() + i)
+                    })
+                    .collect();
+                let info = log
+                    .append(
+                        compressed_batch(codec, b as i32 * 8, &records),
+                        LeaderEpoch(0),
+                    )
+                    .await
+                    .unwrap();
+                for (i, (k, v, ts)) in records.into_iter().enumerate() {
+                    written.push((info.base_offset.0 + i as i64, k, v, ts));
+                }
+                clock.advance(10);
+            }
+            log.roll().await.unwrap();
+            let before = stored(&log).await;
+            assert!(before.iter().all(|(c, _)| *c == codec.id()));
+            let outcome = log.compact().await.unwrap();
+            assert!(outcome.records_removed > 150, "{codec:?}: {outcome:?}");
+            let after = stored(&log).await;
+            // Every batch keeps its codec; every record kept is unchanged at its offset.
+            assert!(after.iter().all(|(c, _)| *c == codec.id()), "{codec:?}");
+            let kept: Vec<StoredRecord> = after.into_iter().flat_map(|(_, r)| r).collect();
+            // The model: the latest record of every key, tombstones included (they are young).
+            let mut latest = BTreeMap::new();
+            for r in &written {
+                latest.insert(r.1.clone(), r.clone());
+            }
+            let mut expected: Vec<StoredRecord> = latest.into_values().collect();
+            expected.sort();
+            assert_eq!(kept, expected, "{codec:?}");
+            // The offset range of the log never moves.
+            assert_eq!(log.log_end_offset(), Offset(240));
+            log.close().await.unwrap();
+            drop(log);
+            let log = open(&storage, &dir, config, clock.clone()).await;
+            let reopened: Vec<StoredRecord> = stored(&log)
+                .await
+                .into_iter()
+                .flat_map(|(_, r)| r)
+                .collect();
+            assert_eq!(reopened, expected, "{codec:?} after reopen");
+        });
+    }
+}
+
+#[test]
+fn offset_for_timestamp_finds_the_record_inside_a_compressed_batch() {
+    for codec in CODECS {
+        block_on(async {
+            let storage = MemStorage::new();
+            let config = LogConfig {
+                segment_bytes: 4096,
+                ..LogConfig::default()
+            };
+            let dir = format!("/ts-{}/t-0", codec.name());
+            let log = open(&storage, &dir, config, Clock::System).await;
+            // Ten batches of ten records, timestamps 1000, 1010, ...; record 57 carries the max.
+            for b in 0..10i64 {
+                let records: Vec<_> = (0..10i64)
+                    .map(|i| {
+                        let n = b * 10 + i;
+                        let ts = if n == 57 { 9_000 } else { 1_000 + n * 10 };
+                        (None, Some(vec![n as u8; 30]), ts)
+                    })
+                    .collect();
+                log.append(
+                    compressed_batch(codec, b as i32 * 10, &records),
+                    LeaderEpoch(0),
+                )
+                .await
+                .unwrap();
+            }
+            let at = |ts| log.offset_for_timestamp(Timestamp(ts));
+            assert_eq!(
+                at(1_505).await.unwrap(),
+                Some((Offset(51), Timestamp(1_510))),
+                "{codec:?}"
+            );
+            assert_eq!(
+                at(1_000).await.unwrap(),
+                Some((Offset(0), Timestamp(1_000)))
+            );
+            assert_eq!(
+                at(1_575).await.unwrap(),
+                Some((Offset(57), Timestamp(9_000)))
+            );
+            assert_eq!(
+                at(1_555).await.unwrap(),
+                Some((Offset(56), Timestamp(1_560)))
+            );
+            // Record 57 carries 9000: it is the first at or after any time up to then.
+            assert_eq!(
+                at(1_585).await.unwrap(),
+                Some((Offset(57), Timestamp(9_000)))
+            );
+            assert_eq!(at(9_001).await.unwrap(), None);
+            assert_eq!(
+                log.max_timestamp_offset().await.unwrap(),
+                Some((Offset(57), Timestamp(9_000))),
+                "{codec:?}"
+            );
+        });
+    }
+}
+
+#[test]
+fn compression_type_recompresses_batches_on_append_keeping_their_records() {
+    let records: Vec<_> = (0..50i64)
+        .map(|i| {
+            let key = (i % 5 != 0).then(|| format!("k{i}").into_bytes());
+            (
+                key,
+                Some(format!("payload {i} ").repeat(8).into_bytes()),
+                2_000 + (i * 13) % 29,
+            )
+        })
+        .collect();
+    for topic in
+        std::iter::once(CompressionType::Producer).chain(CODECS.map(CompressionType::Codec))
+    {
+        for sent in CODECS {
+            block_on(async {
+                let storage = MemStorage::new();
+                let config = LogConfig {
+                    compression_type: topic,
+                    ..LogConfig::default()
+                };
+                let log = open(&storage, "/recompress/t-0", config, Clock::System).await;
+                log.append(
+                    compressed_batch(Compression::None, 0, &records[..1]),
+                    LeaderEpoch(0),
+                )
+                .await
+                .unwrap();
+                let info = log
+                    .append(compressed_batch(sent, 1, &records), LeaderEpoch(2))
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    (info.base_offset, info.last_offset),
+                    (Offset(1), Offset(50))
+                );
+                let batches = log
+                    .read(Offset(1), 1 << 20, Offset(i64::MAX))
+                    .await
+                    .unwrap();
+                assert_eq!(batches.len(), 1);
+                let header = sluice_engine::batch::verify(&batches[0].bytes).unwrap();
+                assert_eq!(
+                    header.compression(),
+                    topic.target(sent).id(),
+                    "{topic:?} {sent:?}"
+                );
+                assert_eq!(header.base_offset(), Offset(1));
+                assert_eq!(header.partition_leader_epoch(), LeaderEpoch(2));
+                assert_eq!(header.last_offset_delta(), 49);
+                assert_eq!(
+                    (
+                        header.producer_id(),
+                        header.producer_epoch(),
+                        header.base_sequence()
+                    ),
+                    (77, 3, 1)
+                );
+                assert_eq!(header.base_timestamp(), Timestamp(2_000));
+                assert_eq!(header.max_timestamp(), Timestamp(2_028));
+                let got: Vec<_> = stored(&log)
+                    .await
+                    .into_iter()
+                    .skip(1)
+                    .flat_map(|(_, r)| r)
+                    .collect();
+                let want: Vec<_> = records
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (k, v, ts))| (1 + i as i64, k.clone(), v.clone(), *ts))
+                    .collect();
+                assert_eq!(got, want, "{topic:?} {sent:?}");
+            });
+        }
+    }
+}
+
+#[test]
+fn a_batch_that_recompresses_beyond_max_message_bytes_is_refused() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let config = LogConfig {
+            compression_type: CompressionType::Codec(Compression::None),
+            max_message_bytes: 4_000,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/too-large/t-0", config, Clock::System).await;
+        let records: Vec<_> = (0..100)
+            .map(|_| (None, Some(vec![0u8; 100]), 1_000))
+            .collect();
+        let batch = compressed_batch(Compression::Zstd, 0, &records);
+        assert!(batch.len() < 4_000);
+        assert!(matches!(
+            log.append(batch, LeaderEpoch(0)).await,
+            Err(LogError::InvalidBatch(BatchError::TooLarge {
+                max: 4_000,
+                ..
+            }))
+        ));
+        assert_eq!(log.log_end_offset(), Offset(0));
+    });
+}
+
+#[test]
+fn keyless_records_of_a_compressed_batch_are_named_on_a_compacted_topic() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let config = LogConfig {
+            cleanup_compact: true,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/keyless/t-0", config, Clock::System).await;
+        let records: Vec<_> = (0..6)
+            .map(|i| {
+                (
+                    (i % 4 != 1).then(|| vec![b'k', i as u8]),
+                    Some(b"v".to_vec()),
+                    1_000,
+                )
+            })
+            .collect();
+        for codec in CODECS {
+            match log
+                .append(compressed_batch(codec, 0, &records), LeaderEpoch(0))
+                .await
+            {
+                Err(LogError::InvalidBatch(BatchError::MissingKey { batch_indexes })) => {
+                    assert_eq!(batch_indexes, vec![1, 5], "{codec:?}")
+                }
+                other => panic!("{codec:?}: {other:?}"),
+            }
+        }
+        assert_eq!(log.log_end_offset(), Offset(0));
     });
 }

@@ -51,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    if batch::validate_for_append(&b, MAX_MESSAGE_BYTES).is_err() {
+    if batch::validate_for_append(&b, MAX_MESSAGE_BYTES, false).is_err() {
         return;
     }
     // Accepted: everything the log relies on afterwards must hold.
@@ -78,5 +78,5 @@ fuzz_target!(|data: &[u8]| {
     batch::stamp_log_append_time(&mut b, Timestamp(1_700_000_000_000));
     let stamped = batch::verify(&b).expect("LogAppendTime keeps the CRC valid");
     assert!(stamped.is_log_append_time());
-    batch::validate_for_append(&b, MAX_MESSAGE_BYTES).expect("still valid after stamping");
+    batch::validate_for_append(&b, MAX_MESSAGE_BYTES, false).expect("still valid after stamping");
 });

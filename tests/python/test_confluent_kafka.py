@@ -373,12 +373,6 @@ def test_list_offsets_earliest_latest_and_by_timestamp(broker):
     c.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker: ListOffsets by timestamp on a compressed batch answers the batch's base offset "
-    "instead of the first record at or after the timestamp (engine record_at_or_after does not "
-    "decompress); Kafka answers the exact record",
-)
 def test_offset_for_timestamp_inside_a_compressed_batch(broker):
     topic = "by-time-compressed"
     create_topic(broker.bootstrap, topic, 1)

@@ -16,10 +16,11 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 READ_TIMEOUT_S = 30.0
 
 
-def batch(values: list[bytes], timestamp_ms: int | None = None, keys=None) -> bytes:
-    """A record batch (magic 2, uncompressed, no producer id) of `values`."""
+def batch(values: list[bytes], timestamp_ms: int | None = None, keys=None, compression: int = 0) -> bytes:
+    """A record batch (magic 2, no producer id) of `values`, uncompressed unless `compression`
+    names kafka-python's codec id (1 gzip and 3 lz4 need no extra package)."""
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=False,
                                   producer_id=-1, producer_epoch=-1, base_sequence=-1,
                                   batch_size=1 << 20)
     for i, v in enumerate(values):

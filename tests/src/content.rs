@@ -220,7 +220,7 @@ mod tests {
             };
             let batch = build_batch(id);
             assert_eq!(batch, build_batch(id));
-            validate_for_append(&batch, 1 << 20).unwrap();
+            validate_for_append(&batch, 1 << 20, false).unwrap();
             assert!(
                 (100..=4000).contains(&batch.len()),
                 "batch of {} bytes",

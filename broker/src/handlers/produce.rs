@@ -1,11 +1,15 @@
 //! Produce: each partition's batch goes to the shard that owns the partition; the response
 //! waits until every append is as durable as its topic's `flush.mode` says. With one replica,
-//! acks=1 and acks=all both mean that; acks=0 gets no response at all.
+//! acks=1 and acks=all both mean that; acks=0 gets no response at all. A batch refused because
+//! of some of its records names them in `record_errors` (KIP-467, Produce v8+), so the producer
+//! fails exactly those.
 
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -13,13 +17,15 @@ use sluice_engine::LeaderEpoch;
 
 use futures_channel::oneshot;
 
-use super::errors::log_error_code;
+use super::errors::{log_error_code, produce_error_reports_log_start_offset, record_errors};
 use crate::net::order::Turn;
 use crate::shard::{wake, Shard};
 
 struct Outcome {
     error_code: i16,
     error_message: Option<String>,
+    /// The records that made the batch be refused (KIP-467): batch index and message.
+    record_errors: Vec<(i32, String)>,
     base_offset: i64,
     log_append_time_ms: i64,
     log_start_offset: i64,
@@ -30,6 +36,7 @@ impl Outcome {
         Outcome {
             error_code: code,
             error_message: message,
+            record_errors: Vec::new(),
             base_offset: -1,
             log_append_time_ms: -1,
             log_start_offset: -1,
@@ -74,6 +81,7 @@ async fn append_on_owner(
                     Outcome {
                         error_code: 0,
                         error_message: None,
+                        record_errors: Vec::new(),
                         base_offset: info.base_offset.0,
                         log_append_time_ms: info.log_append_time.0,
                         log_start_offset: info.log_start_offset.0,
@@ -81,7 +89,17 @@ async fn append_on_owner(
                 }
                 Err(e) => {
                     tracing::warn!(topic = %topic, partition, error = %e, "produce refused");
-                    Outcome::error(log_error_code(&e), Some(e.to_string()))
+                    let mut outcome = match record_errors(&e, &topic, partition) {
+                        Some(errors) => Outcome {
+                            record_errors: errors.records,
+                            ..Outcome::error(log_error_code(&e), Some(errors.message))
+                        },
+                        None => Outcome::error(log_error_code(&e), Some(e.to_string())),
+                    };
+                    if produce_error_reports_log_start_offset(&e) {
+                        outcome.log_start_offset = p.log.log_start_offset().0;
+                    }
+                    outcome
                 }
             }
         })
@@ -141,6 +159,15 @@ pub async fn handle(
         }
         if version >= 8 {
             pr.error_message = outcome.error_message.map(StrBytes::from_string);
+            pr.record_errors = outcome
+                .record_errors
+                .into_iter()
+                .map(|(index, message)| {
+                    BatchIndexAndErrorMessage::default()
+                        .with_batch_index(index)
+                        .with_batch_index_error_message(Some(StrBytes::from_string(message)))
+                })
+                .collect();
         }
         match response.responses.iter_mut().find(|t| t.name == name) {
             Some(t) => t.partition_responses.push(pr),

@@ -1,7 +1,7 @@
 //! Per-shard background work on the shard's partitions, off the produce path: `flush.mode =
 //! interval` fdatasyncs, retention (`retention.ms`, `retention.bytes`, the log start offset;
 //! every `log.retention.check.interval.ms`, as Kafka) and compaction of `cleanup.policy =
-//! compact` topics.
+//! compact` topics (every `log.cleaner.backoff.ms`).
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -20,8 +20,6 @@ fn ignore_closed(e: LogError) -> Result<(), LogError> {
 
 /// How often interval-flushed logs are checked (`flush.ms` decides whether one is due).
 pub const FLUSH_CHECK_MS: u64 = 50;
-/// How often compacted topics are cleaned.
-pub const COMPACTION_CHECK_MS: u64 = 60_000;
 
 impl Shard {
     pub fn start_housekeeping(self: &Rc<Self>) {
@@ -31,6 +29,7 @@ impl Shard {
             let mut last_compaction = Instant::now();
             let retention_check =
                 Duration::from_millis(shard.config().log_retention_check_interval_ms);
+            let compaction_check = Duration::from_millis(shard.config().log_cleaner_backoff_ms);
             loop {
                 glommio::timer::sleep(Duration::from_millis(FLUSH_CHECK_MS)).await;
                 let partitions: Vec<_> = shard.partitions.borrow().iter().map(|(k, p)| (k.clone(), p.clone())).collect();
@@ -53,7 +52,7 @@ impl Shard {
                         }
                     }
                 }
-                if last_compaction.elapsed() >= Duration::from_millis(COMPACTION_CHECK_MS) {
+                if last_compaction.elapsed() >= compaction_check {
                     last_compaction = Instant::now();
                     for ((topic, index), p) in &partitions {
                         if let Err(e) = p.log.compact().await.map(drop).or_else(ignore_closed) {

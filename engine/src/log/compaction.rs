@@ -5,8 +5,9 @@
 //! change, keeping a record only if it is the latest for its key, and dropping tombstones (null
 //! values) once their batch is older than `delete.retention.ms`. A rewritten batch keeps its base
 //! offset, last offset delta, timestamps and producer fields, so offsets never move; a batch left
-//! with no record is dropped. Compressed batches are stored as sent and kept whole (they would have
-//! to be decompressed to be filtered); control batches are kept.
+//! with no record is dropped. Compressed batches are decompressed, filtered the same way and
+//! their retained records compressed again with the batch's own codec, as Kafka's cleaner does;
+//! control batches are kept.
 //!
 //! Crash safety: the new segment is written to `<base>.log.cleaned`, fdatasync'd, then renamed
 //! over `<base>.log`; a leftover `.cleaned` file is deleted on open, and stale index files are
@@ -17,7 +18,8 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::Log;
-use crate::batch::{self, BatchBuilder, BatchHeader, Records};
+use crate::batch::{self, BatchHeader, Records};
+use crate::compression::{self, Compression};
 use crate::error::{LogError, Result};
 use crate::segment::reader::{read_batches, scan_segment, ReadBatch};
 use crate::segment::{self};
@@ -55,10 +57,11 @@ impl<S: Storage> Log<S> {
         for &base in &closed {
             for batch in self.read_whole_segment(base).await? {
                 let header = BatchHeader::parse(&batch.bytes)?;
-                if header.compression() != 0 || header.is_control() {
+                if header.is_control() {
                     continue;
                 }
-                for record in Records::new(&batch.bytes) {
+                let records = batch::records_section(&batch.bytes)?;
+                for record in Records::section(&records, header.record_count()) {
                     let record = record?;
                     if let Some(key) = record.key {
                         latest.insert(
@@ -169,6 +172,12 @@ impl<S: Storage> Log<S> {
             .await
             .map_err(io("syncing a cleaned segment"))?;
         drop(file);
+        // Until the new segment is installed below, zero-copy fetches still compute extents from
+        // the old one; its buffered descriptor is opened lazily by path, so open it now, on the
+        // old file: opened after the rename it would be the new, shorter file, and a splice of
+        // the old positions would run past its end.
+        let old_file = self.state.borrow().segments[&base].file.clone();
+        let _ = old_file.buffered_fd();
         self.storage
             .rename(&cleaned, &path)
             .await
@@ -211,23 +220,17 @@ fn filter_batch(
     tombstone_horizon_ms: i64,
 ) -> Result<(Option<Bytes>, u64)> {
     let header = BatchHeader::parse(bytes)?;
-    if header.compression() != 0 || header.is_control() {
+    if header.is_control() {
         return Ok((Some(bytes.clone()), 0));
     }
     let base = header.base_offset();
     let tombstones_expire = header.max_timestamp().0 < tombstone_horizon_ms;
-    let mut builder = BatchBuilder::new()
-        .producer(
-            header.producer_id(),
-            header.producer_epoch(),
-            header.base_sequence(),
-        )
-        .attributes(header.attributes());
+    let records = batch::records_section(bytes)?;
+    let mut kept = Vec::with_capacity(records.len());
+    let mut kept_count = 0;
     let mut dropped = 0u64;
-    let mut total = 0;
-    for record in Records::new(bytes) {
+    for record in Records::section(&records, header.record_count()) {
         let record = record?;
-        total += 1;
         let offset = Offset(base.0 + record.offset_delta as i64);
         let is_latest = match record.key {
             Some(key) => latest.get(key) == Some(&offset),
@@ -235,7 +238,8 @@ fn filter_batch(
         };
         let expired_tombstone = record.value.is_none() && tombstones_expire;
         if is_latest && !expired_tombstone {
-            builder.push_raw(record.raw);
+            kept.extend_from_slice(record.raw);
+            kept_count += 1;
         } else {
             dropped += 1;
         }
@@ -243,15 +247,15 @@ fn filter_batch(
     if dropped == 0 {
         return Ok((Some(bytes.clone()), 0));
     }
-    if dropped == total {
+    if kept_count == 0 {
         return Ok((None, dropped));
     }
-    let rebuilt = builder.build_with(
-        header.last_offset_delta(),
-        Some(header.base_timestamp().0),
-        Some(header.max_timestamp().0),
+    let codec = Compression::from_attributes(header.attributes())?;
+    let rebuilt = batch::rebuild(
+        bytes,
+        header.attributes(),
+        kept_count,
+        &compression::compress(codec, &kept),
     );
-    let mut rebuilt = bytes::BytesMut::from(&rebuilt[..]);
-    batch::stamp(&mut rebuilt, base, header.partition_leader_epoch());
     Ok((Some(rebuilt.freeze()), dropped))
 }

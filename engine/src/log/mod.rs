@@ -20,7 +20,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use hdrhistogram::Histogram;
 
-use crate::batch::{self, BatchHeader, Records};
+use crate::batch::{self, BatchHeader};
 use crate::batch_cache::BatchCache;
 use crate::config::{Clock, FlushMode, LogConfig, TimestampType};
 use crate::error::{is_disk_full, BatchError, LogError, Result};
@@ -322,7 +322,7 @@ impl<S: Storage> Log<S> {
     /// so pipelined produces keep their order and still share fdatasyncs.
     pub async fn append_signalling(
         &self,
-        mut batch: BytesMut,
+        batch: BytesMut,
         leader_epoch: LeaderEpoch,
         in_order: impl FnOnce(),
     ) -> Result<AppendInfo> {
@@ -330,17 +330,7 @@ impl<S: Storage> Log<S> {
         let in_order = CallOnDrop(Some(in_order));
         self.check_usable()?;
         let config = self.config();
-        let records_max_timestamp = batch::validate_for_append(&batch, config.max_message_bytes)?;
-        if config.cleanup_compact {
-            let header = BatchHeader::parse(&batch)?;
-            if header.compression() == 0 && !header.is_control() {
-                for record in Records::new(&batch) {
-                    if record?.key.is_none() {
-                        return Err(BatchError::MissingKey.into());
-                    }
-                }
-            }
-        }
+        let (mut batch, records_max_timestamp) = self.prepare(batch, &config)?;
         let len = batch.len() as u64;
         // Appends to one log take effect in arrival order, even when one has to wait for room:
         // an idempotent producer's pipelined batches must not overtake each other.
@@ -395,10 +385,10 @@ impl<S: Storage> Log<S> {
             if config.message_timestamp_type == TimestampType::LogAppendTime {
                 log_append_time = Timestamp(now);
                 batch::stamp_log_append_time(&mut batch, log_append_time);
-            } else if let Some(max) = records_max_timestamp {
+            } else {
                 let header = BatchHeader::parse(&batch).expect("validated");
-                if header.max_timestamp() != max && !header.is_control() {
-                    batch::stamp_max_timestamp(&mut batch, max);
+                if header.max_timestamp() != records_max_timestamp && !header.is_control() {
+                    batch::stamp_max_timestamp(&mut batch, records_max_timestamp);
                 }
             }
             let bytes = batch.freeze();
@@ -441,6 +431,37 @@ impl<S: Storage> Log<S> {
         self.wait_durable(info.last_offset.next(), config.flush_mode)
             .await?;
         Ok(info)
+    }
+
+    /// Validates a batch for appending and brings it into the form the log stores: recompressed
+    /// with the topic's `compression.type` when that names another codec than the producer's,
+    /// as Kafka's `LogValidator` does (control batches keep theirs, as in Kafka). Returns the
+    /// batch and its records' max timestamp.
+    ///
+    /// The work is CPU on the shard, before the append takes its place in line: decompression
+    /// of every compressed batch (Kafka does the same to validate the records) and, only when
+    /// a topic asks for it, recompression.
+    fn prepare(&self, batch: BytesMut, config: &LogConfig) -> Result<(BytesMut, Timestamp)> {
+        let valid =
+            batch::validate_for_append(&batch, config.max_message_bytes, config.cleanup_compact)?;
+        let max_timestamp = valid.max_timestamp;
+        let is_control = BatchHeader::parse(&batch)?.is_control();
+        let target = config.compression_type.target(valid.compression);
+        if target == valid.compression || is_control {
+            drop(valid);
+            return Ok((batch, max_timestamp));
+        }
+        let rebuilt = batch::recompress(&batch, &valid.records, target);
+        // Recompression can make a batch larger (to `uncompressed`, or to a weaker codec);
+        // Kafka checks `max.message.bytes` again then.
+        if rebuilt.len() > config.max_message_bytes as usize {
+            return Err(BatchError::TooLarge {
+                size: rebuilt.len(),
+                max: config.max_message_bytes,
+            }
+            .into());
+        }
+        Ok((rebuilt, max_timestamp))
     }
 
     /// Takes this append's place in line. The returned guard gives it up when dropped, also

@@ -7,7 +7,7 @@ use std::ops::Bound;
 use std::rc::Rc;
 
 use super::{Log, State};
-use crate::batch::{BatchHeader, Records};
+use crate::batch::{self, BatchHeader, Records};
 use crate::error::{LogError, Result};
 use crate::segment::reader::{find_batch, read_batches, FileExtent, ReadBatch};
 use crate::segment::Segment;
@@ -365,7 +365,7 @@ impl<S: Storage> Log<S> {
                 let header = BatchHeader::parse(&batch.bytes)?;
                 if header.max_timestamp() >= target {
                     if let Some(found) =
-                        record_at_or_after(&header, &batch.bytes, target, log_start.max(cur))
+                        record_at_or_after(&header, &batch.bytes, target, log_start.max(cur))?
                     {
                         return Ok(Some(found));
                     }
@@ -398,25 +398,26 @@ impl<S: Storage> Log<S> {
 }
 
 /// Within one batch whose max timestamp is ≥ `target`: the first record at or after `min_offset`
-/// with a timestamp ≥ `target`. Compressed batches are stored as sent, so for them the answer is
-/// the batch's first offset and its max timestamp.
+/// with a timestamp ≥ `target`, looking inside compressed batches too (Kafka answers the exact
+/// record there as well). In a `LogAppendTime` batch every record carries the batch's time.
 fn record_at_or_after(
     header: &BatchHeader<'_>,
     bytes: &[u8],
     target: Timestamp,
     min_offset: Offset,
-) -> Option<(Offset, Timestamp)> {
+) -> Result<Option<(Offset, Timestamp)>> {
     let base = header.base_offset();
-    if header.compression() != 0 || header.is_log_append_time() {
-        return Some((base.max(min_offset), header.max_timestamp()));
+    if header.is_log_append_time() {
+        return Ok(Some((base.max(min_offset), header.max_timestamp())));
     }
-    for record in Records::new(bytes) {
-        let record = record.ok()?;
+    let records = batch::records_section(bytes)?;
+    for record in Records::section(&records, header.record_count()) {
+        let record = record?;
         let offset = Offset(base.0 + record.offset_delta as i64);
         let ts = Timestamp(header.base_timestamp().0 + record.timestamp_delta);
         if offset >= min_offset && ts >= target {
-            return Some((offset, ts));
+            return Ok(Some((offset, ts)));
         }
     }
-    None
+    Ok(None)
 }
