@@ -800,15 +800,15 @@ impl Shard {
         if group.fenced(member_id, instance_id) {
             return err(ResponseError::FencedInstanceId);
         }
-        if generation < 0 {
-            // A client outside group management (the admin client, or a consumer that only
-            // assigns partitions; librdkafka's KIP-848 consumer sends its own member id then)
-            // may commit while the group has no members, as in Kafka, whatever its member id.
-            return if group.members.is_empty() {
-                0
-            } else {
-                err(ResponseError::UnknownMemberId)
-            };
+        // A client outside group management (the admin client, or a consumer that only assigns
+        // partitions; librdkafka's KIP-848 consumer sends its own member id then) may commit
+        // while the group has no members, as in Kafka, whatever its member id. With members,
+        // only a named member is checked further (and then its generation), as Kafka does.
+        if generation < 0 && group.members.is_empty() {
+            return 0;
+        }
+        if generation < 0 && member_id.is_empty() && instance_id.is_none() {
+            return err(ResponseError::UnknownMemberId);
         }
         if !group.members.contains_key(member_id) {
             return err(ResponseError::UnknownMemberId);
