@@ -67,6 +67,62 @@ pub struct BrokerConfig {
     /// `log.cleaner.backoff.ms`: how often each shard compacts its `cleanup.policy=compact`
     /// partitions. Kafka's cleaner sleeps this long when it finds nothing to clean.
     pub log_cleaner_backoff_ms: u64,
+    /// `group.consumer.migration.policy`: whether a classic group converts to a consumer group
+    /// when a `group.protocol=consumer` member joins it (upgrade), and back when the last such
+    /// member leaves (downgrade).
+    pub group_consumer_migration_policy: MigrationPolicy,
+}
+
+/// Kafka's `group.consumer.migration.policy`; its default is `bidirectional`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MigrationPolicy {
+    Disabled,
+    Upgrade,
+    Downgrade,
+    #[default]
+    Bidirectional,
+}
+
+impl MigrationPolicy {
+    pub fn upgrade(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Upgrade | MigrationPolicy::Bidirectional
+        )
+    }
+
+    pub fn downgrade(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Downgrade | MigrationPolicy::Bidirectional
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationPolicy::Disabled => "disabled",
+            MigrationPolicy::Upgrade => "upgrade",
+            MigrationPolicy::Downgrade => "downgrade",
+            MigrationPolicy::Bidirectional => "bidirectional",
+        }
+    }
+}
+
+impl std::str::FromStr for MigrationPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "disabled" => Ok(MigrationPolicy::Disabled),
+            "upgrade" => Ok(MigrationPolicy::Upgrade),
+            "downgrade" => Ok(MigrationPolicy::Downgrade),
+            "bidirectional" => Ok(MigrationPolicy::Bidirectional),
+            _ => Err(format!(
+                "group.consumer.migration.policy must be disabled, upgrade, downgrade or \
+                 bidirectional, not {s:?}"
+            )),
+        }
+    }
 }
 
 /// Kafka's defaults for `group.min.session.timeout.ms` (6 s) and `group.max.session.timeout.ms`
@@ -130,6 +186,7 @@ impl Default for BrokerConfig {
             group_min_session_timeout_ms: GROUP_MIN_SESSION_TIMEOUT_MS_DEFAULT,
             group_max_session_timeout_ms: GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT,
             log_cleaner_backoff_ms: LOG_CLEANER_BACKOFF_MS_DEFAULT,
+            group_consumer_migration_policy: MigrationPolicy::default(),
         }
     }
 }
@@ -187,6 +244,8 @@ struct FileConfig {
     group_max_session_timeout_ms: Option<i64>,
     #[serde(rename = "log.cleaner.backoff.ms")]
     log_cleaner_backoff_ms: Option<u64>,
+    #[serde(rename = "group.consumer.migration.policy")]
+    group_consumer_migration_policy: Option<String>,
 }
 
 /// Command-line flags for the connection limits, under the TOML names with dashes; flags win
@@ -331,6 +390,9 @@ impl BrokerConfig {
         }
         if let Some(v) = file.log_cleaner_backoff_ms {
             self.log_cleaner_backoff_ms = v;
+        }
+        if let Some(v) = &file.group_consumer_migration_policy {
+            self.group_consumer_migration_policy = v.parse().map_err(anyhow::Error::msg)?;
         }
         LimitArgs {
             max_connections: file.max_connections,

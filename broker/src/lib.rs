@@ -100,6 +100,11 @@ struct ServeArgs {
     /// How often compacted topics are cleaned (`log.cleaner.backoff.ms`). Default 60000.
     #[arg(long)]
     log_cleaner_backoff_ms: Option<u64>,
+    /// Whether classic groups convert to consumer groups when a `group.protocol=consumer`
+    /// member joins, and back when the last one leaves: disabled, upgrade, downgrade or
+    /// bidirectional (`group.consumer.migration.policy`). Default bidirectional, as Kafka.
+    #[arg(long)]
+    group_consumer_migration_policy: Option<config::MigrationPolicy>,
     /// Connection limits (`max.connections`, `connections.max.idle.ms`, ...).
     #[command(flatten)]
     limits: config::LimitArgs,
@@ -151,6 +156,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.log_cleaner_backoff_ms {
         config.log_cleaner_backoff_ms = v;
+    }
+    if let Some(v) = args.group_consumer_migration_policy {
+        config.group_consumer_migration_policy = v;
     }
     args.limits.apply(&mut config);
     config.validate()?;

@@ -7,6 +7,10 @@
 - `group.min.session.timeout.ms` / `group.max.session.timeout.ms` bound what a member may ask.
 - A `group.protocol=consumer` client that only assigns partitions (no subscription) commits
   again and again.
+- Online migration (`group.consumer.migration.policy`, Kafka 4's default `bidirectional`): a
+  classic group converts to a consumer group when a `group.protocol=consumer` member joins, the
+  classic member keeps consuming beside it with no partition owned twice, and the group converts
+  back when that member leaves; with the policy `disabled` the new member is refused.
 
 Members are separate processes (this file run as a script) so they can be killed for real; each
 prints a JSON line per assignment change.
@@ -250,6 +254,144 @@ def test_an_assign_only_consumer_protocol_client_commits_again_and_again(broker,
             assert [tp.offset for tp in committed] == [5, 50], (name, committed)
         finally:
             c.close()
+
+
+def group_type(bootstrap: str, group: str) -> str | None:
+    """The group's type by ListGroups; librdkafka reports types only when asked to filter."""
+    from confluent_kafka import ConsumerGroupType
+
+    client = admin(bootstrap)  # held: a client dropped early fails its requests
+    for t in (ConsumerGroupType.CLASSIC, ConsumerGroupType.CONSUMER):
+        listed = client.list_consumer_groups(request_timeout=15, types={t}).result(timeout=20)
+        if any(g.group_id == group for g in listed.valid):
+            return t.name.lower()
+    return None
+
+
+class Member:
+    """An in-process consumer, polled by the test, recording what it owns and receives."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, protocol: str, strategy: str = "range"):
+        config = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+        if protocol == "classic":
+            config.update({"session.timeout.ms": 10_000, "heartbeat.interval.ms": 300,
+                           "partition.assignment.strategy": strategy})
+        self.c = Consumer(config)
+        self.owned: set[int] = set()
+        self.values: list[bytes] = []
+
+        def assigned(_c, parts):
+            self.owned |= {tp.partition for tp in parts}
+            if strategy == "cooperative-sticky":
+                self.c.incremental_assign(parts)
+
+        def revoked(_c, parts):
+            self.owned -= {tp.partition for tp in parts}
+            if strategy == "cooperative-sticky":
+                self.c.incremental_unassign(parts)
+
+        self.c.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def poll(self) -> None:
+        for m in self.c.consume(100, 0.05):
+            assert m.error() is None, m.error()
+            self.values.append(m.value())
+
+
+def poll_until(what, members, predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: " + \
+            str([(sorted(m.owned), len(m.values)) for m in members])
+        for m in members:
+            m.poll()
+
+
+def migrate(bootstrap: str, name: str, strategy: str) -> dict:
+    """A classic member, then a consumer-protocol member beside it, then the classic one alone."""
+    from harness import producer
+
+    topic, group = f"migrate-{strategy}-{name}", f"migrate-group-{strategy}-{name}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    p = producer(bootstrap)
+
+    def produce(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            p.produce(topic, value=b"%d" % i, partition=i % PARTITIONS)
+        assert p.flush(30) == 0
+
+    produce(0, 40)
+    a = Member(bootstrap, group, topic, "classic", strategy)
+    b = None
+    try:
+        poll_until("the classic member's records", [a], lambda: len(a.values) >= 40)
+        a.c.commit(asynchronous=False)
+        seen = {"alone": (group_type(bootstrap, group), sorted(a.owned))}
+        b = Member(bootstrap, group, topic, "consumer")
+        both = [a, b]
+        poll_until("the partitions shared", both, lambda: a.owned and b.owned and not (a.owned & b.owned)
+                   and len(a.owned | b.owned) == PARTITIONS)
+        seen["shared"] = (group_type(bootstrap, group), sorted(len(m.owned) for m in both))
+        produce(40, 40)
+        poll_until("the new records", both, lambda: len({v for m in both for v in m.values}) >= 80)
+        b.c.close()
+        b = None
+        poll_until("the classic member alone again", [a], lambda: len(a.owned) == PARTITIONS)
+        produce(80, 8)
+        poll_until("the last records", [a], lambda: len(set(a.values) | set(both[1].values)) >= 88)
+        seen["back"] = (group_type(bootstrap, group), sorted(a.owned))
+        received = set(a.values) | set(both[1].values)
+        seen["lost"] = sorted(set(b"%d" % i for i in range(88)) - received)
+        return seen
+    finally:
+        for m in (a, b):
+            if m is not None:
+                m.c.close()
+
+
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_a_classic_group_converts_to_the_consumer_protocol_and_back(broker, kafka_reference, strategy):
+    got = {name: migrate(b, name, strategy)
+           for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap))}
+    assert got["sluice"] == got["kafka"], got
+    assert got["sluice"] == {"alone": ("classic", [0, 1, 2, 3]), "shared": ("consumer", [2, 2]),
+                             "back": ("classic", [0, 1, 2, 3]), "lost": []}, got
+
+
+def test_with_migration_disabled_a_consumer_protocol_member_is_refused():
+    from harness import Broker
+    b = Broker(cores=1, name="migration-disabled",
+               extra_args=BROKER_ARGS + ["--group-consumer-migration-policy", "disabled"])
+    try:
+        b.start()
+        topic, group = "no-migration", "no-migration-group"
+        create_topic(b.bootstrap, topic, PARTITIONS)
+        a = Member(b.bootstrap, group, topic, "classic")
+        poll_until("the classic member assigned", [a], lambda: len(a.owned) == PARTITIONS)
+        errors = []
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "group.protocol": "consumer",
+                      "error_cb": lambda e: errors.append(e.code())})
+        c.subscribe([topic])
+        deadline = time.monotonic() + 20
+        refused = None
+        while time.monotonic() < deadline and refused is None:
+            a.poll()
+            m = c.poll(0.1)
+            if m is not None and m.error():
+                refused = m.error()
+        c.close()
+        # librdkafka makes GROUP_ID_NOT_FOUND from ConsumerGroupHeartbeat a fatal error.
+        assert refused is not None and refused.code() in (KafkaError.GROUP_ID_NOT_FOUND, KafkaError._FATAL), refused
+        assert "group id does not exist" in refused.str(), refused
+        assert group_type(b.bootstrap, group) == "classic"
+        assert len(a.owned) == PARTITIONS
+        a.c.close()
+        b.stop_cleanly()
+    finally:
+        if b.running():
+            b.stop_cleanly()
+        b.remove()
 
 
 if __name__ == "__main__":

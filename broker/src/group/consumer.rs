@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 pub const ASSIGNORS: &[&str] = &["uniform", "range"];
@@ -42,6 +43,38 @@ pub struct ConsumerMember {
     /// partitions pending revocation): nobody else gets them, and the member keeps its epoch.
     pub revoking: BTreeSet<Tp>,
     pub last_heartbeat: Instant,
+    /// Set for a member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat) in
+    /// this group, as a classic consumer does in a group converted to the consumer protocol.
+    pub classic: Option<ClassicMember>,
+}
+
+/// What a classic-protocol member of a consumer group keeps of its JoinGroup (Kafka's
+/// ClassicMemberMetadata): its protocols, in its order of preference, and session timeout.
+#[derive(Clone, Debug)]
+pub struct ClassicMember {
+    pub protocols: Vec<(String, Bytes)>,
+    pub session_timeout: Duration,
+}
+
+impl ClassicMember {
+    /// The protocol the member is told to use: its first (Kafka's choice too).
+    pub fn protocol(&self) -> &str {
+        self.protocols.first().map_or("", |(n, _)| n.as_str())
+    }
+}
+
+/// A classic member's JoinGroup, as the consumer group sees it: the subscription and owned
+/// partitions come from the ConsumerProtocolSubscription in its metadata.
+pub struct ClassicJoin {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub subscribed: Vec<String>,
+    pub owned: Vec<Tp>,
+    pub classic: ClassicMember,
 }
 
 #[derive(Debug, Default)]
@@ -167,6 +200,7 @@ impl ConsumerGroup {
                     owned: BTreeSet::new(),
                     revoking: BTreeSet::new(),
                     last_heartbeat: Instant::now(),
+                    classic: None,
                 });
             // A member (re)joining owns nothing yet.
             m.epoch = 0;
@@ -234,18 +268,7 @@ impl ConsumerGroup {
     /// owned by or being revoked from others are withheld and follow once released).
     fn reconcile(&mut self, member_id: &str) {
         let target = self.target.get(member_id).cloned().unwrap_or_default();
-        let taken: BTreeSet<Tp> = self
-            .members
-            .values()
-            .filter(|m| m.id != member_id)
-            .flat_map(|m| {
-                m.assigned
-                    .iter()
-                    .chain(m.owned.iter())
-                    .chain(m.revoking.iter())
-                    .copied()
-            })
-            .collect();
+        let taken = self.held_by_others(member_id);
         let assignment_epoch = self.assignment_epoch;
         let m = self.members.get_mut(member_id).expect("member exists");
         // What the member reports owning tells which revocations it has acknowledged; this is
@@ -366,8 +389,214 @@ impl ConsumerGroup {
         self.assignment_epoch = self.epoch;
     }
 
-    /// Removes members whose session expired; true if any was.
-    /// `session_timeout` is the broker's `group.consumer.session.timeout.ms`.
+    /// A classic member's JoinGroup to this group (Kafka's `classicGroupJoinToConsumerGroup`):
+    /// the member is created or updated, the target recomputed if its subscription changed, and
+    /// it is reconciled with what it reports owning. Answered at once: the member's epoch is the
+    /// generation it syncs and heartbeats with, and SyncGroup hands it its assignment.
+    pub fn classic_join(
+        &mut self,
+        join: ClassicJoin,
+        partitions_of: &dyn Fn(&str) -> Option<(uuid::Uuid, i32)>,
+    ) -> i32 {
+        let id = join.member_id.clone();
+        if let Some(instance) = &join.instance_id {
+            // KIP-345: a static member back under a new id takes its old identity's place.
+            let old = self
+                .members
+                .values()
+                .find(|m| m.instance_id.as_ref() == Some(instance) && m.id != id)
+                .map(|m| m.id.clone());
+            if let Some(old) = old {
+                self.members.remove(&old);
+                self.target.remove(&old);
+            }
+        }
+        let mut changed = !self.members.contains_key(&id);
+        let m = self
+            .members
+            .entry(id.clone())
+            .or_insert_with(|| ConsumerMember {
+                id: id.clone(),
+                instance_id: join.instance_id.clone(),
+                rack_id: None,
+                client_id: String::new(),
+                client_host: String::new(),
+                epoch: 0,
+                subscribed: Vec::new(),
+                assignor: None,
+                rebalance_timeout_ms: 0,
+                assigned: BTreeSet::new(),
+                owned: BTreeSet::new(),
+                revoking: BTreeSet::new(),
+                last_heartbeat: Instant::now(),
+                classic: None,
+            });
+        m.rack_id = join.rack_id;
+        m.client_id = join.client_id;
+        m.client_host = join.client_host;
+        m.rebalance_timeout_ms = join.rebalance_timeout_ms.max(0);
+        m.classic = Some(join.classic);
+        m.last_heartbeat = Instant::now();
+        let mut subscribed = join.subscribed;
+        subscribed.sort();
+        subscribed.dedup();
+        if subscribed != m.subscribed {
+            m.subscribed = subscribed;
+            changed = true;
+        }
+        // A classic member rejoining holds exactly what it reports: an eager one has let go of
+        // everything, a cooperative one lists what it kept.
+        m.owned = join.owned.into_iter().collect();
+        let owned = &m.owned;
+        m.assigned.retain(|tp| owned.contains(tp));
+        if changed {
+            self.epoch += 1;
+            self.recompute(partitions_of);
+        }
+        self.reconcile(&id);
+        self.members[&id].epoch
+    }
+
+    /// Finds a classic member for SyncGroup, Heartbeat or LeaveGroup: by instance id when one
+    /// is given (FENCED_INSTANCE_ID if it maps to another member id), else by member id.
+    fn classic_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<&ConsumerMember, ResponseError> {
+        let m = match instance_id {
+            Some(instance) => {
+                let m = self
+                    .members
+                    .values()
+                    .find(|m| m.instance_id.as_deref() == Some(instance))
+                    .ok_or(ResponseError::UnknownMemberId)?;
+                if m.id != member_id {
+                    return Err(ResponseError::FencedInstanceId);
+                }
+                m
+            }
+            None => self
+                .members
+                .get(member_id)
+                .ok_or(ResponseError::UnknownMemberId)?,
+        };
+        if m.classic.is_none() {
+            return Err(ResponseError::UnknownMemberId);
+        }
+        Ok(m)
+    }
+
+    /// A classic member's SyncGroup: its assignment, once it is at its generation and no newer
+    /// rebalance waits for it (a member still revoking syncs to learn what it keeps).
+    pub fn classic_sync(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<BTreeSet<Tp>, ResponseError> {
+        let m = self.classic_member(member_id, instance_id)?;
+        if m.epoch != generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        if self.epoch > m.epoch && m.revoking.is_empty() {
+            return Err(ResponseError::RebalanceInProgress);
+        }
+        let id = m.id.clone();
+        let m = self.members.get_mut(&id).expect("found");
+        m.last_heartbeat = Instant::now();
+        Ok(m.assigned.clone())
+    }
+
+    /// A classic member's Heartbeat: REBALANCE_IN_PROGRESS when it must rejoin, that is when
+    /// the group epoch moved past it, it must revoke partitions, or partitions of its target
+    /// that others held have been released.
+    pub fn classic_heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), ResponseError> {
+        let m = self.classic_member(member_id, instance_id)?;
+        if m.epoch != generation {
+            return Err(ResponseError::IllegalGeneration);
+        }
+        let id = m.id.clone();
+        self.members.get_mut(&id).expect("found").last_heartbeat = Instant::now();
+        if self.must_rejoin(&id) {
+            return Err(ResponseError::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
+    fn must_rejoin(&self, member_id: &str) -> bool {
+        let m = &self.members[member_id];
+        if m.epoch < self.epoch || !m.revoking.is_empty() {
+            return true;
+        }
+        // Partitions of its target withheld because others held them, now free.
+        let Some(target) = self.target.get(member_id) else {
+            return false;
+        };
+        let taken = self.held_by_others(member_id);
+        target
+            .iter()
+            .any(|tp| !m.assigned.contains(tp) && !taken.contains(tp))
+    }
+
+    /// Partitions other members than `member_id` are assigned, hold, or are revoking: not free
+    /// to give to it.
+    fn held_by_others(&self, member_id: &str) -> BTreeSet<Tp> {
+        self.members
+            .values()
+            .filter(|m| m.id != member_id)
+            .flat_map(|m| {
+                m.assigned
+                    .iter()
+                    .chain(m.owned.iter())
+                    .chain(m.revoking.iter())
+                    .copied()
+            })
+            .collect()
+    }
+
+    /// Removes a member (a LeaveGroup, or a consumer-protocol leave); the others are
+    /// rebalanced. False if there was no such member.
+    pub fn remove_member(
+        &mut self,
+        member_id: &str,
+        partitions_of: &dyn Fn(&str) -> Option<(uuid::Uuid, i32)>,
+    ) -> bool {
+        if self.members.remove(member_id).is_none() {
+            return false;
+        }
+        self.target.remove(member_id);
+        self.epoch += 1;
+        self.recompute(partitions_of);
+        true
+    }
+
+    /// The member id of the static member `instance`, if any.
+    pub fn static_member(&self, instance: &str) -> Option<&str> {
+        self.members
+            .values()
+            .find(|m| m.instance_id.as_deref() == Some(instance))
+            .map(|m| m.id.as_str())
+    }
+
+    /// Whether every member but `except` speaks the classic protocol (and there is another
+    /// member): the condition for converting the group back to a classic group when `except`
+    /// leaves.
+    pub fn only_classic_besides(&self, except: &str) -> bool {
+        self.members.keys().any(|id| id != except)
+            && self
+                .members
+                .values()
+                .all(|m| m.id == except || m.classic.is_some())
+    }
+
+    /// Removes members whose session expired and returns their ids. `session_timeout` is the
+    /// broker's `group.consumer.session.timeout.ms`; classic members have their own.
     pub fn expire(
         &mut self,
         now: Instant,
@@ -377,7 +606,13 @@ impl ConsumerGroup {
         let gone: Vec<String> = self
             .members
             .values()
-            .filter(|m| now.duration_since(m.last_heartbeat) > session_timeout)
+            .filter(|m| {
+                let timeout = m
+                    .classic
+                    .as_ref()
+                    .map_or(session_timeout, |c| c.session_timeout);
+                now.duration_since(m.last_heartbeat) > timeout
+            })
             .map(|m| m.id.clone())
             .collect();
         for id in &gone {
@@ -437,6 +672,110 @@ mod tests {
             },
             &topics,
         )
+    }
+
+    fn classic_join(g: &mut ConsumerGroup, id: &str, owned: &BTreeSet<Tp>) -> i32 {
+        g.classic_join(
+            ClassicJoin {
+                member_id: id.into(),
+                instance_id: None,
+                rack_id: None,
+                client_id: "c".into(),
+                client_host: "h".into(),
+                rebalance_timeout_ms: 30_000,
+                subscribed: vec!["t".into()],
+                owned: owned.iter().copied().collect(),
+                classic: ClassicMember {
+                    protocols: vec![("range".into(), Bytes::new())],
+                    session_timeout: Duration::from_secs(10),
+                },
+            },
+            &topics,
+        )
+    }
+
+    fn assert_disjoint(g: &ConsumerGroup) {
+        let mut seen = BTreeSet::new();
+        for m in g.members.values() {
+            for tp in m.assigned.iter().chain(m.owned.iter()) {
+                let others = g
+                    .members
+                    .values()
+                    .filter(|o| o.id != m.id && (o.assigned.contains(tp) || o.owned.contains(tp)))
+                    .count();
+                assert_eq!(others, 0, "{tp:?} held by {} and another", m.id);
+                seen.insert(*tp);
+            }
+        }
+    }
+
+    /// A classic member and a consumer-protocol member share a group: the classic one is told to
+    /// rejoin by its heartbeat, a cooperative rejoin revokes before anything moves, and no
+    /// partition is ever held by both.
+    #[test]
+    fn classic_members_rejoin_and_revoke_before_partitions_move() {
+        let mut g = ConsumerGroup::default();
+        let none = BTreeSet::new();
+        let gen = classic_join(&mut g, "a", &none);
+        let all = g.classic_sync("a", None, gen).expect("synced");
+        assert_eq!(all.len(), 6);
+        assert_eq!(g.classic_heartbeat("a", None, gen), Ok(()));
+        // A consumer-protocol member joins: nothing is free for it yet.
+        let b = join(&mut g, "b");
+        assert_eq!(b.assignment, Some(BTreeSet::new()));
+        assert_disjoint(&g);
+        assert_eq!(
+            g.classic_heartbeat("a", None, gen),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        assert_eq!(
+            g.classic_sync("a", None, gen),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        assert_eq!(
+            g.classic_heartbeat("a", None, gen + 5),
+            Err(ResponseError::IllegalGeneration)
+        );
+        // Cooperative: a rejoins still owning everything; three must go first.
+        let gen2 = classic_join(&mut g, "a", &all);
+        assert_eq!(gen2, gen, "the member keeps its epoch until it has revoked");
+        let keep = g
+            .classic_sync("a", None, gen2)
+            .expect("a member revoking syncs");
+        assert_eq!(keep.len(), 3);
+        assert_eq!(
+            g.classic_heartbeat("a", None, gen2),
+            Err(ResponseError::RebalanceInProgress)
+        );
+        let b = beat(&mut g, "b", b.member_epoch, &BTreeSet::new());
+        assert_eq!(b.assignment, Some(BTreeSet::new()), "a still holds them");
+        assert_disjoint(&g);
+        // a rejoins with what it kept: it is at the group's epoch and b gets the rest.
+        let gen3 = classic_join(&mut g, "a", &keep);
+        assert_eq!(gen3, g.epoch);
+        assert_eq!(g.classic_sync("a", None, gen3).expect("synced"), keep);
+        assert_eq!(g.classic_heartbeat("a", None, gen3), Ok(()));
+        let b = beat(&mut g, "b", b.member_epoch, &BTreeSet::new());
+        let b_parts = b.assignment.expect("assignment");
+        assert_eq!(b_parts.len(), 3);
+        assert!(b_parts.is_disjoint(&keep));
+        assert_disjoint(&g);
+        // Unknown, fenced and non-classic members.
+        assert_eq!(
+            g.classic_heartbeat("zz", None, 1),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.classic_heartbeat("b", None, b.member_epoch),
+            Err(ResponseError::UnknownMemberId)
+        );
+        assert!(g.only_classic_besides("b"));
+        assert!(!g.only_classic_besides("a"));
+        assert!(g.remove_member("b", &topics));
+        assert_eq!(
+            g.classic_heartbeat("a", None, gen3),
+            Err(ResponseError::RebalanceInProgress)
+        );
     }
 
     /// No partition is ever held by two members, and the group converges.

@@ -7,6 +7,11 @@
 //! members' protocol metadata and the leader's assignments unchanged, so eager and cooperative
 //! (incremental) assignors both work: nothing here revokes partitions on its own.
 //!
+//! A group is classic or, once a KIP-848 member joins, a consumer group (`consumer.rs`), whose
+//! members may still speak the classic protocol: a classic group with members converts when a
+//! `group.protocol=consumer` member joins it, and converts back when the last such member
+//! leaves, as Kafka 4's `group.consumer.migration.policy` (default `bidirectional`) allows.
+//!
 //! Committed offsets are appended to the group's `__consumer_offsets` partition (durable before
 //! the commit is acknowledged) and rebuilt from it when the shard starts. Group membership is
 //! in memory: after a broker restart members get UNKNOWN_MEMBER_ID and simply rejoin.
@@ -25,6 +30,7 @@ use sluice_engine::{LeaderEpoch, Timestamp};
 use crate::shard::Shard;
 
 pub mod consumer;
+pub mod consumer_protocol;
 pub mod offsets_topic;
 
 use offsets_topic::{CommitKey, CommitValue, OFFSETS_TOPIC};
@@ -180,6 +186,153 @@ impl Group {
     }
 }
 
+impl Group {
+    /// The consumer-protocol group this group is, if it is one with members (Kafka's group type
+    /// `consumer`); a classic group otherwise.
+    pub fn consumer_members(&mut self) -> Option<&mut consumer::ConsumerGroup> {
+        self.consumer.as_mut().filter(|c| !c.members.is_empty())
+    }
+
+    /// KIP-848's online upgrade: this classic group becomes a consumer group. Its members stay
+    /// classic-protocol members with their subscriptions and the assignments of the current
+    /// generation, which becomes the group epoch; members waiting in JoinGroup or SyncGroup are
+    /// told REBALANCE_IN_PROGRESS and rejoin into the consumer group. Fails, changing nothing,
+    /// if a member's embedded consumer protocol does not parse.
+    fn convert_to_consumer(
+        &mut self,
+        topic_id: &dyn Fn(&str) -> Option<uuid::Uuid>,
+    ) -> Result<(), String> {
+        let protocol = self.protocol.clone();
+        let mut converted = consumer::ConsumerGroup {
+            epoch: self.generation,
+            assignment_epoch: self.generation,
+            assignor: "uniform".into(),
+            ..Default::default()
+        };
+        for m in self.members.values() {
+            let metadata = match protocol.as_deref() {
+                Some(p) => m.metadata_for(Some(p)),
+                None => m
+                    .protocols
+                    .first()
+                    .map(|(_, md)| md.clone())
+                    .unwrap_or_default(),
+            };
+            let subscription = consumer_protocol::decode_subscription(&metadata)
+                .map_err(|e| format!("member {}: {e}", m.id))?;
+            let assignment = consumer_protocol::decode_assignment(&m.assignment)
+                .map_err(|e| format!("member {}: {e}", m.id))?;
+            let assigned: std::collections::BTreeSet<consumer::Tp> = assignment
+                .assigned_partitions
+                .iter()
+                .filter_map(|t| topic_id(t.topic.0.as_str()).map(|id| (id, t)))
+                .flat_map(|(id, t)| t.partitions.iter().map(move |&p| (id, p)))
+                .collect();
+            converted.target.insert(m.id.clone(), assigned.clone());
+            converted.members.insert(
+                m.id.clone(),
+                consumer::ConsumerMember {
+                    id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: subscription.rack_id.map(|r| r.to_string()),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    epoch: self.generation,
+                    subscribed: {
+                        let mut t: Vec<String> =
+                            subscription.topics.iter().map(|t| t.to_string()).collect();
+                        t.sort();
+                        t.dedup();
+                        t
+                    },
+                    assignor: None,
+                    rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
+                    owned: assigned.clone(),
+                    assigned,
+                    revoking: Default::default(),
+                    last_heartbeat: m.last_heartbeat,
+                    classic: Some(consumer::ClassicMember {
+                        protocols: m.protocols.clone(),
+                        session_timeout: m.session_timeout,
+                    }),
+                },
+            );
+        }
+        for m in self.members.values_mut() {
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinResult {
+                    error: err(ResponseError::RebalanceInProgress),
+                    member_id: m.id.clone(),
+                    generation: -1,
+                    ..Default::default()
+                });
+            }
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(SyncResult {
+                    error: err(ResponseError::RebalanceInProgress),
+                    ..Default::default()
+                });
+            }
+        }
+        self.members.clear();
+        self.pending_members.clear();
+        self.state = GroupState::Empty;
+        self.leader = None;
+        self.protocol = None;
+        // A rebalance timer of the classic group finds another round and does nothing.
+        self.rebalance_round += 1;
+        self.consumer = Some(converted);
+        Ok(())
+    }
+
+    /// KIP-848's online downgrade: a consumer group whose members all speak the classic
+    /// protocol becomes a classic group again, at its group epoch as the generation, each member
+    /// keeping its assignment; the caller then starts a rebalance so that they rejoin.
+    fn convert_to_classic(&mut self, topic_name: &dyn Fn(uuid::Uuid) -> Option<String>) {
+        let Some(c) = self.consumer.take() else {
+            return;
+        };
+        self.generation = c.epoch;
+        self.protocol_type = Some(consumer_protocol::PROTOCOL_TYPE.to_string());
+        self.members.clear();
+        for m in c.members.into_values() {
+            let Some(classic) = m.classic else {
+                continue;
+            };
+            let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+            for (id, p) in &m.assigned {
+                if let Some(name) = topic_name(*id) {
+                    by_topic.entry(name).or_default().push(*p);
+                }
+            }
+            let version = classic
+                .protocols
+                .first()
+                .map_or(0, |(_, md)| consumer_protocol::version(md));
+            self.members.insert(
+                m.id.clone(),
+                Member {
+                    id: m.id,
+                    instance_id: m.instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout: classic.session_timeout,
+                    rebalance_timeout: Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64)
+                        .max(classic.session_timeout),
+                    protocols: classic.protocols,
+                    assignment: consumer_protocol::encode_assignment(version, &by_topic),
+                    last_heartbeat: Instant::now(),
+                    join_waiter: None,
+                    sync_waiter: None,
+                },
+            );
+        }
+        self.protocol = self.select_protocol();
+        self.leader = self.members.keys().next().cloned();
+        self.state = GroupState::Stable;
+    }
+}
+
 #[derive(Default)]
 pub struct GroupCoordinator {
     pub groups: RefCell<HashMap<String, Group>>,
@@ -213,6 +366,86 @@ fn new_member_id(client_id: &str) -> String {
 
 fn err(e: ResponseError) -> i16 {
     e.code()
+}
+
+/// A classic member's JoinGroup to a consumer group (Kafka's `classicGroupJoinToConsumerGroup`):
+/// answered at once with the member's epoch as its generation and no leader, so the member
+/// syncs as a follower and gets the assignment the coordinator computed.
+fn classic_join_to_consumer_group(
+    group: &mut Group,
+    req: &JoinRequest,
+    image: &crate::metadata::MetadataImage,
+) -> JoinResult {
+    let fail = |e: ResponseError, member_id: &str| JoinResult {
+        error: err(e),
+        member_id: member_id.to_string(),
+        generation: -1,
+        ..Default::default()
+    };
+    if req.protocol_type != consumer_protocol::PROTOCOL_TYPE {
+        return fail(ResponseError::InconsistentGroupProtocol, &req.member_id);
+    }
+    let subscription = match consumer_protocol::decode_subscription(&req.protocols[0].1) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::info!(group = %req.group_id, error = %e, "JoinGroup refused: malformed consumer protocol subscription");
+            return fail(ResponseError::InconsistentGroupProtocol, &req.member_id);
+        }
+    };
+    let c = group.consumer.as_mut().expect("a consumer group");
+    let mut member_id = req.member_id.clone();
+    if member_id.is_empty() {
+        // A static member coming back under a new id takes its old identity's place.
+        member_id = new_member_id(&req.client_id);
+        if req.instance_id.is_none() && req.require_known_member_id {
+            return fail(ResponseError::MemberIdRequired, &member_id);
+        }
+    } else if let Some(existing) = req.instance_id.as_deref().and_then(|i| c.static_member(i)) {
+        if existing != member_id {
+            return fail(ResponseError::FencedInstanceId, &req.member_id);
+        }
+    }
+    if !c.members.contains_key(&member_id) && c.members.len() >= GROUP_MEMBERS_MAX {
+        return fail(ResponseError::GroupMaxSizeReached, &member_id);
+    }
+    let owned = subscription
+        .owned_partitions
+        .iter()
+        .filter_map(|t| image.topics.get(t.topic.0.as_str()).map(|m| (m.id, t)))
+        .flat_map(|(id, t)| t.partitions.iter().map(move |&p| (id, p)))
+        .collect();
+    let protocol = req.protocols[0].0.clone();
+    let before = c.epoch;
+    let epoch = c.classic_join(
+        consumer::ClassicJoin {
+            member_id: member_id.clone(),
+            instance_id: req.instance_id.clone(),
+            rack_id: subscription.rack_id.map(|r| r.to_string()),
+            client_id: req.client_id.clone(),
+            client_host: req.client_host.clone(),
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            subscribed: subscription.topics.iter().map(|t| t.to_string()).collect(),
+            owned,
+            classic: consumer::ClassicMember {
+                protocols: req.protocols.clone(),
+                session_timeout: Duration::from_millis(req.session_timeout_ms.max(0) as u64),
+            },
+        },
+        &|t: &str| image.topics.get(t).map(|m| (m.id, m.shards.len() as i32)),
+    );
+    if c.epoch != before {
+        tracing::info!(group = %group.id, epoch = c.epoch, members = c.members.len(), "consumer group epoch bumped by a classic member");
+    }
+    JoinResult {
+        error: 0,
+        generation: epoch,
+        protocol_type: Some(consumer_protocol::PROTOCOL_TYPE.to_string()),
+        protocol: Some(protocol),
+        leader: String::new(),
+        member_id,
+        members: Vec::new(),
+        skip_assignment: false,
+    }
 }
 
 impl Shard {
@@ -258,42 +491,87 @@ impl Shard {
         let partitions_of = |t: &str| image.topics.get(t).map(|m| (m.id, m.shards.len() as i32));
         let session_timeout =
             Duration::from_millis(self.config().group_consumer_session_timeout_ms);
+        let downgrade = self.config().group_consumer_migration_policy.downgrade();
+        let mut downgraded = Vec::new();
         for group in self.groups.groups.borrow_mut().values_mut() {
-            if let Some(c) = group.consumer.as_mut() {
-                for id in c.expire(now, session_timeout, &partitions_of) {
-                    tracing::info!(group = %group.id, member = %id, "consumer group member session expired");
-                }
+            let Some(c) = group.consumer.as_mut() else {
+                continue;
+            };
+            let had_consumer_protocol = c.members.values().any(|m| m.classic.is_none());
+            let expired = c.expire(now, session_timeout, &partitions_of);
+            for id in &expired {
+                tracing::info!(group = %group.id, member = %id, "consumer group member session expired");
             }
+            if downgrade
+                && had_consumer_protocol
+                && !c.members.is_empty()
+                && c.members.values().all(|m| m.classic.is_some())
+            {
+                group.convert_to_classic(&|id| image.topic_by_id(id).map(|t| t.name.clone()));
+                tracing::info!(group = %group.id, generation = group.generation, "consumer group converted back to a classic group");
+                downgraded.push(group.id.clone());
+            }
+        }
+        for id in downgraded {
+            self.prepare_rebalance(&id, false);
         }
     }
 
-    /// KIP-848 ConsumerGroupHeartbeat on the coordinator shard.
+    /// KIP-848 ConsumerGroupHeartbeat on the coordinator shard. A classic group with members
+    /// converts to a consumer group first (`group.consumer.migration.policy` allowing), and a
+    /// consumer group whose last consumer-protocol member leaves converts back.
     pub fn consumer_heartbeat(
-        &self,
+        self: &Rc<Self>,
         group_id: &str,
         req: consumer::HeartbeatRequest,
     ) -> consumer::HeartbeatResult {
         let image = self.image();
         let partitions_of = |t: &str| image.topics.get(t).map(|m| (m.id, m.shards.len() as i32));
+        let policy = self.config().group_consumer_migration_policy;
         let mut groups = self.groups.groups.borrow_mut();
         let group = groups
             .entry(group_id.to_string())
             .or_insert_with(|| Group::new(group_id));
         if !group.members.is_empty() {
-            return consumer::HeartbeatResult {
-                error: ResponseError::GroupIdNotFound.code(),
-                message: Some("the group is in use by members of the classic protocol".into()),
-                ..Default::default()
+            let refuse = |why: &str| {
+                tracing::info!(group = %group_id, reason = why, "consumer-protocol member refused by a classic group");
+                consumer::HeartbeatResult {
+                    error: ResponseError::GroupIdNotFound.code(),
+                    message: Some(format!("group {group_id} is a classic group: {why}")),
+                    ..Default::default()
+                }
             };
+            if !policy.upgrade() {
+                return refuse("group.consumer.migration.policy does not allow upgrades");
+            }
+            if group.protocol_type.as_deref() != Some(consumer_protocol::PROTOCOL_TYPE) {
+                return refuse("its protocol type is not consumer");
+            }
+            if let Err(e) = group.convert_to_consumer(&|t: &str| image.topics.get(t).map(|m| m.id))
+            {
+                tracing::warn!(group = %group_id, error = %e, "cannot convert the classic group to a consumer group");
+                return refuse("a member's embedded consumer protocol is malformed");
+            }
+            tracing::info!(group = %group_id, epoch = group.generation, "classic group converted to a consumer group");
         }
-        let before = group.consumer.as_ref().map(|c| c.epoch);
-        let result = group
-            .consumer
-            .get_or_insert_with(Default::default)
-            .heartbeat(req, &partitions_of);
-        let after = group.consumer.as_ref().map(|c| c.epoch);
-        if before != after {
-            tracing::info!(group = %group_id, epoch = ?after, members = group.consumer.as_ref().map(|c| c.members.len()), "consumer group epoch bumped");
+        let c = group.consumer.get_or_insert_with(Default::default);
+        // The last consumer-protocol member leaving a group of classic members.
+        let downgrade = req.member_epoch < 0
+            && policy.downgrade()
+            && c.members
+                .get(&req.member_id)
+                .is_some_and(|m| m.classic.is_none())
+            && c.only_classic_besides(&req.member_id);
+        let before = c.epoch;
+        let result = c.heartbeat(req, &partitions_of);
+        if c.epoch != before {
+            tracing::info!(group = %group_id, epoch = c.epoch, members = c.members.len(), "consumer group epoch bumped");
+        }
+        if downgrade {
+            group.convert_to_classic(&|id| image.topic_by_id(id).map(|t| t.name.clone()));
+            tracing::info!(group = %group_id, generation = group.generation, members = group.members.len(), "consumer group converted back to a classic group");
+            drop(groups);
+            self.prepare_rebalance(group_id, false);
         }
         result
     }
@@ -469,6 +747,11 @@ impl Shard {
             let group = groups
                 .entry(req.group_id.clone())
                 .or_insert_with(|| Group::new(&req.group_id));
+            if group.consumer_members().is_some() {
+                return classic_join_to_consumer_group(group, &req, &self.image());
+            }
+            // An empty consumer group becomes a classic one (its offsets stay).
+            group.consumer = None;
             if !group.members.is_empty() {
                 let type_ok = group.protocol_type.as_deref() == Some(req.protocol_type.as_str());
                 let any_common = req.protocols.iter().any(|(n, _)| {
@@ -638,6 +921,33 @@ impl Shard {
             let Some(group) = groups.get_mut(group_id) else {
                 return fail(ResponseError::UnknownMemberId);
             };
+            if let Some(c) = group.consumer_members() {
+                let assigned = match c.classic_sync(member_id, instance_id, generation) {
+                    Ok(a) => a,
+                    Err(e) => return fail(e),
+                };
+                let classic = c.members[member_id]
+                    .classic
+                    .clone()
+                    .expect("a classic member");
+                let image = self.image();
+                let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+                for (id, p) in assigned {
+                    if let Some(t) = image.topic_by_id(id) {
+                        by_topic.entry(t.name.clone()).or_default().push(p);
+                    }
+                }
+                let version = classic
+                    .protocols
+                    .first()
+                    .map_or(0, |(_, md)| consumer_protocol::version(md));
+                return SyncResult {
+                    error: 0,
+                    protocol_type: Some(consumer_protocol::PROTOCOL_TYPE.to_string()),
+                    protocol: Some(classic.protocol().to_string()),
+                    assignment: consumer_protocol::encode_assignment(version, &by_topic),
+                };
+            }
             if group.fenced(member_id, instance_id) {
                 return fail(ResponseError::FencedInstanceId);
             }
@@ -700,6 +1010,12 @@ impl Shard {
         let Some(group) = groups.get_mut(group_id) else {
             return err(ResponseError::UnknownMemberId);
         };
+        if let Some(c) = group.consumer_members() {
+            return match c.classic_heartbeat(member_id, instance_id, generation) {
+                Ok(()) => 0,
+                Err(e) => err(e),
+            };
+        }
         if group.fenced(member_id, instance_id) {
             return err(ResponseError::FencedInstanceId);
         }
@@ -737,6 +1053,33 @@ impl Shard {
                         .collect(),
                 );
             };
+            if let Some(c) = group.consumer_members() {
+                let image = self.image();
+                let partitions_of =
+                    |t: &str| image.topics.get(t).map(|m| (m.id, m.shards.len() as i32));
+                let codes = leaving
+                    .iter()
+                    .map(|(member_id, instance_id)| {
+                        let id = match instance_id {
+                            Some(i) => match c.static_member(i) {
+                                None => return err(ResponseError::UnknownMemberId),
+                                Some(found) if !member_id.is_empty() && found != member_id => {
+                                    return err(ResponseError::FencedInstanceId)
+                                }
+                                Some(found) => found.to_string(),
+                            },
+                            None => member_id.clone(),
+                        };
+                        if c.members.get(&id).is_none_or(|m| m.classic.is_none()) {
+                            return err(ResponseError::UnknownMemberId);
+                        }
+                        c.remove_member(&id, &partitions_of);
+                        tracing::info!(group = %group_id, member = %id, epoch = c.epoch, "classic member left the consumer group");
+                        0
+                    })
+                    .collect();
+                return (0, codes);
+            }
             for (member_id, instance_id) in leaving {
                 let id = if member_id.is_empty() {
                     instance_id.as_ref().and_then(|i| {
@@ -793,6 +1136,10 @@ impl Shard {
         if let Some(c) = group.consumer.as_ref().filter(|c| !c.members.is_empty()) {
             return match c.members.get(member_id) {
                 None => err(ResponseError::UnknownMemberId),
+                // A classic member commits with its generation, and hears the classic error.
+                Some(m) if generation != m.epoch && m.classic.is_some() => {
+                    err(ResponseError::IllegalGeneration)
+                }
                 Some(m) if generation != m.epoch => err(ResponseError::StaleMemberEpoch),
                 Some(_) => 0,
             };

@@ -77,6 +77,7 @@ fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &
         ("group.consumer.heartbeat.interval.ms", config.group_consumer_heartbeat_interval_ms.to_string(), "How often group.protocol=consumer members are told to heartbeat."),
         ("group.min.session.timeout.ms", config.group_min_session_timeout_ms.to_string(), "The shortest session timeout a classic group member may ask for."),
         ("group.max.session.timeout.ms", config.group_max_session_timeout_ms.to_string(), "The longest session timeout a classic group member may ask for."),
+        ("group.consumer.migration.policy", config.group_consumer_migration_policy.name().to_string(), "Whether a classic group converts to a consumer group when a group.protocol=consumer member joins (upgrade), and back when the last one leaves (downgrade): disabled, upgrade, downgrade or bidirectional."),
         ("offsets.topic.num.partitions", config.offsets_topic_partitions.to_string(), "Partitions of __consumer_offsets, which holds committed offsets."),
         ("max.connections", config.max_connections.to_string(), "Client connections held open at once over all shards; more are closed at once. Changes without a restart."),
         ("max.connections.per.ip", config.max_connections_per_ip.to_string(), "Client connections held open at once from one address. Changes without a restart."),

@@ -53,6 +53,15 @@ pub async fn list(shard: &Rc<Shard>, request: ListGroupsRequest) -> ListGroupsRe
         {
             continue;
         }
+        // ListGroups v5 (KIP-848): only groups of the types asked for.
+        if !request.types_filter.is_empty()
+            && !request
+                .types_filter
+                .iter()
+                .any(|t| t.as_str().eq_ignore_ascii_case(group_type))
+        {
+            continue;
+        }
         response.groups.push(
             ListedGroup::default()
                 .with_group_id(GroupId(StrBytes::from_string(id)))
