@@ -4,7 +4,7 @@
 //! Start offsets come from ListOffsets (earliest, latest or by timestamp) or from `--offset`;
 //! then Fetch (no consumer group, no fetch session) is sent to each partition's leader in
 //! turn. Batches are checked (length, magic, CRC) before their records are printed.
-//! Compressed batches are skipped with a note: this tool does not decompress.
+//! Compressed batches (gzip, snappy, lz4, zstd) are decompressed with the engine's codecs.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -221,7 +221,6 @@ struct Printer {
     /// `--count`: stop after this many records.
     count: Option<u64>,
     consumed: u64,
-    skipped_compressed: u64,
 }
 
 impl Printer {
@@ -246,24 +245,19 @@ impl Printer {
             if last_offset < next {
                 continue;
             }
-            if header.compression() != 0 {
-                eprintln!(
-                    "note: skipped a compressed batch ({}) at {}-{partition} offsets {} to {last_offset}: this tool does not decompress",
-                    compression_name(header.compression()),
-                    self.topic,
-                    header.base_offset().0
-                );
-                self.skipped_compressed += header.record_count().max(0) as u64;
-                next = last_offset + 1;
-                continue;
-            }
             if header.is_control() {
                 // Transaction markers are not records of the topic.
                 next = last_offset + 1;
                 continue;
             }
             let base_offset = header.base_offset().0;
-            for record in Records::new(bytes) {
+            let section = batch::records_section(bytes).map_err(|e| {
+                anyhow!(
+                    "batch at {}-{partition} offset {base_offset}: {e}",
+                    self.topic
+                )
+            })?;
+            for record in Records::section(&section, header.record_count()) {
                 let record = record.map_err(|e| anyhow!("batch at offset {base_offset}: {e}"))?;
                 let offset = base_offset + record.offset_delta as i64;
                 if offset < position {
@@ -317,7 +311,6 @@ pub fn run(args: &ConsumeArgs) -> anyhow::Result<()> {
             format: args.format,
             count: args.count,
             consumed: 0,
-            skipped_compressed: 0,
         },
     };
     consumer.refresh_leaders()?;
@@ -367,17 +360,11 @@ pub fn run(args: &ConsumeArgs) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = consumer.fetch_loop(&mut positions, &mut ends, &mut out);
     out.flush().context("writing to stdout")?;
-    let mut summary = format!(
+    let summary = format!(
         "Consumed {} from {}",
         plural(consumer.printer.consumed, "record"),
         args.topic
     );
-    if consumer.printer.skipped_compressed > 0 {
-        summary.push_str(&format!(
-            "; skipped {} in compressed batches",
-            plural(consumer.printer.skipped_compressed, "record")
-        ));
-    }
     eprintln!("{summary}");
     result
 }
@@ -601,16 +588,6 @@ impl Consumer {
     }
 }
 
-fn compression_name(codec: i16) -> &'static str {
-    match codec {
-        1 => "gzip",
-        2 => "snappy",
-        3 => "lz4",
-        4 => "zstd",
-        _ => "unknown codec",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -642,18 +619,26 @@ mod tests {
     }
 
     #[test]
-    fn compressed_and_already_read_records_are_skipped() {
+    fn compressed_batches_are_read_and_records_already_read_skipped() {
         let mut printer = Printer {
             topic: "t".into(),
             format: Format::Text,
             count: None,
             consumed: 0,
-            skipped_compressed: 0,
         };
-        // Offsets 0-1 uncompressed, 2-3 flagged gzip, 4-5 uncompressed; start at offset 1.
+        // Offsets 0-1 uncompressed, then two records per codec; start at offset 1.
+        use sluice_engine::compression::Compression;
+        let codecs = [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ];
         let mut data = Vec::new();
-        for (base, attributes) in [(0i64, 0i16), (2, 1), (4, 0)] {
-            let mut b = BatchBuilder::new().attributes(attributes);
+        for (i, codec) in codecs.into_iter().enumerate() {
+            let base = 2 * i as i64;
+            let mut b = BatchBuilder::new().compression(codec);
             for i in 0..2 {
                 b.push(&NewRecord {
                     key: None,
@@ -672,19 +657,21 @@ mod tests {
         }
         let mut out = Vec::new();
         let next = printer.print_batches(0, 1, &data, &mut out).unwrap();
-        assert_eq!(next, 6);
-        assert_eq!(printer.consumed, 3);
-        assert_eq!(printer.skipped_compressed, 2);
+        assert_eq!(next, 10);
+        assert_eq!(printer.consumed, 9);
         let text = String::from_utf8(out).unwrap();
         let values: Vec<&str> = text
             .lines()
             .map(|l| l.rsplit(':').next().unwrap())
             .collect();
-        assert_eq!(values, ["v1", "v4", "v5"]);
+        assert_eq!(
+            values,
+            ["v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9"]
+        );
 
-        printer.count = Some(4);
+        printer.count = Some(13);
         let mut out = Vec::new();
-        assert_eq!(printer.print_batches(0, 4, &data, &mut out).unwrap(), 5);
+        assert_eq!(printer.print_batches(0, 4, &data, &mut out).unwrap(), 8);
         assert!(printer.done());
     }
 
