@@ -36,9 +36,6 @@ use stats::{falling_behind, Backlog, Meter, Point, Summary};
 use sustainable::{Criteria, Outcome, Probe, Search, Step};
 use workload::{Cli, Workload};
 
-/// How long the consumers may read what was produced last, once the producers stop.
-const DRAIN_S_MAX: u64 = 30;
-
 fn main() {
     let cli = Cli::parse();
     match run(&cli) {
@@ -119,7 +116,8 @@ struct Results<'a> {
     consumer_behind: Option<String>,
     catch_up: Option<CatchUp>,
     errors: Errors,
-    /// Produced messages the slowest group had not read 30 s after the producers stopped.
+    /// Produced messages the slowest group had not read `drain_s_max` after the producers
+    /// stopped.
     unread_at_end: u64,
     sustainable: Option<Discovery>,
     series: Vec<Point>,
@@ -721,7 +719,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         None
     };
 
-    let unread = session.finish(Duration::from_secs(DRAIN_S_MAX), cli.keep_topics);
+    let unread = session.finish(Duration::from_secs_f64(w.drain_s_max), cli.keep_topics);
     let main_errors = error_count(&publish, &consume);
     let discovery = if w.find_sustainable_rate {
         Some(discover(
@@ -791,8 +789,9 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
 
     if unread > 0 {
         eprintln!(
-            "sluice-bench: the consumers were {unread} messages behind {DRAIN_S_MAX} s after the \
-             producers stopped: their end-to-end latency measures that backlog"
+            "sluice-bench: the consumers were {unread} messages behind {} s after the producers \
+             stopped: their end-to-end latency measures that backlog",
+            w.drain_s_max
         );
     }
     Ok(publish_errors == 0 && consume_errors == 0 && results.publish.messages > 0)

@@ -58,6 +58,9 @@ pub struct Workload {
     pub backlog_bytes: u64,
     /// Give up catching up after this many seconds.
     pub catch_up_timeout_s: f64,
+    /// Once the producers stop, let the consumers read what is left for at most this long
+    /// (what they still had not read is `unread_at_end`).
+    pub drain_s_max: f64,
     /// After the (maximum-rate) run, search for the highest producer rate the consumers keep up
     /// with, by short probes at fixed rates (see `sustainable.rs`).
     pub find_sustainable_rate: bool,
@@ -102,6 +105,7 @@ impl Default for Workload {
             duration_s: 30.0,
             backlog_bytes: 0,
             catch_up_timeout_s: 600.0,
+            drain_s_max: 30.0,
             find_sustainable_rate: false,
             // Six probes of 3 + 10 s, plus topic set-up and tear-down: about two minutes.
             probe_count_max: 6,
@@ -186,6 +190,8 @@ pub struct Cli {
     pub backlog_bytes: Option<u64>,
     #[arg(long)]
     pub catch_up_timeout_s: Option<f64>,
+    #[arg(long)]
+    pub drain_s_max: Option<f64>,
     /// After the maximum-rate run, probe fixed rates for the highest one the consumers sustain
     /// (end-to-end p99 and consume rate within the bounds below).
     #[arg(long)]
@@ -262,6 +268,7 @@ impl Cli {
             duration_s,
             backlog_bytes,
             catch_up_timeout_s,
+            drain_s_max,
             probe_count_max,
             probe_warmup_s,
             probe_duration_s,
@@ -310,6 +317,9 @@ impl Workload {
         }
         if self.duration_s.is_nan() || self.duration_s <= 0.0 || self.warmup_s < 0.0 {
             bail!("duration_s must be positive and warmup_s not negative");
+        }
+        if self.drain_s_max.is_nan() || self.drain_s_max < 0.0 {
+            bail!("drain_s_max must not be negative");
         }
         if self.find_sustainable_rate {
             self.check_search()?;
