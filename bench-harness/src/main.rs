@@ -36,6 +36,9 @@ use stats::{falling_behind, Backlog, Meter, Point, Summary};
 use sustainable::{Criteria, Outcome, Probe, Search, Step};
 use workload::{Cli, Workload};
 
+/// How long the producers wait for the consumer groups to be assigned their partitions.
+const ASSIGNMENT_WAIT_S_MAX: f64 = 30.0;
+
 fn main() {
     let cli = Cli::parse();
     match run(&cli) {
@@ -204,6 +207,8 @@ struct Session<'a> {
     consume: Arc<Meter>,
     /// Messages read by each group.
     groups: Vec<Arc<AtomicU64>>,
+    /// Partitions assigned to each consumer, by group.
+    assigned: Vec<Vec<Arc<AtomicU64>>>,
     /// Messages written before the measured producers started (the backlog workload's).
     backlog_messages: u64,
     /// The publish meter's total when this session began (earlier sessions' messages).
@@ -235,6 +240,7 @@ impl<'a> Session<'a> {
             groups: (0..w.consumer_groups)
                 .map(|_| Arc::new(AtomicU64::new(0)))
                 .collect(),
+            assigned: Vec::new(),
             backlog_messages: 0,
             published_before: publish.total(),
             stop_producers: Arc::new(AtomicBool::new(false)),
@@ -247,18 +253,45 @@ impl<'a> Session<'a> {
     fn start_consumers(&mut self) -> anyhow::Result<()> {
         for (g, consumed) in self.groups.iter().enumerate() {
             let group = format!("{}-group-{g}", self.prefix);
+            let mut assigned = Vec::new();
             for c in 0..self.w.consumers_per_group {
+                let count = Arc::new(AtomicU64::new(0));
                 self.consumers.push(spawn_consumer(
                     format!("consumer-{g}-{c}"),
                     consumer_config(self.bootstrap, &group, self.w),
                     self.topics.clone(),
                     self.consume.clone(),
                     consumed.clone(),
+                    count.clone(),
                     self.stop_consumers.clone(),
                 )?);
+                assigned.push(count);
             }
+            self.assigned.push(assigned);
         }
         Ok(())
+    }
+
+    /// Waits (at most `ASSIGNMENT_WAIT_S_MAX`) until every group has every partition assigned to
+    /// one of its consumers, so that a short run does not spend its window on the group's join.
+    fn wait_for_assignment(&self) {
+        let partitions = self.w.topics as u64 * self.w.partitions as u64;
+        let start = Instant::now();
+        let complete = || {
+            self.assigned.iter().all(|group| {
+                group.iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>() == partitions
+            })
+        };
+        while !complete() {
+            if start.elapsed().as_secs_f64() > ASSIGNMENT_WAIT_S_MAX {
+                eprintln!(
+                    "sluice-bench: the consumer groups do not have all {partitions} partitions \
+                     assigned after {ASSIGNMENT_WAIT_S_MAX} s; starting the producers anyway"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The measured producers, at `rate` messages per second over all of them (0: maximum).
@@ -444,6 +477,7 @@ fn discover(
             consume,
         )?;
         session.start_consumers()?;
+        session.wait_for_assignment();
         session.start_producers(rate as u64)?;
         reporter.resync();
         let m = measure(
@@ -673,6 +707,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         reporter.start = Instant::now();
     } else {
         session.start_consumers()?;
+        session.wait_for_assignment();
     }
     session.start_producers(w.rate)?;
 
