@@ -32,7 +32,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
 use clients::{consumer_config, producer_config, spawn_consumer, spawn_producer, ProducerPlan};
-use stats::{falling_behind, Backlog, Meter, Point, Summary};
+use stats::{falling_behind, group_digits, Backlog, Meter, Point, Summary};
 use sustainable::{Criteria, Outcome, Probe, Search, Step};
 use workload::{Cli, Workload};
 
@@ -554,18 +554,6 @@ fn verdict(p: &Probe) -> String {
 
 fn ms(us: u64) -> String {
     format!("{:.2} ms", us as f64 / 1000.0)
-}
-
-fn group_digits(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn admin(bootstrap: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {

@@ -210,6 +210,19 @@ pub const KEEPING_UP_CONSUME_OVER_PUBLISH_MIN: f64 = 0.95;
 /// A backlog at the window's end of more than this many seconds of publishing: behind.
 pub const KEEPING_UP_BACKLOG_S_MAX: f64 = 1.0;
 
+/// `1234567` as `1,234,567`.
+pub fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// `None` when the consumers kept pace with the producers over the window; otherwise why not,
 /// in words, for the summary and the results (end-to-end latency then measures the backlog).
 /// `consume_msg_per_s` is one group's (each group reads everything); `backlog` the slowest's.
@@ -227,7 +240,7 @@ pub fn falling_behind(
     if backlog.end > 0 && seconds_of_publish > KEEPING_UP_BACKLOG_S_MAX {
         why.push(format!(
             "{} messages unread at the end of the window ({seconds_of_publish:.1} s of publishing)",
-            backlog.end
+            group_digits(backlog.end)
         ));
     }
     (!why.is_empty()).then(|| why.join("; "))
@@ -329,13 +342,21 @@ mod tests {
         let why = falling_behind(10_000.0, 5_000.0, &b).unwrap();
         assert_eq!(
             why,
-            "consumed 0.50x the publish rate; 50000 messages unread at the end of the window \
+            "consumed 0.50x the publish rate; 50,000 messages unread at the end of the window \
              (5.0 s of publishing)"
         );
         // Reading as fast as the producers, but still seconds behind from before the window.
         let mut b = Backlog::starting_at(90_000);
         b.observe(80_000);
         let why = falling_behind(30_000.0, 31_000.0, &b).unwrap();
-        assert!(why.starts_with("80000 messages unread"), "{why}");
+        assert!(why.starts_with("80,000 messages unread"), "{why}");
+    }
+
+    #[test]
+    fn digits_are_grouped_in_threes() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1_000), "1,000");
+        assert_eq!(group_digits(1_234_567), "1,234,567");
     }
 }

@@ -22,8 +22,10 @@ pub const STEP_UP: f64 = 1.5;
 /// reached no more than that rate when nothing held them back; the margin covers noise.
 pub const CEILING_OVER_MAX_RUN: f64 = 1.1;
 /// After a failure with no passing rate yet, the next rate is at most this fraction of the
-/// failed target (so that every such step makes headway)...
-pub const STEP_DOWN_FACTOR_MAX: f64 = 0.8;
+/// failed target: probes that fail on latency alone (their consumers read everything) would
+/// otherwise creep down a little at a time; halving brackets the answer, and bisection comes
+/// back up...
+pub const STEP_DOWN_FACTOR_MAX: f64 = 0.5;
 /// ...and at least this fraction, however little the consumers read.
 pub const STEP_DOWN_FACTOR_MIN: f64 = 0.25;
 /// After such a failure, the next rate aims this far under what its consumers read.
@@ -341,13 +343,13 @@ mod tests {
             vec![CRITERIA.judge(outcome(target, target, consume, 3_000))]
         };
         assert_eq!(
-            next_step(&max_run, &failed(100_000.0, 70_000.0), &SEARCH),
-            Step::Probe(63_000.0)
+            next_step(&max_run, &failed(100_000.0, 40_000.0), &SEARCH),
+            Step::Probe(36_000.0)
         );
-        // Consumers that nearly kept up: at least a fifth lower.
+        // Consumers that nearly kept up (a failure on latency): half the rate.
         assert_eq!(
             next_step(&max_run, &failed(100_000.0, 99_000.0), &SEARCH),
-            Step::Probe(80_000.0)
+            Step::Probe(50_000.0)
         );
         // Consumers that read almost nothing: at most four times lower.
         assert_eq!(
