@@ -153,21 +153,32 @@ pub fn spawn_producer(
     Ok(handle)
 }
 
-/// One consumer thread of a group: counts what it reads into `consumed` (the group's counter)
-/// and records end-to-end latency from the payload's send time.
+/// How often a consumer thread publishes how many partitions it is assigned.
+const ASSIGNMENT_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// One consumer thread of a group: counts what it reads into `consumed` (the group's counter),
+/// records end-to-end latency from the payload's send time, and keeps `assigned` at the number
+/// of partitions the group has given it (checked every `ASSIGNMENT_CHECK_INTERVAL`).
 pub fn spawn_consumer(
     name: String,
     config: ClientConfig,
     topics: Arc<Vec<String>>,
     meter: Arc<Meter>,
     consumed: Arc<AtomicU64>,
+    assigned: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<JoinHandle<()>> {
     let consumer: BaseConsumer = config.create().context("creating a consumer")?;
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     consumer.subscribe(&names).context("subscribing")?;
     let handle = std::thread::Builder::new().name(name).spawn(move || {
+        let mut checked = Instant::now();
         while !stop.load(Ordering::Relaxed) {
+            if checked.elapsed() >= ASSIGNMENT_CHECK_INTERVAL {
+                checked = Instant::now();
+                let count = consumer.assignment().map_or(0, |a| a.count());
+                assigned.store(count as u64, Ordering::Relaxed);
+            }
             match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(message)) => {
                     let payload = message.payload().unwrap_or_default();

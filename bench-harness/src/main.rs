@@ -5,13 +5,17 @@
 //! A run: create the workload's topics; when the workload has a backlog, fill it at full speed,
 //! then measure the producers alone ("baseline") and the producers while the consumer groups
 //! read the backlog from the beginning ("catch-up"); otherwise warm up, then measure producers
-//! and consumers together ("measure"). Every second a progress line; at the end a summary, the
-//! results JSON and an SVG plot in `--out`.
+//! and consumers together ("measure"): publish and consume rates, end-to-end latency and the
+//! slowest group's backlog. With `find_sustainable_rate`, short probes at fixed rates follow,
+//! each on fresh topics, to find the highest rate the consumers keep up with
+//! (`sustainable.rs`). Every second a progress line; at the end a summary, the results JSON and
+//! an SVG plot in `--out`.
 
 mod clients;
 mod payload;
 mod plot;
 mod stats;
+mod sustainable;
 mod workload;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,8 +32,12 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
 use clients::{consumer_config, producer_config, spawn_consumer, spawn_producer, ProducerPlan};
-use stats::{Meter, Point, Summary};
+use stats::{falling_behind, group_digits, Backlog, Meter, Point, Summary};
+use sustainable::{Criteria, Outcome, Probe, Search, Step};
 use workload::{Cli, Workload};
+
+/// How long the producers wait for the consumer groups to be assigned their partitions.
+const ASSIGNMENT_WAIT_S_MAX: f64 = 30.0;
 
 fn main() {
     let cli = Cli::parse();
@@ -65,6 +73,28 @@ struct Errors {
     first_consume_error: Option<String>,
 }
 
+/// The maximum-sustainable-rate search: its bounds, every probe, and its answer.
+#[derive(Serialize)]
+struct Discovery {
+    criteria: Criteria,
+    search: Search,
+    probe_warmup_s: f64,
+    probe_duration_s: f64,
+    /// The maximum-rate run judged as a probe whose target was what it published.
+    max_run: Probe,
+    probes: Vec<Probe>,
+    /// The highest rate that passed, as its run measured it; `None` when none did.
+    sustainable: Option<Outcome>,
+    /// "max-rate run" or "probe <n>" (from 1).
+    sustainable_from: Option<String>,
+    /// The lowest probed target above it that failed: the answer lies below this.
+    failed_above_msg_per_s: Option<f64>,
+    /// When no rate passed: the lowest one probed and why it failed.
+    none_because: Option<String>,
+    /// Wall time of the probes.
+    seconds: f64,
+}
+
 #[derive(Serialize)]
 struct Results<'a> {
     tool: &'static str,
@@ -75,14 +105,24 @@ struct Results<'a> {
     topics: &'a [String],
     /// The measured window: "measure" without a backlog, "baseline" with one.
     publish: Summary,
-    /// Consumption in the measured window; its latency is end-to-end (send to receive).
-    end_to_end: Option<Summary>,
+    /// Consumption in the measured window over all groups: rates, and end-to-end latency (from
+    /// the send time in the payload to the consumer's poll), whether or not the consumers kept
+    /// up. `None` with a backlog (see `catch_up`).
+    consume: Option<Summary>,
+    /// One group's consume rate over the publish rate in the window (1: kept pace).
+    consume_over_publish: Option<f64>,
+    /// The slowest group's backlog over the window, in messages (times `message_size` for bytes).
+    backlog: Option<Backlog>,
+    backlog_growth_msg_per_s: Option<f64>,
+    /// Why the consumers count as behind the producers over the window, when they do: their
+    /// end-to-end latency then measures their backlog more than the broker's latency.
+    consumer_behind: Option<String>,
     catch_up: Option<CatchUp>,
     errors: Errors,
-    /// Produced messages the slowest group had not read 30 s after the producers stopped: at
-    /// the maximum rate, consumers on the same cores may fall behind (their end-to-end
-    /// latency then measures that backlog).
+    /// Produced messages the slowest group had not read `drain_s_max` after the producers
+    /// stopped.
     unread_at_end: u64,
+    sustainable: Option<Discovery>,
     series: Vec<Point>,
 }
 
@@ -96,8 +136,16 @@ struct Reporter {
 }
 
 impl Reporter {
-    /// Sleeps to the next whole second of the run and records it.
-    fn tick(&mut self, phase: &'static str, backlog: &dyn Fn() -> u64) {
+    /// Starts the next second now, throwing away what the meters saw since the last tick (time
+    /// spent setting up, which no point should average over).
+    fn resync(&mut self) {
+        self.next = self.start.elapsed();
+        self.publish.take_second();
+        self.consume.take_second();
+    }
+
+    /// Sleeps to the next whole second of the run and records it; returns the backlog sampled.
+    fn tick(&mut self, phase: &'static str, backlog: &dyn Fn() -> u64) -> u64 {
         let previous = self.next;
         self.next += Duration::from_secs(1);
         match self.next.checked_sub(self.start.elapsed()) {
@@ -144,23 +192,368 @@ impl Reporter {
             group_digits(backlog),
         );
         self.series.push(point);
+        backlog
+    }
+}
+
+/// One set of topics with its producers and consumer groups: the main run, or one probe.
+struct Session<'a> {
+    bootstrap: &'a str,
+    w: &'a Workload,
+    /// Topic and group names start with it.
+    prefix: String,
+    topics: Arc<Vec<String>>,
+    publish: Arc<Meter>,
+    consume: Arc<Meter>,
+    /// Messages read by each group.
+    groups: Vec<Arc<AtomicU64>>,
+    /// Partitions assigned to each consumer, by group.
+    assigned: Vec<Vec<Arc<AtomicU64>>>,
+    /// Messages written before the measured producers started (the backlog workload's).
+    backlog_messages: u64,
+    /// The publish meter's total when this session began (earlier sessions' messages).
+    published_before: u64,
+    stop_producers: Arc<AtomicBool>,
+    stop_consumers: Arc<AtomicBool>,
+    producers: Vec<JoinHandle<()>>,
+    consumers: Vec<JoinHandle<()>>,
+}
+
+impl<'a> Session<'a> {
+    /// Creates the session's topics and waits until every partition has a leader.
+    fn create(
+        bootstrap: &'a str,
+        w: &'a Workload,
+        prefix: String,
+        publish: &Arc<Meter>,
+        consume: &Arc<Meter>,
+    ) -> anyhow::Result<Session<'a>> {
+        let topics: Vec<String> = (0..w.topics).map(|i| format!("{prefix}-{i}")).collect();
+        create_topics(bootstrap, &topics, w)?;
+        Ok(Session {
+            bootstrap,
+            w,
+            prefix,
+            topics: Arc::new(topics),
+            publish: publish.clone(),
+            consume: consume.clone(),
+            groups: (0..w.consumer_groups)
+                .map(|_| Arc::new(AtomicU64::new(0)))
+                .collect(),
+            assigned: Vec::new(),
+            backlog_messages: 0,
+            published_before: publish.total(),
+            stop_producers: Arc::new(AtomicBool::new(false)),
+            stop_consumers: Arc::new(AtomicBool::new(false)),
+            producers: Vec::new(),
+            consumers: Vec::new(),
+        })
+    }
+
+    fn start_consumers(&mut self) -> anyhow::Result<()> {
+        for (g, consumed) in self.groups.iter().enumerate() {
+            let group = format!("{}-group-{g}", self.prefix);
+            let mut assigned = Vec::new();
+            for c in 0..self.w.consumers_per_group {
+                let count = Arc::new(AtomicU64::new(0));
+                self.consumers.push(spawn_consumer(
+                    format!("consumer-{g}-{c}"),
+                    consumer_config(self.bootstrap, &group, self.w),
+                    self.topics.clone(),
+                    self.consume.clone(),
+                    consumed.clone(),
+                    count.clone(),
+                    self.stop_consumers.clone(),
+                )?);
+                assigned.push(count);
+            }
+            self.assigned.push(assigned);
+        }
+        Ok(())
+    }
+
+    /// Waits (at most `ASSIGNMENT_WAIT_S_MAX`) until every group has every partition assigned to
+    /// one of its consumers, so that a short run does not spend its window on the group's join.
+    fn wait_for_assignment(&self) {
+        let partitions = self.w.topics as u64 * self.w.partitions as u64;
+        let start = Instant::now();
+        let complete = || {
+            self.assigned.iter().all(|group| {
+                group.iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>() == partitions
+            })
+        };
+        while !complete() {
+            if start.elapsed().as_secs_f64() > ASSIGNMENT_WAIT_S_MAX {
+                eprintln!(
+                    "sluice-bench: the consumer groups do not have all {partitions} partitions \
+                     assigned after {ASSIGNMENT_WAIT_S_MAX} s; starting the producers anyway"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The measured producers, at `rate` messages per second over all of them (0: maximum).
+    fn start_producers(&mut self, rate: u64) -> anyhow::Result<()> {
+        for index in 0..self.w.producers {
+            let plan = ProducerPlan {
+                index,
+                topics: self.topics.clone(),
+                rate: rate as f64 / self.w.producers as f64,
+                limit_bytes: None,
+            };
+            self.producers.push(spawn_producer(
+                plan,
+                producer_config(self.bootstrap, self.w),
+                self.w,
+                self.publish.clone(),
+                self.stop_producers.clone(),
+            )?);
+        }
+        Ok(())
+    }
+
+    /// Messages acknowledged to the producers and not yet read by the slowest group.
+    fn backlog(&self) -> u64 {
+        let produced = self.backlog_messages + self.publish.total() - self.published_before;
+        let slowest = self
+            .groups
+            .iter()
+            .map(|g| g.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(produced);
+        produced.saturating_sub(slowest)
+    }
+
+    /// Stops the producers; each flushes what it has queued.
+    fn stop_producers(&mut self) {
+        self.stop_producers.store(true, Ordering::Relaxed);
+        join_all(std::mem::take(&mut self.producers));
+    }
+
+    /// Lets the consumers read the rest for at most `drain`, stops them and deletes the topics
+    /// (unless kept). Returns the slowest group's backlog at the end (0 without consumers).
+    fn finish(mut self, drain: Duration, keep_topics: bool) -> u64 {
+        self.stop_producers();
+        let deadline = Instant::now() + drain;
+        while !self.consumers.is_empty() && self.backlog() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let unread = if self.consumers.is_empty() {
+            0
+        } else {
+            self.backlog()
+        };
+        self.stop_consumers.store(true, Ordering::Relaxed);
+        join_all(std::mem::take(&mut self.consumers));
+        if !keep_topics {
+            if let Err(e) = delete_topics(self.bootstrap, &self.topics) {
+                eprintln!("sluice-bench: {e:#}");
+            }
+        }
+        unread
+    }
+}
+
+/// What a measured window saw.
+struct Measured {
+    seconds: f64,
+    publish: Summary,
+    /// Over all groups; `None` when the window had no consumers.
+    consume: Option<Summary>,
+    backlog: Backlog,
+}
+
+impl Measured {
+    /// One group's consume rate (each group reads everything).
+    fn consume_per_group(&self, groups: u32) -> Option<(f64, f64)> {
+        let c = self.consume.as_ref()?;
+        let groups = groups.max(1) as f64;
+        Some((c.msg_per_s / groups, c.mb_per_s / groups))
+    }
+
+    fn outcome(&self, w: &Workload, target_msg_per_s: f64, errors: u64) -> Outcome {
+        let (consume_msg_per_s, consume_mb_per_s) = self
+            .consume_per_group(w.consumer_groups)
+            .unwrap_or_default();
+        Outcome {
+            target_msg_per_s,
+            publish_msg_per_s: self.publish.msg_per_s,
+            publish_mb_per_s: self.publish.mb_per_s,
+            consume_msg_per_s,
+            consume_mb_per_s,
+            e2e_p99_us: self.consume.as_ref().map_or(0, |c| c.latency_us.p99),
+            backlog_end: self.backlog.end,
+            errors,
+        }
+    }
+}
+
+/// Whole seconds of a phase: none for 0, otherwise at least one.
+fn ticks(seconds: f64) -> u64 {
+    if seconds > 0.0 {
+        seconds.round().max(1.0) as u64
+    } else {
+        0
+    }
+}
+
+/// Warms up for `warmup_s` (figures thrown away), then measures `duration_s`.
+fn measure(
+    reporter: &mut Reporter,
+    session: &Session,
+    phases: (&'static str, &'static str),
+    warmup_s: f64,
+    duration_s: f64,
+    with_consumers: bool,
+) -> Measured {
+    let backlog = || session.backlog();
+    for _ in 0..ticks(warmup_s) {
+        reporter.tick(phases.0, &backlog);
+    }
+    session.publish.take_window(1.0);
+    session.consume.take_window(1.0);
+    let mut track = Backlog::starting_at(backlog());
+    let start = Instant::now();
+    for _ in 0..ticks(duration_s).max(1) {
+        track.observe(reporter.tick(phases.1, &backlog));
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    Measured {
+        seconds,
+        publish: session.publish.take_window(seconds),
+        consume: with_consumers.then(|| session.consume.take_window(seconds)),
+        backlog: track,
+    }
+}
+
+fn error_count(publish: &Meter, consume: &Meter) -> u64 {
+    publish.errors().0 + consume.errors().0
+}
+
+/// The search for the maximum sustainable rate, after the maximum-rate run `main`.
+#[allow(clippy::too_many_arguments)]
+fn discover(
+    cli: &Cli,
+    w: &Workload,
+    prefix: &str,
+    main: &Measured,
+    main_errors: u64,
+    publish: &Arc<Meter>,
+    consume: &Arc<Meter>,
+    reporter: &mut Reporter,
+) -> anyhow::Result<Discovery> {
+    let criteria = Criteria {
+        e2e_p99_us_max: (w.sustainable_e2e_p99_ms_max * 1000.0) as u64,
+        consume_over_publish_min: w.sustainable_consume_over_publish_min,
+        publish_over_target_min: sustainable::PUBLISH_OVER_TARGET_MIN,
+    };
+    let search = Search {
+        probe_count_max: w.probe_count_max,
+        resolution: w.probe_resolution,
+    };
+    let started = Instant::now();
+    let max_run = criteria.judge(main.outcome(w, main.publish.msg_per_s, main_errors));
+    eprintln!(
+        "sluice-bench: sustainable-rate search: the max-rate run {}",
+        verdict(&max_run)
+    );
+    let mut probes: Vec<Probe> = Vec::new();
+    while let Step::Probe(rate) = sustainable::next_step(&max_run, &probes, &search) {
+        let n = probes.len() + 1;
+        eprintln!(
+            "sluice-bench: probe {n} (of at most {}) at {} msg/s ({:.1} MB/s)",
+            search.probe_count_max,
+            group_digits(rate as u64),
+            rate * w.message_size as f64 / 1e6
+        );
+        let errors_before = error_count(publish, consume);
+        let mut session = Session::create(
+            &cli.bootstrap,
+            w,
+            format!("{prefix}-p{n}"),
+            publish,
+            consume,
+        )?;
+        session.start_consumers()?;
+        session.wait_for_assignment();
+        session.start_producers(rate as u64)?;
+        reporter.resync();
+        let m = measure(
+            reporter,
+            &session,
+            ("probe-warmup", "probe"),
+            w.probe_warmup_s,
+            w.probe_duration_s,
+            true,
+        );
+        // A probe's verdict is in; what its consumers still owe is not worth waiting for.
+        session.finish(Duration::ZERO, cli.keep_topics);
+        let errors = error_count(publish, consume) - errors_before;
+        let probe = criteria.judge(m.outcome(w, rate, errors));
+        eprintln!("sluice-bench: probe {n} {}", verdict(&probe));
+        probes.push(probe);
+    }
+    let (best, above) = sustainable::conclude(&max_run, &probes);
+    let sustainable_from = best.map(|b| match probes.iter().position(|p| std::ptr::eq(p, b)) {
+        Some(i) => format!("probe {}", i + 1),
+        None => "max-rate run".to_string(),
+    });
+    let none_because = match best {
+        Some(_) => None,
+        None => {
+            let lowest = probes
+                .iter()
+                .min_by(|a, b| {
+                    a.outcome
+                        .target_msg_per_s
+                        .total_cmp(&b.outcome.target_msg_per_s)
+                })
+                .unwrap_or(&max_run);
+            Some(format!(
+                "no rate passed; the lowest, {} msg/s: {}",
+                group_digits(lowest.outcome.target_msg_per_s as u64),
+                lowest.failed_because.join(", ")
+            ))
+        }
+    };
+    let sustainable = best.map(|b| b.outcome.clone());
+    let failed_above_msg_per_s = above.map(|a| a.outcome.target_msg_per_s);
+    Ok(Discovery {
+        sustainable,
+        sustainable_from,
+        failed_above_msg_per_s,
+        none_because,
+        criteria,
+        search,
+        probe_warmup_s: w.probe_warmup_s,
+        probe_duration_s: w.probe_duration_s,
+        seconds: started.elapsed().as_secs_f64(),
+        max_run,
+        probes,
+    })
+}
+
+fn verdict(p: &Probe) -> String {
+    let o = &p.outcome;
+    let figures = format!(
+        "published {} msg/s ({:.1} MB/s), consumed {} msg/s ({:.1} MB/s), e2e p99 {}",
+        group_digits(o.publish_msg_per_s as u64),
+        o.publish_mb_per_s,
+        group_digits(o.consume_msg_per_s as u64),
+        o.consume_mb_per_s,
+        ms(o.e2e_p99_us)
+    );
+    if p.passed {
+        format!("passed: {figures}")
+    } else {
+        format!("failed ({}): {figures}", p.failed_because.join(", "))
     }
 }
 
 fn ms(us: u64) -> String {
     format!("{:.2} ms", us as f64 / 1000.0)
-}
-
-fn group_digits(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn admin(bootstrap: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
@@ -255,13 +648,9 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
     let bootstrap = cli.bootstrap.as_str();
     let started_unix_s = payload::now_ns() / 1_000_000_000;
     let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
-    let topics: Arc<Vec<String>> = Arc::new(
-        (0..w.topics)
-            .map(|i| format!("{}-{run_id}-{i}", w.name))
-            .collect(),
-    );
+    let prefix = format!("{}-{run_id}", w.name);
     eprintln!(
-        "sluice-bench: {} against {bootstrap}: {} topic(s) x {} partitions, {} B messages, {} producer(s) at {}, {} group(s) x {} consumer(s), acks={} compression={}{}",
+        "sluice-bench: {} against {bootstrap}: {} topic(s) x {} partitions, {} B messages, {} producer(s) at {}, {} group(s) x {} consumer(s), acks={} compression={}{}{}",
         w.name,
         w.topics,
         w.partitions,
@@ -273,11 +662,20 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         w.acks,
         w.compression,
         if w.backlog_bytes > 0 { format!(", backlog {} MiB", w.backlog_bytes >> 20) } else { String::new() },
+        if w.find_sustainable_rate {
+            format!(
+                ", then at most {} probes of {} + {} s for the sustainable rate",
+                w.probe_count_max, w.probe_warmup_s, w.probe_duration_s
+            )
+        } else {
+            String::new()
+        },
     );
-    create_topics(bootstrap, &topics, &w)?;
 
     let publish = Arc::new(Meter::default());
     let consume = Arc::new(Meter::default());
+    let mut session = Session::create(bootstrap, &w, prefix.clone(), &publish, &consume)?;
+    let topics: Vec<String> = session.topics.to_vec();
     let mut reporter = Reporter {
         start: Instant::now(),
         next: Duration::ZERO,
@@ -287,155 +685,55 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
     };
 
     // The backlog, at full speed, by its own producers.
-    let mut backlog_messages = 0;
     if w.backlog_bytes > 0 {
-        let fill = Arc::new(Meter::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut handles = Vec::new();
-        for index in 0..w.producers {
-            let plan = ProducerPlan {
-                index: 1000 + index,
-                topics: topics.clone(),
-                rate: 0.0,
-                limit_bytes: Some(w.backlog_bytes.div_ceil(w.producers as u64)),
-            };
-            handles.push(spawn_producer(
-                plan,
-                producer_config(bootstrap, &w),
-                &w,
-                fill.clone(),
-                stop.clone(),
-            )?);
-        }
-        let fill_start = Instant::now();
-        while handles.iter().any(|h| !h.is_finished()) {
-            std::thread::sleep(Duration::from_secs(1));
-            let done = fill.total() * w.message_size as u64;
-            eprintln!(
-                "[{:>4.0}s backlog ] {} / {} MiB acknowledged",
-                fill_start.elapsed().as_secs_f64(),
-                done >> 20,
-                w.backlog_bytes >> 20
-            );
-        }
-        join_all(handles);
-        let (errors, first) = fill.errors();
-        if errors > 0 {
-            bail!(
-                "{errors} backlog messages failed: {}",
-                first.unwrap_or_default()
-            );
-        }
-        backlog_messages = fill.total();
+        session.backlog_messages = fill_backlog(bootstrap, &w, &session.topics)?;
         // Before anything is measured: writing back a host's dirty pages can stall every disk
         // user for seconds.
         if cli.drop_caches_before_catch_up {
             drop_caches();
         }
         reporter.start = Instant::now();
-    }
-
-    let groups: Vec<Arc<AtomicU64>> = (0..w.consumer_groups)
-        .map(|_| Arc::new(AtomicU64::new(0)))
-        .collect();
-    let stop_consumers = Arc::new(AtomicBool::new(false));
-    let start_consumers = || -> anyhow::Result<Vec<JoinHandle<()>>> {
-        let mut handles = Vec::new();
-        for (g, consumed) in groups.iter().enumerate() {
-            let group = format!("{}-{run_id}-group-{g}", w.name);
-            for c in 0..w.consumers_per_group {
-                handles.push(spawn_consumer(
-                    format!("consumer-{g}-{c}"),
-                    consumer_config(bootstrap, &group, &w),
-                    topics.clone(),
-                    consume.clone(),
-                    consumed.clone(),
-                    stop_consumers.clone(),
-                )?);
-            }
-        }
-        Ok(handles)
-    };
-    let backlog = || {
-        let produced = backlog_messages + publish.total();
-        let slowest = groups
-            .iter()
-            .map(|g| g.load(Ordering::Relaxed))
-            .min()
-            .unwrap_or(produced);
-        produced.saturating_sub(slowest)
-    };
-
-    let mut consumers = if w.backlog_bytes == 0 {
-        start_consumers()?
     } else {
-        Vec::new()
-    };
-    let stop_producers = Arc::new(AtomicBool::new(false));
-    let mut producers = Vec::new();
-    for index in 0..w.producers {
-        let plan = ProducerPlan {
-            index,
-            topics: topics.clone(),
-            rate: w.rate as f64 / w.producers as f64,
-            limit_bytes: None,
-        };
-        producers.push(spawn_producer(
-            plan,
-            producer_config(bootstrap, &w),
-            &w,
-            publish.clone(),
-            stop_producers.clone(),
-        )?);
+        session.start_consumers()?;
+        session.wait_for_assignment();
     }
-
-    let seconds = |s: f64| s.round().max(1.0) as u64;
-    let warmup_ticks = if w.warmup_s > 0.0 {
-        seconds(w.warmup_s)
-    } else {
-        0
-    };
-    for _ in 0..warmup_ticks {
-        reporter.tick("warmup", &backlog);
-    }
-    publish.take_window(1.0);
-    consume.take_window(1.0);
+    session.start_producers(w.rate)?;
 
     let measured_phase = if w.backlog_bytes == 0 {
         "measure"
     } else {
         "baseline"
     };
-    let window_start = Instant::now();
-    for _ in 0..seconds(w.duration_s) {
-        reporter.tick(measured_phase, &backlog);
-    }
-    let elapsed = window_start.elapsed().as_secs_f64();
-    let measured = publish.take_window(elapsed);
-    let end_to_end =
-        (w.backlog_bytes == 0 && w.consumer_groups > 0).then(|| consume.take_window(elapsed));
+    let with_consumers = w.backlog_bytes == 0 && w.consumer_groups > 0;
+    let measured = measure(
+        &mut reporter,
+        &session,
+        ("warmup", measured_phase),
+        w.warmup_s,
+        w.duration_s,
+        with_consumers,
+    );
 
     let catch_up = if w.backlog_bytes > 0 {
         consume.take_window(1.0);
-        consumers = start_consumers()?;
+        session.start_consumers()?;
         let start = Instant::now();
         // Caught up: the slowest group is within a second of production (or 1,000 messages).
         let tolerance = (w.rate).max(1000);
         let mut caught_up = None;
         while caught_up.is_none() && start.elapsed().as_secs_f64() < w.catch_up_timeout_s {
-            reporter.tick("catch-up", &backlog);
-            if backlog() <= tolerance {
+            if reporter.tick("catch-up", &|| session.backlog()) <= tolerance {
                 caught_up = Some(start.elapsed().as_secs_f64());
             }
         }
         let elapsed = start.elapsed().as_secs_f64();
         let during = publish.take_window(elapsed);
-        let ratio = during.latency_us.p99 as f64 / measured.latency_us.p99.max(1) as f64;
+        let ratio = during.latency_us.p99 as f64 / measured.publish.latency_us.p99.max(1) as f64;
         Some(CatchUp {
             backlog_bytes: w.backlog_bytes,
-            backlog_messages,
+            backlog_messages: session.backlog_messages,
             seconds: caught_up,
-            publish_before: measured.clone(),
+            publish_before: measured.publish.clone(),
             publish_during: during,
             publish_p99_ratio: ratio,
             consume_during: consume.take_window(elapsed),
@@ -444,22 +742,27 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         None
     };
 
-    stop_producers.store(true, Ordering::Relaxed);
-    join_all(producers);
-    // Let the consumers read what was produced last (at most 30 s).
-    let drain_deadline = Instant::now() + Duration::from_secs(30);
-    while !consumers.is_empty() && backlog() > 0 && Instant::now() < drain_deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let unread = if consumers.is_empty() { 0 } else { backlog() };
-    stop_consumers.store(true, Ordering::Relaxed);
-    join_all(consumers);
-    if !cli.keep_topics {
-        if let Err(e) = delete_topics(bootstrap, &topics) {
-            eprintln!("sluice-bench: {e:#}");
-        }
-    }
+    let unread = session.finish(Duration::from_secs_f64(w.drain_s_max), cli.keep_topics);
+    let main_errors = error_count(&publish, &consume);
+    let discovery = if w.find_sustainable_rate {
+        Some(discover(
+            cli,
+            &w,
+            &prefix,
+            &measured,
+            main_errors,
+            &publish,
+            &consume,
+            &mut reporter,
+        )?)
+    } else {
+        None
+    };
 
+    let per_group = measured.consume_per_group(w.consumer_groups);
+    let consume_over_publish = per_group.map(|(msg, _)| msg / measured.publish.msg_per_s.max(1e-9));
+    let consumer_behind = per_group
+        .and_then(|(msg, _)| falling_behind(measured.publish.msg_per_s, msg, &measured.backlog));
     let (publish_errors, first_publish_error) = publish.errors();
     let (consume_errors, first_consume_error) = consume.errors();
     let results = Results {
@@ -469,8 +772,13 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         started_unix_s,
         workload: &w,
         topics: &topics,
-        publish: measured,
-        end_to_end,
+        publish: measured.publish.clone(),
+        consume: measured.consume.clone(),
+        consume_over_publish,
+        backlog: with_consumers.then_some(measured.backlog),
+        backlog_growth_msg_per_s: with_consumers
+            .then(|| measured.backlog.growth_per_s(measured.seconds)),
+        consumer_behind,
         catch_up,
         errors: Errors {
             publish: publish_errors,
@@ -479,9 +787,10 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             first_consume_error,
         },
         unread_at_end: unread,
+        sustainable: discovery,
         series: reporter.series,
     };
-    print_summary(&results, unread);
+    print_summary(&results);
 
     std::fs::create_dir_all(&cli.out).with_context(|| format!("creating {}", cli.out.display()))?;
     let json = cli.out.join(format!("{}.json", w.name));
@@ -503,14 +812,57 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
 
     if unread > 0 {
         eprintln!(
-            "sluice-bench: the consumers were {unread} messages behind 30 s after the producers \
-             stopped: their end-to-end latency measures that backlog"
+            "sluice-bench: the consumers were {unread} messages behind {} s after the producers \
+             stopped: their end-to-end latency measures that backlog",
+            w.drain_s_max
         );
     }
     Ok(publish_errors == 0 && consume_errors == 0 && results.publish.messages > 0)
 }
 
-fn print_summary(r: &Results, unread: u64) {
+/// Writes `backlog_bytes` at full speed with producers of its own; returns the messages written.
+fn fill_backlog(bootstrap: &str, w: &Workload, topics: &Arc<Vec<String>>) -> anyhow::Result<u64> {
+    let fill = Arc::new(Meter::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for index in 0..w.producers {
+        let plan = ProducerPlan {
+            index: 1000 + index,
+            topics: topics.clone(),
+            rate: 0.0,
+            limit_bytes: Some(w.backlog_bytes.div_ceil(w.producers as u64)),
+        };
+        handles.push(spawn_producer(
+            plan,
+            producer_config(bootstrap, w),
+            w,
+            fill.clone(),
+            stop.clone(),
+        )?);
+    }
+    let fill_start = Instant::now();
+    while handles.iter().any(|h| !h.is_finished()) {
+        std::thread::sleep(Duration::from_secs(1));
+        let done = fill.total() * w.message_size as u64;
+        eprintln!(
+            "[{:>4.0}s backlog ] {} / {} MiB acknowledged",
+            fill_start.elapsed().as_secs_f64(),
+            done >> 20,
+            w.backlog_bytes >> 20
+        );
+    }
+    join_all(handles);
+    let (errors, first) = fill.errors();
+    if errors > 0 {
+        bail!(
+            "{errors} backlog messages failed: {}",
+            first.unwrap_or_default()
+        );
+    }
+    Ok(fill.total())
+}
+
+fn print_summary(r: &Results) {
     let line = |what: &str, s: &Summary| {
         let l = &s.latency_us;
         println!(
@@ -546,8 +898,51 @@ fn print_summary(r: &Results, unread: u64) {
     } else {
         line("publish", &r.publish);
     }
-    if let Some(e) = &r.end_to_end {
-        line("consume (end-to-end)", e);
+    if let Some(c) = &r.consume {
+        line("consume (end-to-end)", c);
+    }
+    if let (Some(ratio), Some(b)) = (r.consume_over_publish, &r.backlog) {
+        println!(
+            "consume / publish {ratio:.3}; backlog of the slowest group (messages): {} at the start, {} at most, {} at the end ({:.1} MB)",
+            group_digits(b.start),
+            group_digits(b.max),
+            group_digits(b.end),
+            b.end as f64 * r.workload.message_size as f64 / 1e6,
+        );
+    }
+    if let Some(why) = &r.consumer_behind {
+        println!("consumers behind: {why}; end-to-end latency above measures that backlog");
+    }
+    if let Some(d) = &r.sustainable {
+        for (i, p) in d.probes.iter().enumerate() {
+            println!(
+                "probe {} at {:>10} msg/s: {}",
+                i + 1,
+                group_digits(p.outcome.target_msg_per_s as u64),
+                verdict(p)
+            );
+        }
+        match (&d.sustainable, &d.none_because) {
+            (Some(s), _) => println!(
+                "sustainable rate       {:>10.0} msg/s {:>8.2} MB/s  consume {:.0} msg/s {:.2} MB/s, e2e p99 {} ({}; {} probes in {:.0} s{})",
+                s.publish_msg_per_s,
+                s.publish_mb_per_s,
+                s.consume_msg_per_s,
+                s.consume_mb_per_s,
+                ms(s.e2e_p99_us),
+                d.sustainable_from.as_deref().unwrap_or("-"),
+                d.probes.len(),
+                d.seconds,
+                match d.failed_above_msg_per_s {
+                    Some(f) => format!("; {} msg/s failed", group_digits(f as u64)),
+                    None => String::new(),
+                },
+            ),
+            (None, why) => println!(
+                "sustainable rate       none found: {}",
+                why.as_deref().unwrap_or("-")
+            ),
+        }
     }
     if r.errors.publish + r.errors.consume > 0 {
         println!(
@@ -558,7 +953,7 @@ fn print_summary(r: &Results, unread: u64) {
             r.errors.first_consume_error.as_deref().unwrap_or("-")
         );
     }
-    if unread > 0 {
-        println!("unread: {unread}");
+    if r.unread_at_end > 0 {
+        println!("unread: {}", r.unread_at_end);
     }
 }

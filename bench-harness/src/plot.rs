@@ -122,7 +122,7 @@ fn panel(
                 points[i - 1].t,
             );
             let shade = match points[start].phase {
-                "warmup" => Some("#f2f2f2"),
+                "warmup" | "probe-warmup" => Some("#f2f2f2"),
                 "catch-up" => Some("#fff3e0"),
                 _ => None,
             };

@@ -172,6 +172,80 @@ impl Percentiles {
     }
 }
 
+/// The slowest consumer group's backlog over a window: messages acknowledged to the producers
+/// and not yet read by that group, sampled once a second.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Backlog {
+    /// When the window began.
+    pub start: u64,
+    /// At the window's last second: the lag at the end.
+    pub end: u64,
+    /// The largest sample, `start` included.
+    pub max: u64,
+}
+
+impl Backlog {
+    pub fn starting_at(messages: u64) -> Backlog {
+        Backlog {
+            start: messages,
+            end: messages,
+            max: messages,
+        }
+    }
+
+    pub fn observe(&mut self, messages: u64) {
+        self.end = messages;
+        self.max = self.max.max(messages);
+    }
+
+    /// Messages per second by which the backlog grew over a window of `seconds` (negative: the
+    /// consumers caught up on some of it).
+    pub fn growth_per_s(&self, seconds: f64) -> f64 {
+        (self.end as f64 - self.start as f64) / seconds.max(1e-9)
+    }
+}
+
+/// Consumers read less than this fraction of what was published: they fell behind.
+pub const KEEPING_UP_CONSUME_OVER_PUBLISH_MIN: f64 = 0.95;
+/// A backlog at the window's end of more than this many seconds of publishing: behind.
+pub const KEEPING_UP_BACKLOG_S_MAX: f64 = 1.0;
+
+/// `1234567` as `1,234,567`.
+pub fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `None` when the consumers kept pace with the producers over the window; otherwise why not,
+/// in words, for the summary and the results (end-to-end latency then measures the backlog).
+/// `consume_msg_per_s` is one group's (each group reads everything); `backlog` the slowest's.
+pub fn falling_behind(
+    publish_msg_per_s: f64,
+    consume_msg_per_s: f64,
+    backlog: &Backlog,
+) -> Option<String> {
+    let mut why = Vec::new();
+    let ratio = consume_msg_per_s / publish_msg_per_s.max(1e-9);
+    if publish_msg_per_s > 0.0 && ratio < KEEPING_UP_CONSUME_OVER_PUBLISH_MIN {
+        why.push(format!("consumed {ratio:.2}x the publish rate"));
+    }
+    let seconds_of_publish = backlog.end as f64 / publish_msg_per_s.max(1e-9);
+    if backlog.end > 0 && seconds_of_publish > KEEPING_UP_BACKLOG_S_MAX {
+        why.push(format!(
+            "{} messages unread at the end of the window ({seconds_of_publish:.1} s of publishing)",
+            group_digits(backlog.end)
+        ));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
 /// One second of a run, for the results file and the plot.
 #[derive(Clone, Debug, Serialize)]
 pub struct Point {
@@ -217,5 +291,72 @@ mod tests {
         assert_eq!(m.total(), 101);
         assert_eq!(m.take_window(1.0).messages, 0);
         assert_eq!(m.take_second().messages, 1);
+    }
+
+    #[test]
+    fn consume_summaries_report_both_rates() {
+        let m = Meter::default();
+        for _ in 0..3000 {
+            m.record(1024, 2_000);
+        }
+        let c = m.take_window(3.0);
+        assert_eq!(c.msg_per_s, 1000.0);
+        assert!((c.mb_per_s - 1.024).abs() < 1e-9, "{}", c.mb_per_s);
+        assert_eq!(c.latency_us.count, 3000);
+    }
+
+    #[test]
+    fn the_backlog_keeps_its_start_end_and_peak() {
+        let mut b = Backlog::starting_at(100);
+        for v in [500, 2_000, 700] {
+            b.observe(v);
+        }
+        assert_eq!(
+            b,
+            Backlog {
+                start: 100,
+                end: 700,
+                max: 2_000
+            }
+        );
+        assert_eq!(b.growth_per_s(10.0), 60.0);
+        let mut b = Backlog::starting_at(5_000);
+        b.observe(1_000);
+        assert_eq!((b.end, b.max), (1_000, 5_000));
+        assert_eq!(b.growth_per_s(2.0), -2_000.0);
+    }
+
+    #[test]
+    fn consumers_that_keep_pace_are_not_behind() {
+        let mut b = Backlog::starting_at(0);
+        b.observe(300);
+        assert_eq!(falling_behind(1_000.0, 970.0, &b), None);
+        // Nothing published, nothing to keep up with.
+        assert_eq!(falling_behind(0.0, 0.0, &Backlog::default()), None);
+    }
+
+    #[test]
+    fn consumers_falling_behind_are_reported_with_the_reason() {
+        let mut b = Backlog::starting_at(0);
+        b.observe(50_000);
+        let why = falling_behind(10_000.0, 5_000.0, &b).unwrap();
+        assert_eq!(
+            why,
+            "consumed 0.50x the publish rate; 50,000 messages unread at the end of the window \
+             (5.0 s of publishing)"
+        );
+        // Reading as fast as the producers, but still seconds behind from before the window.
+        let mut b = Backlog::starting_at(90_000);
+        b.observe(80_000);
+        let why = falling_behind(30_000.0, 31_000.0, &b).unwrap();
+        assert!(why.starts_with("80,000 messages unread"), "{why}");
+    }
+
+    #[test]
+    fn digits_are_grouped_in_threes() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1_000), "1,000");
+        assert_eq!(group_digits(1_234_567), "1,234,567");
     }
 }

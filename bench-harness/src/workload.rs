@@ -58,6 +58,23 @@ pub struct Workload {
     pub backlog_bytes: u64,
     /// Give up catching up after this many seconds.
     pub catch_up_timeout_s: f64,
+    /// Once the producers stop, let the consumers read what is left for at most this long
+    /// (what they still had not read is `unread_at_end`).
+    pub drain_s_max: f64,
+    /// After the (maximum-rate) run, search for the highest producer rate the consumers keep up
+    /// with, by short probes at fixed rates (see `sustainable.rs`).
+    pub find_sustainable_rate: bool,
+    /// Probes after the maximum-rate run, at most; each is a run on fresh topics.
+    pub probe_count_max: u32,
+    pub probe_warmup_s: f64,
+    pub probe_duration_s: f64,
+    /// A probe passes with an end-to-end p99 at most this...
+    pub sustainable_e2e_p99_ms_max: f64,
+    /// ...and consumers reading at least this fraction of what was published.
+    pub sustainable_consume_over_publish_min: f64,
+    /// The search stops once the lowest failing rate is within this fraction above the highest
+    /// passing one.
+    pub probe_resolution: f64,
     /// Topic configs for the topics the run creates (e.g. `flush.messages = "1"`).
     pub topic_config: BTreeMap<String, String>,
     /// Extra librdkafka properties for producers and consumers.
@@ -88,6 +105,15 @@ impl Default for Workload {
             duration_s: 30.0,
             backlog_bytes: 0,
             catch_up_timeout_s: 600.0,
+            drain_s_max: 30.0,
+            find_sustainable_rate: false,
+            // Six probes of 3 + 10 s, plus topic set-up and tear-down: about two minutes.
+            probe_count_max: 6,
+            probe_warmup_s: 3.0,
+            probe_duration_s: 10.0,
+            sustainable_e2e_p99_ms_max: 1000.0,
+            sustainable_consume_over_publish_min: 0.97,
+            probe_resolution: 0.1,
             topic_config: BTreeMap::new(),
             producer_config: BTreeMap::new(),
             consumer_config: BTreeMap::new(),
@@ -164,6 +190,28 @@ pub struct Cli {
     pub backlog_bytes: Option<u64>,
     #[arg(long)]
     pub catch_up_timeout_s: Option<f64>,
+    #[arg(long)]
+    pub drain_s_max: Option<f64>,
+    /// After the maximum-rate run, probe fixed rates for the highest one the consumers sustain
+    /// (end-to-end p99 and consume rate within the bounds below).
+    #[arg(long)]
+    pub find_sustainable_rate: bool,
+    /// Probes at most (each a short run on fresh topics).
+    #[arg(long)]
+    pub probe_count_max: Option<u32>,
+    #[arg(long)]
+    pub probe_warmup_s: Option<f64>,
+    #[arg(long)]
+    pub probe_duration_s: Option<f64>,
+    /// A probe passes with an end-to-end p99 of at most this many ms...
+    #[arg(long)]
+    pub sustainable_e2e_p99_ms_max: Option<f64>,
+    /// ...and its consumers reading at least this fraction of the publish rate.
+    #[arg(long)]
+    pub sustainable_consume_over_publish_min: Option<f64>,
+    /// Stop once the lowest failing rate is within this fraction above the highest passing one.
+    #[arg(long)]
+    pub probe_resolution: Option<f64>,
     /// A topic config for created topics, `name=value`; repeatable.
     #[arg(long, value_parser = key_value)]
     pub topic_config: Vec<(String, String)>,
@@ -219,8 +267,18 @@ impl Cli {
             warmup_s,
             duration_s,
             backlog_bytes,
-            catch_up_timeout_s
+            catch_up_timeout_s,
+            drain_s_max,
+            probe_count_max,
+            probe_warmup_s,
+            probe_duration_s,
+            sustainable_e2e_p99_ms_max,
+            sustainable_consume_over_publish_min,
+            probe_resolution
         );
+        if self.find_sustainable_rate {
+            w.find_sustainable_rate = true;
+        }
         w.topic_config.extend(self.topic_config.iter().cloned());
         w.producer_config
             .extend(self.producer_config.iter().cloned());
@@ -260,6 +318,49 @@ impl Workload {
         if self.duration_s.is_nan() || self.duration_s <= 0.0 || self.warmup_s < 0.0 {
             bail!("duration_s must be positive and warmup_s not negative");
         }
+        if self.drain_s_max.is_nan() || self.drain_s_max < 0.0 {
+            bail!("drain_s_max must not be negative");
+        }
+        if self.find_sustainable_rate {
+            self.check_search()?;
+        }
+        Ok(())
+    }
+}
+
+impl Workload {
+    fn check_search(&self) -> anyhow::Result<()> {
+        if self.rate != 0 {
+            bail!(
+                "find_sustainable_rate starts from a maximum-rate run: rate must be 0, not {}",
+                self.rate
+            );
+        }
+        if self.backlog_bytes > 0 || self.consumer_groups == 0 {
+            bail!("find_sustainable_rate needs consumer groups and no backlog");
+        }
+        let limit = crate::sustainable::PROBE_COUNT_LIMIT;
+        if self.probe_count_max == 0 || self.probe_count_max > limit {
+            bail!(
+                "probe_count_max must be 1 to {limit}, not {}",
+                self.probe_count_max
+            );
+        }
+        if self.probe_duration_s.is_nan()
+            || self.probe_duration_s <= 0.0
+            || self.probe_warmup_s.is_nan()
+            || self.probe_warmup_s < 0.0
+        {
+            bail!("probe_duration_s must be positive and probe_warmup_s not negative");
+        }
+        let ratio = self.sustainable_consume_over_publish_min;
+        if ratio.is_nan() || ratio <= 0.0 || ratio > 1.0 {
+            bail!("sustainable_consume_over_publish_min must be in (0, 1]");
+        }
+        let positive = |v: f64| !v.is_nan() && v > 0.0;
+        if !positive(self.sustainable_e2e_p99_ms_max) || !positive(self.probe_resolution) {
+            bail!("sustainable_e2e_p99_ms_max and probe_resolution must be positive");
+        }
         Ok(())
     }
 }
@@ -288,5 +389,41 @@ mod tests {
         assert!(e.contains("message_size"), "{e}");
         let cli = Cli::parse_from(["sluice-bench", "--compression", "brotli"]);
         assert!(cli.workload().unwrap_err().to_string().contains("brotli"));
+        let cli = Cli::parse_from(["sluice-bench", "--find-sustainable-rate", "--rate", "10"]);
+        let e = cli.workload().unwrap_err().to_string();
+        assert!(e.contains("maximum-rate run"), "{e}");
+        let cli = Cli::parse_from([
+            "sluice-bench",
+            "--find-sustainable-rate",
+            "--probe-count-max",
+            "0",
+        ]);
+        assert!(cli
+            .workload()
+            .unwrap_err()
+            .to_string()
+            .contains("probe_count_max"));
+    }
+
+    #[test]
+    fn the_search_flags_set_the_workload() {
+        let cli = Cli::parse_from([
+            "sluice-bench",
+            "--find-sustainable-rate",
+            "--probe-count-max",
+            "3",
+            "--probe-duration-s",
+            "4",
+        ]);
+        let w = cli.workload().unwrap();
+        assert!(w.find_sustainable_rate);
+        assert_eq!((w.probe_count_max, w.probe_duration_s), (3, 4.0));
+        assert_eq!(w.sustainable_e2e_p99_ms_max, 1000.0, "the default");
+        assert!(
+            !Cli::parse_from(["sluice-bench"])
+                .workload()
+                .unwrap()
+                .find_sustainable_rate
+        );
     }
 }

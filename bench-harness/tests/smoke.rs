@@ -126,9 +126,21 @@ fn fixed_rate_run_with_a_consumer_group() {
     assert!((1000..=2000).contains(&published), "{published}");
     let rate = r["publish"]["msg_per_s"].as_f64().unwrap();
     assert!((350.0..=650.0).contains(&rate), "{rate}");
-    let consumed = u(&r["end_to_end"]["messages"]);
+    let consumed = u(&r["consume"]["messages"]);
     assert!(consumed + 500 >= published, "{consumed} of {published}");
-    for summary in [&r["publish"], &r["end_to_end"]] {
+    let consume_rate = r["consume"]["msg_per_s"].as_f64().unwrap();
+    assert!(consume_rate > 0.0 && r["consume"]["mb_per_s"].as_f64().unwrap() > 0.0);
+    let ratio = r["consume_over_publish"].as_f64().unwrap();
+    assert!((ratio - consume_rate / rate).abs() < 1e-6, "{ratio}");
+    let backlog = &r["backlog"];
+    assert!(
+        u(&backlog["max"]) >= u(&backlog["start"]).max(u(&backlog["end"])),
+        "{backlog}"
+    );
+    // 500 msg/s is nothing: the group keeps pace, so nothing marks it as behind.
+    assert!(r["consumer_behind"].is_null(), "{}", r["consumer_behind"]);
+    assert!(r["sustainable"].is_null(), "no search unless asked");
+    for summary in [&r["publish"], &r["consume"]] {
         let l = &summary["latency_us"];
         assert!(u(&l["p50"]) > 0 && u(&l["p50"]) <= u(&l["p99"]), "{l}");
         assert!(u(&l["p99"]) <= u(&l["p9999"]) && u(&l["p9999"]) <= u(&l["max"]));
@@ -145,6 +157,64 @@ fn fixed_rate_run_with_a_consumer_group() {
     assert_eq!(series[0]["phase"], "warmup");
     assert_eq!(series[3]["phase"], "measure");
     assert_eq!(r["workload"]["compression"], "lz4");
+}
+
+#[test]
+fn a_sustainable_rate_search_is_bounded_and_reports_every_probe() {
+    let broker = Broker::start();
+    let r = broker.bench(
+        "sustainable",
+        &[
+            "--warmup-s",
+            "0",
+            "--duration-s",
+            "2",
+            "--partitions",
+            "2",
+            "--find-sustainable-rate",
+            "--probe-count-max",
+            "2",
+            "--probe-warmup-s",
+            "1",
+            "--probe-duration-s",
+            "2",
+        ],
+    );
+    let d = &r["sustainable"];
+    let probes = d["probes"].as_array().unwrap();
+    assert!(probes.len() <= 2, "{d}");
+    let max_run = &d["max_run"];
+    assert_eq!(
+        max_run["target_msg_per_s"], r["publish"]["msg_per_s"],
+        "the max-rate run is judged at what it published"
+    );
+    for p in probes.iter().chain([max_run]) {
+        let passed = p["passed"].as_bool().unwrap();
+        let reasons = p["failed_because"].as_array().unwrap();
+        assert_eq!(passed, reasons.is_empty(), "{p}");
+        assert!(p["consume_mb_per_s"].as_f64().is_some(), "{p}");
+    }
+    // Either an answer from a passing run, or why there is none; never both.
+    match d["sustainable"].as_object() {
+        Some(s) => {
+            assert!(s["publish_msg_per_s"].as_f64().unwrap() > 0.0, "{d}");
+            assert!(d["none_because"].is_null());
+            let from = d["sustainable_from"].as_str().unwrap();
+            assert!(
+                from == "max-rate run" || from.starts_with("probe "),
+                "{from}"
+            );
+        }
+        None => assert!(d["none_because"].as_str().is_some(), "{d}"),
+    }
+    let phases: Vec<&str> = r["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    let probe_points = phases.iter().filter(|&&p| p == "probe").count();
+    assert_eq!(probe_points, 2 * probes.len(), "{phases:?}");
 }
 
 #[test]
