@@ -170,6 +170,22 @@ impl Group {
             .unwrap_or(Duration::from_secs(1))
     }
 
+    /// What the leader's JoinGroup response lists: every member with its metadata for the
+    /// group's protocol.
+    fn members_for_leader(&self) -> Vec<(String, Option<String>, Bytes)> {
+        let protocol = self.protocol.as_deref();
+        self.members
+            .values()
+            .map(|m| {
+                (
+                    m.id.clone(),
+                    m.instance_id.clone(),
+                    m.metadata_for(protocol),
+                )
+            })
+            .collect()
+    }
+
     /// Protocols every member supports, in the order of the first member's preference.
     fn select_protocol(&self) -> Option<String> {
         let first = self.members.values().next()?;
@@ -691,17 +707,7 @@ impl Shard {
         group.state = GroupState::CompletingRebalance;
         let leader = group.leader.clone().unwrap_or_default();
         let protocol = group.protocol.clone();
-        let all: Vec<(String, Option<String>, Bytes)> = group
-            .members
-            .values()
-            .map(|m| {
-                (
-                    m.id.clone(),
-                    m.instance_id.clone(),
-                    m.metadata_for(protocol.as_deref()),
-                )
-            })
-            .collect();
+        let all = group.members_for_leader();
         tracing::info!(group = %group.id, generation = group.generation, members = group.members.len(), protocol = ?protocol, "rebalance: join complete");
         let (generation, protocol_type) = (group.generation, group.protocol_type.clone());
         for m in group.members.values_mut() {
@@ -822,17 +828,7 @@ impl Shard {
                                 leader,
                                 member_id,
                                 members: if is_leader {
-                                    group
-                                        .members
-                                        .values()
-                                        .map(|m| {
-                                            (
-                                                m.id.clone(),
-                                                m.instance_id.clone(),
-                                                m.metadata_for(protocol.as_deref()),
-                                            )
-                                        })
-                                        .collect()
+                                    group.members_for_leader()
                                 } else {
                                     Vec::new()
                                 },

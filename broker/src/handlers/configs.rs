@@ -127,7 +127,33 @@ struct Described {
     synonyms: Vec<(String, Option<String>, i8)>,
 }
 
+/// A config's traits besides its value: what DescribeConfigs says of it.
+struct Traits {
+    read_only: bool,
+    sensitive: bool,
+    config_type: i8,
+    documentation: &'static str,
+}
+
 impl Described {
+    /// A config whose value and source are those of its most specific synonym (the first).
+    fn new(name: String, synonyms: Vec<(String, Option<String>, i8)>, traits: Traits) -> Described {
+        let (value, source) = synonyms
+            .first()
+            .map(|(_, v, s)| (v.clone(), *s))
+            .unwrap_or((None, SOURCE_DEFAULT_CONFIG));
+        Described {
+            name,
+            value,
+            source,
+            read_only: traits.read_only,
+            sensitive: traits.sensitive,
+            config_type: traits.config_type,
+            documentation: traits.documentation,
+            synonyms,
+        }
+    }
+
     fn result(
         self,
         include_synonyms: bool,
@@ -206,20 +232,16 @@ fn describe_broker(config: &BrokerConfig, image: &MetadataImage) -> Vec<Describe
                 SOURCE_DEFAULT_CONFIG,
             ));
         }
-        let (value, source) = synonyms
-            .first()
-            .map(|(_, v, s)| (v.clone(), *s))
-            .unwrap_or((None, SOURCE_DEFAULT_CONFIG));
-        out.push(Described {
-            name: def.name.to_string(),
-            value,
-            source,
-            read_only: def.read_only || RESTART_ONLY_IN_SLUICE.contains(&def.name),
-            sensitive: def.sensitive,
-            config_type: def.config_type,
-            documentation: ours.map_or(ACCEPTED_ONLY, |(_, doc)| doc),
+        out.push(Described::new(
+            def.name.to_string(),
             synonyms,
-        });
+            Traits {
+                read_only: def.read_only || RESTART_ONLY_IN_SLUICE.contains(&def.name),
+                sensitive: def.sensitive,
+                config_type: def.config_type,
+                documentation: ours.map_or(ACCEPTED_ONLY, |(_, doc)| doc),
+            },
+        ));
     }
     for (name, (value, doc)) in &sluice {
         if BROKER_CONFIGS.iter().any(|d| d.name == *name) {
@@ -232,20 +254,20 @@ fn describe_broker(config: &BrokerConfig, image: &MetadataImage) -> Vec<Describe
         } else {
             TYPE_STRING
         };
-        out.push(Described {
-            name: name.to_string(),
-            value: Some(value.clone()),
-            source: SOURCE_STATIC_BROKER_CONFIG,
-            read_only: true,
-            sensitive: false,
-            config_type,
-            documentation: doc,
-            synonyms: vec![(
+        out.push(Described::new(
+            name.to_string(),
+            vec![(
                 name.to_string(),
                 Some(value.clone()),
                 SOURCE_STATIC_BROKER_CONFIG,
             )],
-        });
+            Traits {
+                read_only: true,
+                sensitive: false,
+                config_type,
+                documentation: doc,
+            },
+        ));
     }
     out
 }
@@ -280,17 +302,16 @@ fn describe_topic(
                 SOURCE_DEFAULT_CONFIG,
             ));
         }
-        let (_, value, source) = synonyms[0].clone();
-        out.push(Described {
-            name: key.to_string(),
-            value,
-            source,
-            read_only: false,
-            sensitive: false,
-            config_type,
-            documentation,
+        out.push(Described::new(
+            key.to_string(),
             synonyms,
-        });
+            Traits {
+                read_only: false,
+                sensitive: false,
+                config_type,
+                documentation,
+            },
+        ));
     }
     out
 }
@@ -333,20 +354,20 @@ pub async fn describe(
                 .flatten()
                 .map(|(k, v)| {
                     let def = BROKER_CONFIGS.iter().find(|d| d.name == k);
-                    Described {
-                        name: k.clone(),
-                        value: Some(v.clone()),
-                        source: SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
-                        read_only: false,
-                        sensitive: def.is_some_and(|d| d.sensitive),
-                        config_type: def.map_or(TYPE_STRING, |d| d.config_type),
-                        documentation: ACCEPTED_ONLY,
-                        synonyms: vec![(
+                    Described::new(
+                        k.clone(),
+                        vec![(
                             k.clone(),
                             Some(v.clone()),
                             SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
                         )],
-                    }
+                        Traits {
+                            read_only: false,
+                            sensitive: def.is_some_and(|d| d.sensitive),
+                            config_type: def.map_or(TYPE_STRING, |d| d.config_type),
+                            documentation: ACCEPTED_ONLY,
+                        },
+                    )
                 })
                 .collect(),
             RESOURCE_BROKER if name == config.node_id.to_string() => {
