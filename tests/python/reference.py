@@ -87,7 +87,10 @@ class KafkaReference:
             "rootLogger.appenderRef.file.ref = file",
             "",
         ]))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # An id starting with '-' would be read as an option by kafka-storage's parser.
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
                                   "-c", str(props), "--standalone"),
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)

@@ -56,6 +56,8 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 5),
+    // For KIP-848 groups, which DescribeGroups does not describe.
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetFetch, 2, 8),
     (ApiKey::OffsetCommit, 2, 8),

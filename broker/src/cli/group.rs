@@ -20,8 +20,9 @@ use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
 };
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, GroupId,
-    ListGroupsRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
+    ApiKey, BrokerId, ConsumerGroupDescribeRequest, DeleteGroupsRequest, DescribeGroupsRequest,
+    FindCoordinatorRequest, GroupId, ListGroupsRequest, ListOffsetsRequest, OffsetCommitRequest,
+    OffsetFetchRequest,
 };
 use kafka_protocol::ResponseError;
 
@@ -255,6 +256,49 @@ struct MemberDescription {
     client_id: String,
     host: String,
     assignment: Assignment,
+}
+
+/// A consumer-protocol group by ConsumerGroupDescribe, or `None` if the coordinator knows no
+/// such group.
+fn describe_consumer_group(
+    client: &mut Client,
+    group: &str,
+) -> anyhow::Result<Option<GroupDescription>> {
+    let version = client.version(ApiKey::ConsumerGroupDescribe)?;
+    let request = ConsumerGroupDescribeRequest::default()
+        .with_group_ids(vec![GroupId(str_bytes(group))])
+        .with_include_authorized_operations(false);
+    let response = client.send_at(&request, version)?;
+    let Some(g) = response
+        .groups
+        .into_iter()
+        .find(|g| g.group_id.0.as_str() == group && g.error_code == 0)
+    else {
+        return Ok(None);
+    };
+    let members = g
+        .members
+        .into_iter()
+        .map(|m| MemberDescription {
+            id: m.member_id.to_string(),
+            instance_id: m.instance_id.map(|i| i.to_string()),
+            client_id: m.client_id.to_string(),
+            host: m.client_host.to_string(),
+            assignment: Assignment::Partitions(
+                m.assignment
+                    .topic_partitions
+                    .into_iter()
+                    .map(|t| (t.topic_name.0.to_string(), t.partitions))
+                    .collect(),
+            ),
+        })
+        .collect();
+    Ok(Some(GroupDescription {
+        state: g.group_state.to_string(),
+        protocol_type: CONSUMER_PROTOCOL_TYPE.to_string(),
+        protocol: g.assignor_name.to_string(),
+        members,
+    }))
 }
 
 /// A member's assignment as far as this tool understands it.
@@ -494,6 +538,15 @@ impl Admin {
                     code: g.error_code,
                     message: g.error_message.map(|m| m.to_string()),
                 }));
+            }
+            if g.group_state.as_str() == "Dead"
+                && client.version_of(ApiKey::ConsumerGroupDescribe).is_some()
+            {
+                // DescribeGroups describes classic groups only; a KIP-848 group is described
+                // by ConsumerGroupDescribe, as kafka-consumer-groups does.
+                if let Some(described) = describe_consumer_group(client, group)? {
+                    return Ok(Ok(described));
+                }
             }
             let consumer = g.protocol_type.as_str() == CONSUMER_PROTOCOL_TYPE;
             let members = g

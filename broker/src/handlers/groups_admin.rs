@@ -88,7 +88,12 @@ pub async fn describe(
                 let found = shard
                     .invoke_on(owner, move |s| async move {
                         let groups = s.groups.groups.borrow();
-                        groups.get(&id).map(|g| {
+                        // DescribeGroups describes classic groups; a consumer group is described
+                        // as an unknown one, as in Kafka (ConsumerGroupDescribe describes it).
+                        let classic = |g: &&crate::group::Group| {
+                            g.consumer.is_none() || !g.members.is_empty()
+                        };
+                        groups.get(&id).filter(classic).map(|g| {
                             let protocol = g.protocol.clone();
                             let members: Vec<_> = g
                                 .members
