@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO / "tests" / "python"))
 SEGMENT_BYTES = 16384
 PRODUCE_CHUNK = 1000
 STOP_TIMEOUT_S = 180
+CREATE_TIMEOUT_S = 300
 
 
 def broker_cpu_s(pid: int) -> float:
@@ -83,6 +84,19 @@ def encode(request) -> bytes:
     return proto.send_bytes()
 
 
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """As the tests' helper, with room for 10,000 partitions (each a directory and files)."""
+    from confluent_kafka.admin import NewTopic
+    from harness import admin
+
+    client = admin(bootstrap)
+    futures = client.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                  config={"segment.bytes": str(SEGMENT_BYTES)})],
+        operation_timeout=CREATE_TIMEOUT_S, request_timeout=CREATE_TIMEOUT_S)
+    futures[topic].result(timeout=CREATE_TIMEOUT_S + 10)
+
+
 def produce(bootstrap: str, topic: str, partitions: int) -> None:
     from kafka.protocol.producer.produce import ProduceRequest
     from wire import Pipeline, batch, build
@@ -123,11 +137,10 @@ def measure(pid: int, seconds: float, step) -> dict:
 
 def run_size(broker, partitions: int, seconds: float) -> dict:
     from kafka.protocol.consumer.fetch import FetchResponse  # noqa: F401 (schemas loaded once)
-    from harness import create_topic
     from wire import Pipeline
 
     topic = f"fetch-sessions-{partitions}"
-    create_topic(broker.bootstrap, topic, partitions, {"segment.bytes": str(SEGMENT_BYTES)})
+    create_topic(broker.bootstrap, topic, partitions)
     produce(broker.bootstrap, topic, partitions)
     out = {"partitions": partitions}
 
@@ -181,6 +194,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="measured per case")
     ap.add_argument("--sizes", default="1,16,1000,10000")
     ap.add_argument("--label", default="", help="recorded in the results, e.g. the code measured")
+    ap.add_argument("--commit", default=None,
+                    help="the commit --bin was built from, when not this checkout's HEAD (e.g. a before figure)")
     ap.add_argument("--out", default=None, help="results JSON (default perf/results/fetch-sessions-<UTC>-<commit>.json)")
     args = ap.parse_args()
     if not args.no_build:
@@ -189,8 +204,10 @@ def main() -> None:
     os.environ.setdefault("SLUICE_TEST_DIR", str(REPO / "target" / "perf" / "fetch-sessions"))
     from harness import Broker
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
+    script_commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                   text=True).stdout.strip()
+    commit = args.commit or script_commit
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
     broker = Broker(cores=2, num_partitions=1, name="fetch-sessions")
     results = []
     broker.start()
@@ -199,7 +216,7 @@ def main() -> None:
             r = run_size(broker, n, args.seconds)
             results.append(r)
             inc, full = r["incremental_nothing_new"], r["full_with_data"]
-            print(f"{n:>6} partitions: incremental {inc['fetches_per_s']:>8} fetch/s "
+            print(f"{n} partitions: incremental {inc['fetches_per_s']:>8} fetch/s "
                   f"{inc['broker_cpu_us_per_fetch']:>9} us broker CPU/fetch | full {full['fetches_per_s']:>7} fetch/s "
                   f"{full['broker_cpu_us_per_fetch']:>9} us broker CPU/fetch ({full['response_bytes']} B)", flush=True)
     finally:
@@ -211,10 +228,12 @@ def main() -> None:
     out.write_text(json.dumps({
         "benchmark": "fetch-sessions",
         "commit": commit,
+        "script_commit": script_commit,
         "label": args.label,
         "binary": args.bin,
         "utc": stamp,
-        "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+        "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release,
+                    "loadavg_before": load_before, "loadavg_after": Path("/proc/loadavg").read_text().split()[:3]},
         "broker": "--cores 2, defaults (fetch.max.bytes 2 MiB), one connection, one fetch in flight, max_wait_ms=0",
         "seconds_per_case": args.seconds,
         "results": results,
