@@ -41,6 +41,34 @@ pub struct MetadataImage {
     /// resource name: "" for the cluster-wide default, the node id for one broker. Kafka names.
     #[serde(default)]
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Topic names by id, built on the first lookup by id (Fetch v13+ names topics by id).
+    #[serde(skip)]
+    ids: TopicIds,
+}
+
+/// An index from topic id to name, for an image that is no longer changed once published. It is
+/// a cache, never the truth: a clone starts empty (a clone is what gets changed), and a lookup
+/// checks the id of the topic it finds and falls back to a scan on a miss, so an index built
+/// before a change can only cost time, never give a wrong answer.
+#[derive(Default)]
+struct TopicIds(std::sync::OnceLock<std::collections::HashMap<uuid::Uuid, String>>);
+
+impl Clone for TopicIds {
+    fn clone(&self) -> TopicIds {
+        TopicIds::default()
+    }
+}
+
+impl PartialEq for TopicIds {
+    fn eq(&self, _: &TopicIds) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for TopicIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TopicIds")
+    }
 }
 
 /// Topic configs whose default comes from a broker config (Kafka's synonyms): a dynamic broker
@@ -124,7 +152,16 @@ impl MetadataImage {
     }
 
     pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<&TopicMeta> {
-        self.topics.values().find(|t| t.id == id)
+        let ids = self.ids.0.get_or_init(|| {
+            self.topics
+                .values()
+                .map(|t| (t.id, t.name.clone()))
+                .collect()
+        });
+        match ids.get(&id).and_then(|name| self.topics.get(name)) {
+            Some(t) if t.id == id => Some(t),
+            _ => self.topics.values().find(|t| t.id == id),
+        }
     }
 
     pub fn owner(&self, topic: &str, partition: i32, shards: usize) -> Option<usize> {

@@ -1,6 +1,12 @@
 //! Fetch: whole batches from each partition's owner shard, long-polling up to `max.wait.ms`
 //! until `min.bytes` are available, woken by appends on the owner shards.
 //!
+//! The partitions of a fetch are read through `shard::read`: one job per owner shard carrying
+//! all of that shard's partitions, every shard at once, then one pass in request order that
+//! applies `fetch.max.bytes` (the request's, capped by the broker's), `partition_max_bytes` and
+//! the first-batch-whole rule. This file owns what is Fetch-specific around it: fetch sessions,
+//! which partitions an incremental response carries, and the response's encoding.
+//!
 //! Records on disk and not in the batch cache are spliced from the segment file to the socket
 //! (`fetch.zero.copy`, `Log::read_extent`, `net/splice.rs`): they never enter user space. Others
 //! come from the owner shard's batch cache (no copy) or from an O_DIRECT segment read (one copy
@@ -10,45 +16,84 @@
 //!
 //! Fetch sessions (KIP-227): a client that opens a session sends only changed partitions and
 //! gets back only partitions with news (records, a moved high watermark or log start, errors).
+//! A session's partitions are an insertion-ordered hash map keyed by (topic, partition): a
+//! lookup is constant time, and the order is the order partitions are read and answered in.
+//!
+//! Every pass over the partitions of a fetch counts its steps (`Work`); the total is logged at
+//! debug level under the target `sluice::fetch`, and tests assert it is linear in the partitions.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use indexmap::IndexMap;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use sluice_engine::{FileExtent, LogError, Offset};
+use sluice_engine::Offset;
 
-use super::errors::log_error_code;
-use crate::net::response::{placeholder_range, Splices};
+use crate::metadata::MetadataImage;
+use crate::net::response::Splices;
+use crate::shard::read::{read_partitions, PartitionRead, ReadResult, Records, Work};
 use crate::shard::Shard;
 
 /// Longest long-poll honoured, whatever the client asks.
 pub const FETCH_WAIT_MS_MAX: i32 = 30_000;
 
-#[derive(Clone)]
+/// The tracing target of the per-fetch work line (`RUST_LOG=info,sluice::fetch=debug`).
+pub const WORK_LOG_TARGET: &str = "sluice::fetch";
+
+/// One partition a fetch asks for.
+#[derive(Clone, Debug)]
 pub struct Wanted {
-    topic: String,
-    topic_id: uuid::Uuid,
-    partition: i32,
-    offset: i64,
-    max_bytes: i32,
+    pub topic: Arc<str>,
+    pub topic_id: uuid::Uuid,
+    pub partition: i32,
+    pub offset: i64,
+    pub max_bytes: i32,
 }
 
 /// Fetch sessions (KIP-227) open on one shard; a client keeps its session on one connection,
 /// so a session lives on the shard that accepted it.
 pub const FETCH_SESSIONS_PER_SHARD_MAX: usize = 1000;
 
-/// A fetch session: the partitions a client fetches, with what it was last told about each,
-/// so an incremental response carries only partitions that changed.
+/// What the offsets of a partition were when the session last answered for it, before it ever
+/// did: never a real offset, so the first answer always counts as news.
+const OFFSET_NEVER_SENT: i64 = -2;
+
+type SessionKey = (Arc<str>, i32);
+
+/// A partition in a session: what the client last asked for it and was last told about it.
+struct SessionPartition {
+    wanted: Wanted,
+    high_watermark: i64,
+    log_start_offset: i64,
+    /// Returned records in the response being built: moves to the back of the session.
+    served: bool,
+}
+
+impl SessionPartition {
+    fn new(wanted: Wanted) -> SessionPartition {
+        SessionPartition {
+            wanted,
+            high_watermark: OFFSET_NEVER_SENT,
+            log_start_offset: OFFSET_NEVER_SENT,
+            served: false,
+        }
+    }
+}
+
+/// A fetch session: the partitions a client fetches, in the order they are read and answered,
+/// with what it was last told about each, so an incremental response carries only partitions
+/// that changed.
 pub struct FetchSession {
     next_epoch: i32,
-    partitions: Vec<(Wanted, i64, i64)>,
+    partitions: IndexMap<SessionKey, SessionPartition>,
     last_used: Instant,
 }
 
@@ -57,8 +102,17 @@ pub struct FetchSessions {
     sessions: std::collections::HashMap<i32, FetchSession>,
 }
 
+/// A fetch after `FetchSessions::apply`: the partitions to read, in order, the session id to
+/// answer with (0 for none) and whether the response is incremental.
+#[derive(Debug)]
+pub struct Applied {
+    pub wanted: Vec<Wanted>,
+    pub session_id: i32,
+    pub incremental: bool,
+}
+
 impl FetchSessions {
-    fn create(&mut self, partitions: Vec<Wanted>) -> i32 {
+    fn create(&mut self, partitions: &[Wanted], work: &mut Work) -> i32 {
         if self.sessions.len() >= FETCH_SESSIONS_PER_SHARD_MAX {
             let oldest = self
                 .sessions
@@ -73,275 +127,286 @@ impl FetchSessions {
         while id == 0 || self.sessions.contains_key(&id) {
             id = (uuid::Uuid::new_v4().as_u128() as i32) & 0x7fff_ffff;
         }
+        let mut map = IndexMap::with_capacity(partitions.len());
+        for w in partitions {
+            // A partition named twice keeps its first place and its last request, as an
+            // incremental update of it would.
+            match map.get_mut(&(w.topic.clone(), w.partition)) {
+                Some(SessionPartition { wanted, .. }) => *wanted = w.clone(),
+                None => {
+                    map.insert(
+                        (w.topic.clone(), w.partition),
+                        SessionPartition::new(w.clone()),
+                    );
+                }
+            }
+        }
+        work.add(partitions.len());
         self.sessions.insert(
             id,
             FetchSession {
                 next_epoch: 1,
-                partitions: partitions.into_iter().map(|w| (w, -2, -2)).collect(),
+                partitions: map,
                 last_used: Instant::now(),
             },
         );
         id
     }
+
+    /// What the request does to the sessions: sessionless, a new full session, or an
+    /// incremental step in an existing one (`forgotten` partitions leave it first, then
+    /// `wanted` ones are updated in place or join at the back). Errors are top-level codes.
+    pub fn apply(
+        &mut self,
+        session_id: i32,
+        epoch: i32,
+        version: i16,
+        wanted: Vec<Wanted>,
+        forgotten: &[(Arc<str>, i32)],
+        work: &mut Work,
+    ) -> Result<Applied, i16> {
+        const FINAL_EPOCH: i32 = -1;
+        if version < 7 || epoch == FINAL_EPOCH {
+            if session_id > 0 {
+                self.sessions.remove(&session_id);
+            }
+            return Ok(Applied {
+                wanted,
+                session_id: 0,
+                incremental: false,
+            });
+        }
+        if epoch == 0 {
+            if session_id > 0 {
+                self.sessions.remove(&session_id);
+            }
+            let new_id = self.create(&wanted, work);
+            return Ok(Applied {
+                wanted,
+                session_id: new_id,
+                incremental: false,
+            });
+        }
+        let Some(session) = self.sessions.get_mut(&session_id) else {
+            return Err(ResponseError::FetchSessionIdNotFound.code());
+        };
+        if session.next_epoch != epoch {
+            return Err(ResponseError::InvalidFetchSessionEpoch.code());
+        }
+        session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
+        session.last_used = Instant::now();
+        if !forgotten.is_empty() {
+            // One pass however many partitions are forgotten (`shift_remove` of each would shift
+            // the whole map each time).
+            let gone: HashSet<&SessionKey> = forgotten.iter().collect();
+            session.partitions.retain(|key, _| !gone.contains(key));
+            work.add(forgotten.len() + session.partitions.len());
+        }
+        work.add(wanted.len());
+        for w in wanted {
+            match session.partitions.get_mut(&(w.topic.clone(), w.partition)) {
+                Some(p) => p.wanted = w,
+                None => {
+                    session
+                        .partitions
+                        .insert((w.topic.clone(), w.partition), SessionPartition::new(w));
+                }
+            }
+        }
+        work.add(session.partitions.len());
+        Ok(Applied {
+            wanted: session
+                .partitions
+                .values()
+                .map(|p| p.wanted.clone())
+                .collect(),
+            session_id,
+            incremental: true,
+        })
+    }
+
+    /// Records what the response tells the client about each of `wanted` (read as `results`),
+    /// and returns which partitions it carries: all of them unless `incremental`, else those
+    /// with news. Partitions that returned records move to the back of the session, as in Kafka:
+    /// when a response fills up, the next one starts with the partitions left out.
+    pub fn record(
+        &mut self,
+        session_id: i32,
+        wanted: &[Wanted],
+        results: &[ReadResult],
+        incremental: bool,
+        work: &mut Work,
+    ) -> Vec<bool> {
+        let mut keep = vec![true; wanted.len()];
+        // Gone meanwhile (evicted while this fetch waited): answered as a full response.
+        let Some(session) = self.sessions.get_mut(&session_id) else {
+            return keep;
+        };
+        let mut served = 0usize;
+        for ((w, f), keep) in wanted.iter().zip(results).zip(keep.iter_mut()) {
+            // Looked up again by key: the session may have changed while the fetch waited.
+            let Some(p) = session.partitions.get_mut(&(w.topic.clone(), w.partition)) else {
+                continue;
+            };
+            let changed = !f.records.is_empty()
+                || f.error_code != 0
+                || p.high_watermark != f.high_watermark
+                || p.log_start_offset != f.log_start_offset;
+            *keep = !incremental || changed;
+            p.high_watermark = f.high_watermark;
+            p.log_start_offset = f.log_start_offset;
+            if !f.records.is_empty() {
+                p.served = true;
+                served += 1;
+            }
+        }
+        work.add(wanted.len());
+        if served > 0 {
+            // One stable partition of the whole map: served partitions after the others, each
+            // group in its order.
+            let all = std::mem::take(&mut session.partitions);
+            let mut back = Vec::with_capacity(served);
+            let mut front = IndexMap::with_capacity(all.len());
+            for (key, p) in all {
+                if p.served {
+                    back.push((key, p));
+                } else {
+                    front.insert(key, p);
+                }
+            }
+            for (key, mut p) in back {
+                p.served = false;
+                front.insert(key, p);
+            }
+            work.add(front.len());
+            session.partitions = front;
+        }
+        keep
+    }
+
+    /// The session's partitions in order (tests).
+    #[cfg(test)]
+    fn order(&self, session_id: i32) -> Vec<(String, i32)> {
+        self.sessions[&session_id]
+            .partitions
+            .keys()
+            .map(|(t, p)| (t.to_string(), *p))
+            .collect()
+    }
 }
 
-/// What the request does to the shard's sessions: sessionless, a new full session, or an
-/// incremental step in an existing one. Returns the partitions to fetch, the session id to
-/// answer with and whether the response is incremental, or a top-level error.
-fn apply_session(
-    shard: &Shard,
+/// The partitions `request` asks for, topic ids resolved to names, and the partitions of topic
+/// ids the image does not know (answered UNKNOWN_TOPIC_ID).
+fn wanted_partitions(
+    image: &MetadataImage,
     request: &FetchRequest,
     version: i16,
-    wanted: Vec<Wanted>,
-) -> Result<(Vec<Wanted>, i32, bool), i16> {
-    const FINAL_EPOCH: i32 = -1;
-    let mut sessions = shard.fetch_sessions.borrow_mut();
-    let (id, epoch) = (request.session_id, request.session_epoch);
-    if version < 7 || epoch == FINAL_EPOCH {
-        if id > 0 {
-            sessions.sessions.remove(&id);
-        }
-        return Ok((wanted, 0, false));
-    }
-    if epoch == 0 {
-        if id > 0 {
-            sessions.sessions.remove(&id);
-        }
-        let new_id = sessions.create(wanted.clone());
-        return Ok((wanted, new_id, false));
-    }
-    let Some(session) = sessions.sessions.get_mut(&id) else {
-        return Err(ResponseError::FetchSessionIdNotFound.code());
-    };
-    if session.next_epoch != epoch {
-        return Err(ResponseError::InvalidFetchSessionEpoch.code());
-    }
-    session.next_epoch = if epoch == i32::MAX { 1 } else { epoch + 1 };
-    session.last_used = Instant::now();
-    let image = shard.image();
-    for forgotten in &request.forgotten_topics_data {
-        let name = if version >= 13 {
-            image
-                .topic_by_id(forgotten.topic_id)
-                .map(|t| t.name.clone())
-                .unwrap_or_default()
-        } else {
-            forgotten.topic.0.to_string()
-        };
-        session
-            .partitions
-            .retain(|(w, _, _)| !(w.topic == name && forgotten.partitions.contains(&w.partition)));
-    }
-    for w in wanted {
-        match session
-            .partitions
-            .iter_mut()
-            .find(|(s, _, _)| s.topic == w.topic && s.partition == w.partition)
-        {
-            Some((s, _, _)) => *s = w,
-            None => session.partitions.push((w, -2, -2)),
-        }
-    }
-    Ok((
-        session
-            .partitions
-            .iter()
-            .map(|(w, _, _)| w.clone())
-            .collect(),
-        id,
-        true,
-    ))
-}
-
-#[derive(Default)]
-struct Fetched {
-    error_code: i16,
-    high_watermark: i64,
-    log_start_offset: i64,
-    records: Records,
-}
-
-/// A partition's records: in memory, or where they lie in a segment file.
-enum Records {
-    Memory(Bytes),
-    File(FileExtent),
-}
-
-impl Fetched {
-    /// A partition that failed: Kafka answers its offsets as unknown (-1) then.
-    fn failed(error_code: i16) -> Fetched {
-        Fetched {
-            error_code,
-            high_watermark: -1,
-            log_start_offset: -1,
-            records: Records::default(),
-        }
-    }
-}
-
-impl Default for Records {
-    fn default() -> Records {
-        Records::Memory(Bytes::new())
-    }
-}
-
-impl Records {
-    fn len(&self) -> usize {
-        match self {
-            Records::Memory(b) => b.len(),
-            Records::File(e) => e.len as usize,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// Reads `w` on its owner shard: at most `budget` bytes of records, except that when `first` (the
-/// response has no records yet) one batch larger than that still goes, so the consumer makes
-/// progress, as in Kafka.
-async fn read_on_owner(shard: &Rc<Shard>, w: &Wanted, budget: usize, first: bool) -> Fetched {
-    let Some(owner) = shard
-        .image()
-        .owner(&w.topic, w.partition, shard.shared.shards)
-    else {
-        return Fetched {
-            error_code: ResponseError::UnknownTopicOrPartition.code(),
-            high_watermark: -1,
-            log_start_offset: -1,
-            ..Default::default()
-        };
-    };
-    let (topic, partition, offset) = (w.topic.clone(), w.partition, w.offset);
-    shard
-        .invoke_on(owner, move |shard| async move {
-            let Some(p) = shard.partition(&topic, partition) else {
-                return Fetched { error_code: ResponseError::UnknownTopicOrPartition.code(), high_watermark: -1, log_start_offset: -1, ..Default::default() };
-            };
-            let log = &p.log;
-            let hw = log.high_watermark();
-            let mut fetched = Fetched { error_code: 0, high_watermark: hw.0, log_start_offset: log.log_start_offset().0, records: Records::default() };
-            if Offset(offset) > hw && Offset(offset) <= log.log_end_offset() {
-                // Between the high watermark and the log end: nothing visible yet.
-                return fetched;
-            }
-            if shard.config().fetch_zero_copy && placeholder_range().is_some() {
-                match log.read_extent(Offset(offset), budget, hw, first).await {
-                    Ok(Some(extent)) => {
-                        fetched.records = Records::File(extent);
-                        return fetched;
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed) {
-                            tracing::warn!(topic = %topic, partition, offset, error = %e, "fetch failed");
-                        }
-                        return Fetched::failed(log_error_code(&e));
-                    }
-                }
-            }
-            match log.read(Offset(offset), budget, hw).await {
-                Ok(mut batches) => {
-                    if !first {
-                        // The log returns a first batch whatever its size; here it must fit.
-                        let mut room = budget;
-                        let fit = batches
-                            .iter()
-                            .take_while(|b| {
-                                let fits = b.bytes.len() <= room;
-                                room = room.saturating_sub(b.bytes.len());
-                                fits
-                            })
-                            .count();
-                        batches.truncate(fit);
-                    }
-                    let total: usize = batches.iter().map(|b| b.bytes.len()).sum();
-                    if batches.len() == 1 {
-                        fetched.records = Records::Memory(batches[0].bytes.clone());
-                    } else if total > 0 {
-                        let mut buf = BytesMut::with_capacity(total);
-                        for b in &batches {
-                            buf.extend_from_slice(&b.bytes);
-                        }
-                        fetched.records = Records::Memory(buf.freeze());
-                    }
-                }
-                Err(e) => {
-                    if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed) {
-                        tracing::warn!(topic = %topic, partition, offset, error = %e, "fetch failed");
-                    }
-                    return Fetched::failed(log_error_code(&e));
-                }
-            }
-            fetched
-        })
-        .await
-}
-
-/// Fills in the offsets of the partitions at `indexes`, left out of a full response: they are
-/// listed with no records and their true high watermark and log start, as Kafka does. One job
-/// per owner shard, all at once, rather than a round trip per partition.
-async fn offsets_only(
-    shard: &Rc<Shard>,
-    wanted: &[Wanted],
-    indexes: &[usize],
-    results: &mut [Fetched],
-) {
-    let mut by_owner: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
-    for &i in indexes {
-        let w = &wanted[i];
-        match shard
-            .image()
-            .owner(&w.topic, w.partition, shard.shared.shards)
-        {
-            Some(owner) => by_owner.entry(owner).or_default().push(i),
-            None => {
-                results[i].error_code = ResponseError::UnknownTopicOrPartition.code();
-                results[i].high_watermark = -1;
-                results[i].log_start_offset = -1;
-            }
-        }
-    }
-    let jobs: Vec<_> = by_owner
-        .into_iter()
-        .map(|(owner, indexes)| {
-            let names: Vec<(String, i32)> = indexes
-                .iter()
-                .map(|&i| (wanted[i].topic.clone(), wanted[i].partition))
-                .collect();
-            let shard = shard.clone();
-            let job = glommio::spawn_local(async move {
-                shard
-                    .invoke_on(owner, move |s| async move {
-                        names
-                            .iter()
-                            .map(|(topic, p)| {
-                                s.partition(topic, *p)
-                                    .map(|p| (p.log.high_watermark().0, p.log.log_start_offset().0))
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                    .await
-            });
-            (indexes, job)
-        })
-        .collect();
-    for (indexes, job) in jobs {
-        for (i, found) in indexes.into_iter().zip(job.await) {
-            match found {
-                Some((hw, start)) => {
-                    results[i].high_watermark = hw;
-                    results[i].log_start_offset = start;
-                }
+) -> (Vec<Wanted>, Vec<(uuid::Uuid, Vec<i32>)>) {
+    let mut wanted = Vec::new();
+    let mut unknown_ids = Vec::new();
+    for topic in &request.topics {
+        let name: Arc<str> = if version >= 13 {
+            match image.topic_by_id(topic.topic_id) {
+                Some(t) => t.name.as_str().into(),
                 None => {
-                    results[i].error_code = ResponseError::UnknownTopicOrPartition.code();
-                    results[i].high_watermark = -1;
-                    results[i].log_start_offset = -1;
+                    unknown_ids.push((
+                        topic.topic_id,
+                        topic.partitions.iter().map(|p| p.partition).collect(),
+                    ));
+                    continue;
                 }
+            }
+        } else {
+            topic.topic.0.as_str().into()
+        };
+        for p in &topic.partitions {
+            wanted.push(Wanted {
+                topic: name.clone(),
+                topic_id: topic.topic_id,
+                partition: p.partition,
+                offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes,
+            });
+        }
+    }
+    (wanted, unknown_ids)
+}
+
+/// The partitions an incremental request removes from its session.
+fn forgotten_partitions(
+    image: &MetadataImage,
+    request: &FetchRequest,
+    version: i16,
+) -> Vec<(Arc<str>, i32)> {
+    let mut out = Vec::new();
+    for forgotten in &request.forgotten_topics_data {
+        let name: Arc<str> = if version >= 13 {
+            match image.topic_by_id(forgotten.topic_id) {
+                Some(t) => t.name.as_str().into(),
+                // Deleted since: the session's partitions of it stay until the client forgets
+                // them by a name it still has, or the session ends.
+                None => continue,
+            }
+        } else {
+            forgotten.topic.0.as_str().into()
+        };
+        out.extend(forgotten.partitions.iter().map(|&p| (name.clone(), p)));
+    }
+    out
+}
+
+/// The response's topics: `wanted` with their `results`, those `keep` says, in order.
+/// Consecutive partitions of one topic share a topic entry, as in Kafka's own response (a
+/// topic split by a session's rotation appears once per run), so there is no search per
+/// partition.
+fn assemble(
+    version: i16,
+    wanted: &[Wanted],
+    results: Vec<ReadResult>,
+    keep: &[bool],
+    splices: &mut Splices,
+    work: &mut Work,
+) -> Vec<FetchableTopicResponse> {
+    let mut topics: Vec<FetchableTopicResponse> = Vec::new();
+    let mut current: Option<&Arc<str>> = None;
+    for ((w, f), &keep) in wanted.iter().zip(results).zip(keep) {
+        if !keep {
+            continue;
+        }
+        let records = match f.records {
+            Records::Batches(batches) => Records::concatenated(batches),
+            // No room for another placeholder (never with sane limits): the partition goes
+            // without records this time, as when the response is full.
+            Records::File(extent) => splices.placeholder(extent).unwrap_or_default(),
+        };
+        let mut pd = PartitionData::default()
+            .with_partition_index(w.partition)
+            .with_error_code(f.error_code)
+            .with_high_watermark(f.high_watermark)
+            .with_last_stable_offset(f.high_watermark)
+            .with_log_start_offset(f.log_start_offset)
+            .with_aborted_transactions(Some(vec![]))
+            .with_records(Some(records));
+        if version >= 11 {
+            pd.preferred_read_replica = BrokerId(-1);
+        }
+        let same = current.is_some_and(|t| Arc::ptr_eq(t, &w.topic) || **t == *w.topic);
+        match topics.last_mut() {
+            Some(t) if same => t.partitions.push(pd),
+            _ => {
+                let mut t = FetchableTopicResponse::default().with_partitions(vec![pd]);
+                if version >= 13 {
+                    t.topic_id = w.topic_id;
+                } else {
+                    t.topic = TopicName(StrBytes::from_string(w.topic.to_string()));
+                }
+                topics.push(t);
+                current = Some(&w.topic);
             }
         }
     }
+    work.add(wanted.len());
+    topics
 }
 
 /// Waits until any of the listeners fires or the deadline passes.
@@ -369,39 +434,24 @@ pub async fn handle(
     splices: &mut Splices,
 ) -> FetchResponse {
     let image = shard.image();
-    let mut wanted = Vec::new();
-    let mut unknown_ids = Vec::new();
-    for topic in &request.topics {
-        let name = if version >= 13 {
-            match image.topic_by_id(topic.topic_id) {
-                Some(t) => t.name.clone(),
-                None => {
-                    unknown_ids.push((
-                        topic.topic_id,
-                        topic
-                            .partitions
-                            .iter()
-                            .map(|p| p.partition)
-                            .collect::<Vec<_>>(),
-                    ));
-                    continue;
-                }
-            }
-        } else {
-            topic.topic.0.to_string()
-        };
-        for p in &topic.partitions {
-            wanted.push(Wanted {
-                topic: name.clone(),
-                topic_id: topic.topic_id,
-                partition: p.partition,
-                offset: p.fetch_offset,
-                max_bytes: p.partition_max_bytes,
-            });
-        }
-    }
-    let (wanted, session_id, incremental) = match apply_session(shard, &request, version, wanted) {
-        Ok(x) => x,
+    let mut work = Work::default();
+    let (wanted, unknown_ids) = wanted_partitions(&image, &request, version);
+    let forgotten = forgotten_partitions(&image, &request, version);
+    work.add(wanted.len() + forgotten.len());
+    let applied = shard.fetch_sessions.borrow_mut().apply(
+        request.session_id,
+        request.session_epoch,
+        version,
+        wanted,
+        &forgotten,
+        &mut work,
+    );
+    let Applied {
+        wanted,
+        session_id,
+        incremental,
+    } = match applied {
+        Ok(applied) => applied,
         Err(code) => {
             tracing::debug!(
                 session_id = request.session_id,
@@ -421,45 +471,42 @@ pub async fn handle(
         request.max_bytes as usize
     }
     .min(shard.config().fetch_max_bytes);
-    let owners: Vec<usize> = {
-        let mut o: Vec<usize> = wanted
-            .iter()
-            .filter_map(|w| image.owner(&w.topic, w.partition, shard.shared.shards))
-            .collect();
-        o.sort();
-        o.dedup();
-        o
-    };
+    let reads: Vec<PartitionRead> = wanted
+        .iter()
+        .map(|w| PartitionRead {
+            topic: w.topic.clone(),
+            partition: w.partition,
+            fetch_offset: Offset(w.offset),
+            max_bytes: w.max_bytes.max(0) as usize,
+        })
+        .collect();
+    // The shards that own any of the partitions: a long poll waits for appends there.
+    let mut owners = vec![false; shard.shared.shards];
+    for w in &wanted {
+        if let Some(o) = image.owner(&w.topic, w.partition, shard.shared.shards) {
+            owners[o] = true;
+        }
+    }
+    work.add(wanted.len());
+    let mut rounds = 0u32;
     let results = loop {
+        rounds += 1;
         // Listen before reading, so an append between the read and the wait is not missed.
         let listeners: Vec<_> = owners
             .iter()
-            .map(|&o| Box::pin(shard.shared.appended[o].listen()))
+            .enumerate()
+            .filter(|(_, &owns)| owns)
+            .map(|(o, _)| Box::pin(shard.shared.appended[o].listen()))
             .collect();
-        let mut results = Vec::with_capacity(wanted.len());
-        let mut total = 0usize;
-        let mut errors = false;
-        let mut full = Vec::new();
-        for (i, w) in wanted.iter().enumerate() {
-            let budget = (w.max_bytes.max(0) as usize).min(response_max.saturating_sub(total));
-            if budget == 0 && total > 0 {
-                // The response is full; the partition's offsets are looked up below.
-                full.push(i);
-                results.push(Fetched::default());
-                continue;
-            }
-            let fetched = read_on_owner(shard, w, budget.max(1), total == 0).await;
-            total += fetched.records.len();
-            errors |= fetched.error_code != 0;
-            results.push(fetched);
-        }
+        let results = read_partitions(shard, &reads, response_max, &mut work).await;
+        let total: usize = results.iter().map(|r| r.records.len()).sum();
+        let errors = results.iter().any(|r| r.error_code != 0);
         let now = Instant::now();
         if total >= request.min_bytes.max(0) as usize
             || errors
             || now >= deadline
             || wanted.is_empty()
         {
-            offsets_only(shard, &wanted, &full, &mut results).await;
             break results;
         }
         wait_any(listeners, deadline - now).await;
@@ -470,83 +517,18 @@ pub async fn handle(
         response.session_id = session_id;
     }
     // In an incremental response, a partition appears only if something about it changed.
-    let mut keep = vec![true; wanted.len()];
-    if session_id > 0 {
-        let mut sessions = shard.fetch_sessions.borrow_mut();
-        if let Some(session) = sessions.sessions.get_mut(&session_id) {
-            for (i, (w, f)) in wanted.iter().zip(results.iter()).enumerate() {
-                if let Some((_, hw, start)) = session
-                    .partitions
-                    .iter_mut()
-                    .find(|(s, _, _)| s.topic == w.topic && s.partition == w.partition)
-                {
-                    let changed = !f.records.is_empty()
-                        || f.error_code != 0
-                        || *hw != f.high_watermark
-                        || *start != f.log_start_offset;
-                    keep[i] = !incremental || changed;
-                    *hw = f.high_watermark;
-                    *start = f.log_start_offset;
-                }
-            }
-            // Partitions that returned records move to the back of the session, as in Kafka:
-            // when a response fills up, the next one starts with the partitions left out.
-            let served: Vec<(&str, i32)> = wanted
-                .iter()
-                .zip(results.iter())
-                .filter(|(_, f)| !f.records.is_empty())
-                .map(|(w, _)| (w.topic.as_str(), w.partition))
-                .collect();
-            if !served.is_empty() {
-                let (back, front): (Vec<_>, Vec<_>) = std::mem::take(&mut session.partitions)
-                    .into_iter()
-                    .partition(|(s, _, _)| served.contains(&(s.topic.as_str(), s.partition)));
-                session.partitions = front;
-                session.partitions.extend(back);
-            }
-        }
-    }
-    for ((w, f), keep) in wanted.iter().zip(results).zip(keep) {
-        if !keep {
-            continue;
-        }
-        let records = match f.records {
-            Records::Memory(bytes) => bytes,
-            // No room for another placeholder (never with sane limits): the partition goes
-            // without records this time, as when the response is full.
-            Records::File(extent) => splices.placeholder(extent).unwrap_or_default(),
-        };
-        let mut pd = PartitionData::default()
-            .with_partition_index(w.partition)
-            .with_error_code(f.error_code)
-            .with_high_watermark(f.high_watermark)
-            .with_last_stable_offset(f.high_watermark)
-            .with_log_start_offset(f.log_start_offset)
-            .with_aborted_transactions(Some(vec![]))
-            .with_records(Some(records));
-        if version >= 11 {
-            pd.preferred_read_replica = BrokerId(-1);
-        }
-        let same_topic = |t: &FetchableTopicResponse| {
-            if version >= 13 {
-                t.topic_id == w.topic_id
-            } else {
-                t.topic.0.as_str() == w.topic
-            }
-        };
-        match response.responses.iter_mut().find(|t| same_topic(t)) {
-            Some(t) => t.partitions.push(pd),
-            None => {
-                let mut t = FetchableTopicResponse::default().with_partitions(vec![pd]);
-                if version >= 13 {
-                    t.topic_id = w.topic_id;
-                } else {
-                    t.topic = TopicName(StrBytes::from_string(w.topic.clone()));
-                }
-                response.responses.push(t);
-            }
-        }
-    }
+    let keep = if session_id > 0 {
+        shard.fetch_sessions.borrow_mut().record(
+            session_id,
+            &wanted,
+            &results,
+            incremental,
+            &mut work,
+        )
+    } else {
+        vec![true; wanted.len()]
+    };
+    response.responses = assemble(version, &wanted, results, &keep, splices, &mut work);
     for (id, partitions) in unknown_ids {
         let parts = partitions
             .into_iter()
@@ -563,5 +545,218 @@ pub async fn handle(
                 .with_partitions(parts),
         );
     }
+    tracing::debug!(
+        target: WORK_LOG_TARGET,
+        session_id,
+        incremental,
+        partitions = wanted.len(),
+        rounds,
+        work = work.0,
+        "fetch answered"
+    );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(topic: &Arc<str>, partitions: std::ops::Range<i32>) -> Vec<Wanted> {
+        partitions
+            .map(|p| Wanted {
+                topic: topic.clone(),
+                topic_id: uuid::Uuid::nil(),
+                partition: p,
+                offset: 0,
+                max_bytes: 1 << 20,
+            })
+            .collect()
+    }
+
+    fn nothing_new(n: usize, high_watermark: i64) -> Vec<ReadResult> {
+        (0..n)
+            .map(|_| ReadResult {
+                error_code: 0,
+                high_watermark,
+                log_start_offset: 0,
+                records: Records::default(),
+            })
+            .collect()
+    }
+
+    /// A full fetch that opens a session of `partitions`, answered with nothing new.
+    fn open(sessions: &mut FetchSessions, all: &[Wanted]) -> i32 {
+        let mut work = Work::default();
+        let applied = sessions
+            .apply(0, 0, 12, all.to_vec(), &[], &mut work)
+            .expect("a new session");
+        let keep = sessions.record(
+            applied.session_id,
+            &applied.wanted,
+            &nothing_new(all.len(), 5),
+            applied.incremental,
+            &mut work,
+        );
+        assert!(
+            keep.iter().all(|&k| k),
+            "a full response lists every partition"
+        );
+        applied.session_id
+    }
+
+    #[test]
+    fn an_incremental_fetch_with_nothing_new_at_10_000_partitions_does_linear_work() {
+        const PARTITIONS: usize = 10_000;
+        let topic: Arc<str> = "big".into();
+        let all = wanted(&topic, 0..PARTITIONS as i32);
+        let mut sessions = FetchSessions::default();
+        let id = open(&mut sessions, &all);
+        let mut work = Work::default();
+        let applied = sessions
+            .apply(id, 1, 12, Vec::new(), &[], &mut work)
+            .expect("the session");
+        assert!(applied.incremental);
+        assert_eq!(applied.wanted.len(), PARTITIONS);
+        let mut results = nothing_new(PARTITIONS, 5);
+        crate::shard::read::fill_in_order(
+            &mut results,
+            &applied
+                .wanted
+                .iter()
+                .map(|w| PartitionRead {
+                    topic: w.topic.clone(),
+                    partition: w.partition,
+                    fetch_offset: Offset(w.offset),
+                    max_bytes: w.max_bytes as usize,
+                })
+                .collect::<Vec<_>>(),
+            1 << 20,
+            &mut work,
+        );
+        let keep = sessions.record(id, &applied.wanted, &results, true, &mut work);
+        assert!(keep.iter().all(|&k| !k), "nothing changed, nothing listed");
+        let topics = assemble(
+            12,
+            &applied.wanted,
+            results,
+            &keep,
+            &mut Splices::default(),
+            &mut work,
+        );
+        assert!(topics.is_empty());
+        // Session lookup, fill, record and assembly: a few steps per partition, never a search.
+        assert!(
+            work.0 <= 5 * PARTITIONS as u64,
+            "{} steps for {PARTITIONS} partitions",
+            work.0
+        );
+        assert!(work.0 >= 4 * PARTITIONS as u64, "every pass is counted");
+    }
+
+    #[test]
+    fn served_partitions_move_to_the_back_in_one_pass() {
+        const PARTITIONS: usize = 10_000;
+        let topic: Arc<str> = "big".into();
+        let all = wanted(&topic, 0..PARTITIONS as i32);
+        let mut sessions = FetchSessions::default();
+        let id = open(&mut sessions, &all);
+        let mut work = Work::default();
+        let applied = sessions
+            .apply(id, 1, 12, Vec::new(), &[], &mut work)
+            .unwrap();
+        // Every even partition returned records.
+        let mut results = nothing_new(PARTITIONS, 5);
+        for (i, r) in results.iter_mut().enumerate() {
+            if i % 2 == 0 {
+                r.records = Records::Batches(vec![bytes::Bytes::from_static(b"batch")]);
+            }
+        }
+        let keep = sessions.record(id, &applied.wanted, &results, true, &mut work);
+        assert_eq!(keep.iter().filter(|&&k| k).count(), PARTITIONS / 2);
+        assert!(keep.iter().enumerate().all(|(i, &k)| k == (i % 2 == 0)));
+        let order = sessions.order(id);
+        let expected: Vec<(String, i32)> = (1..PARTITIONS as i32)
+            .step_by(2)
+            .chain((0..PARTITIONS as i32).step_by(2))
+            .map(|p| ("big".to_string(), p))
+            .collect();
+        assert_eq!(order, expected);
+        assert!(work.0 <= 4 * PARTITIONS as u64, "{} steps", work.0);
+    }
+
+    #[test]
+    fn incremental_requests_update_in_place_add_at_the_back_and_forget() {
+        let a: Arc<str> = "a".into();
+        let b: Arc<str> = "b".into();
+        let mut sessions = FetchSessions::default();
+        let id = open(&mut sessions, &wanted(&a, 0..3));
+        let mut update = wanted(&a, 1..2);
+        update[0].offset = 7;
+        update.extend(wanted(&b, 0..1));
+        let mut work = Work::default();
+        let applied = sessions
+            .apply(id, 1, 12, update, &[(a.clone(), 0)], &mut work)
+            .unwrap();
+        let got: Vec<(String, i32, i64)> = applied
+            .wanted
+            .iter()
+            .map(|w| (w.topic.to_string(), w.partition, w.offset))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a".to_string(), 1, 7),
+                ("a".to_string(), 2, 0),
+                ("b".to_string(), 0, 0)
+            ]
+        );
+        // A stale epoch and an unknown session are top-level errors.
+        assert_eq!(
+            sessions
+                .apply(id, 1, 12, Vec::new(), &[], &mut work)
+                .unwrap_err(),
+            ResponseError::InvalidFetchSessionEpoch.code()
+        );
+        assert_eq!(
+            sessions
+                .apply(id + 1, 1, 12, Vec::new(), &[], &mut work)
+                .unwrap_err(),
+            ResponseError::FetchSessionIdNotFound.code()
+        );
+    }
+
+    #[test]
+    fn consecutive_partitions_of_a_topic_share_one_topic_entry() {
+        let a: Arc<str> = "a".into();
+        let b: Arc<str> = "b".into();
+        let mut all = wanted(&a, 0..2);
+        all.extend(wanted(&b, 0..2));
+        all.extend(wanted(&a, 2..3));
+        let results = nothing_new(all.len(), 3);
+        let topics = assemble(
+            12,
+            &all,
+            results,
+            &[true; 5],
+            &mut Splices::default(),
+            &mut Work::default(),
+        );
+        let shape: Vec<(String, Vec<i32>)> = topics
+            .iter()
+            .map(|t| {
+                (
+                    t.topic.0.to_string(),
+                    t.partitions.iter().map(|p| p.partition_index).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                ("a".to_string(), vec![0, 1]),
+                ("b".to_string(), vec![0, 1]),
+                ("a".to_string(), vec![2])
+            ]
+        );
+    }
 }

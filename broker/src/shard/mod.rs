@@ -22,6 +22,7 @@ use crate::metadata::{log_config, MetadataImage, TopicMeta};
 pub mod apply;
 pub mod housekeeping;
 pub mod partition;
+pub mod read;
 pub mod wake;
 
 pub use partition::Partition;

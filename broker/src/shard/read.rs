@@ -1,0 +1,419 @@
+//! Reading many partitions at once, for a fetch: one job per owner shard carrying all of that
+//! shard's partitions, every shard at once, then one pass in request order that applies the
+//! response's byte limit. Nothing here knows the Fetch response encoding, so a follower's fetch
+//! (replication) can read through the same path at the same cost as a consumer's.
+//!
+//! Limits, as Kafka defines them for a fetch: each partition carries at most its
+//! `partition_max_bytes`, the whole response at most `response_max_bytes`, partitions are
+//! filled in request order, and the first batch of the response always goes whole, even when
+//! larger than either limit, so a consumer always progresses. Partitions that get no records
+//! (nothing new, or no room left) still report their high watermark and log start offset.
+//!
+//! How the budget is split between shards reading in parallel: each shard reads its partitions
+//! in request order as if its partitions were the whole request (its running total against
+//! `response_max_bytes`), then [`fill_in_order`] walks the results in request order and keeps, of
+//! each partition, the whole batches that fit in what the earlier partitions left. A shard cannot
+//! know what the others take, so in the worst case each reads a full response and all but one
+//! response's worth is dropped. That costs little: batches from the batch cache are reference
+//! counted and only the ones kept are ever copied (concatenated into the response), and a file
+//! extent (`fetch.zero.copy`) is only a position and a length, nothing is read before the splice.
+//! Only a cold read (O_DIRECT) costs I/O for what is dropped, and those batches stay in the batch
+//! cache, where the next fetch finds them (a fetch session moves served partitions to its back, so
+//! the partitions left out come first next time). The alternatives cost more: splitting the budget
+//! between shards up front breaks the request order (a shard's later partitions would get room
+//! that earlier partitions elsewhere should have had), and reading shard after shard makes the
+//! fetch wait for each shard in turn.
+//!
+//! A consequence of reading ahead on each shard: a shard that spent its budget on a partition
+//! that the final pass then trims may have left later partitions of its own unread, which the
+//! final pass would have had room for. They get no records in this response (never more than
+//! the limits allow, and the first partition with records is never affected); the next fetch
+//! serves them.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::ResponseError;
+use sluice_engine::{FileExtent, LogError, Offset};
+
+use super::Shard;
+use crate::handlers::errors::log_error_code;
+use crate::net::response::placeholder_range;
+
+/// A shard yields to its other tasks (produces, other connections) after reading this many
+/// partitions for one fetch. Reads from the batch cache complete without waiting, so without
+/// this a fetch of thousands of partitions would hold the shard for the whole loop; glommio's
+/// own `yield_if_needed` only yields once the task queue's 100 ms slice is spent. 64 partitions
+/// from the cache take some tens of microseconds, and a yield costs well under one.
+pub const READ_YIELD_PARTITIONS: usize = 64;
+
+/// One partition to read: where from and how much at most.
+#[derive(Clone, Debug)]
+pub struct PartitionRead {
+    /// Shared, not copied, when the read moves to the owner shard.
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub fetch_offset: Offset,
+    pub max_bytes: usize,
+}
+
+/// What one partition's read found. Offsets are -1 when the partition failed.
+#[derive(Debug)]
+pub struct ReadResult {
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub records: Records,
+}
+
+/// A partition's records: whole batches in memory (not yet concatenated, so that batches the
+/// final pass drops are never copied), or where they lie in a segment file.
+#[derive(Debug)]
+pub enum Records {
+    Batches(Vec<Bytes>),
+    File(FileExtent),
+}
+
+impl Default for Records {
+    fn default() -> Records {
+        Records::Batches(Vec::new())
+    }
+}
+
+impl Records {
+    pub fn len(&self) -> usize {
+        match self {
+            Records::Batches(b) => b.iter().map(|b| b.len()).sum(),
+            Records::File(e) => e.len as usize,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Records::Batches(b) => b.is_empty(),
+            Records::File(e) => e.len == 0,
+        }
+    }
+
+    /// The batches as one buffer: a copy only when there is more than one.
+    pub fn concatenated(batches: Vec<Bytes>) -> Bytes {
+        match batches.len() {
+            0 => Bytes::new(),
+            1 => batches.into_iter().next().expect("one batch"),
+            _ => {
+                let total = batches.iter().map(|b| b.len()).sum();
+                let mut buf = BytesMut::with_capacity(total);
+                for b in &batches {
+                    buf.extend_from_slice(b);
+                }
+                buf.freeze()
+            }
+        }
+    }
+}
+
+impl ReadResult {
+    /// A partition that failed: Kafka answers its offsets as unknown (-1) then.
+    pub fn failed(error_code: i16) -> ReadResult {
+        ReadResult {
+            error_code,
+            high_watermark: -1,
+            log_start_offset: -1,
+            records: Records::default(),
+        }
+    }
+
+    fn unknown() -> ReadResult {
+        ReadResult::failed(ResponseError::UnknownTopicOrPartition.code())
+    }
+}
+
+/// Steps a fetch took: one per partition visited in each pass over the partitions (session
+/// lookups, reads on the owner shards, the final fill, response assembly). Tests assert it stays
+/// linear in the partitions asked for; a search or a scan per partition would show up here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work(pub u64);
+
+impl Work {
+    pub fn add(&mut self, steps: usize) {
+        self.0 += steps as u64;
+    }
+}
+
+/// Reads `reads`, partitions this shard owns, in order: `max_bytes` of each at most, and at
+/// most `response_max_bytes` over all of them, except that the first batch found goes whole
+/// whatever its size. Every partition is visited, so those left without records still get
+/// their offsets. Runs on the owner shard, with no hop per partition.
+pub async fn read_local(
+    shard: &Shard,
+    reads: &[PartitionRead],
+    response_max_bytes: usize,
+) -> (Vec<ReadResult>, Work) {
+    let zero_copy = shard.config().fetch_zero_copy && placeholder_range().is_some();
+    let mut results = Vec::with_capacity(reads.len());
+    let mut total = 0usize;
+    // One key for the partition map, its topic replaced only when the topic changes.
+    let mut key: (String, i32) = (String::new(), 0);
+    for (i, read) in reads.iter().enumerate() {
+        if i > 0 && i % READ_YIELD_PARTITIONS == 0 {
+            glommio::executor().yield_now().await;
+        }
+        if key.0 != *read.topic {
+            key.0.clear();
+            key.0.push_str(&read.topic);
+        }
+        key.1 = read.partition;
+        let Some(p) = shard.partitions.borrow().get(&key).cloned() else {
+            results.push(ReadResult::unknown());
+            continue;
+        };
+        let log = &p.log;
+        let hw = log.high_watermark();
+        let mut result = ReadResult {
+            error_code: 0,
+            high_watermark: hw.0,
+            log_start_offset: log.log_start_offset().0,
+            records: Records::default(),
+        };
+        let budget = read.max_bytes.min(response_max_bytes.saturating_sub(total));
+        let first = total == 0;
+        let offset = read.fetch_offset;
+        // Full, or between the high watermark and the log end (nothing visible yet): offsets only.
+        if (budget == 0 && !first) || (offset > hw && offset <= log.log_end_offset()) {
+            results.push(result);
+            continue;
+        }
+        // A zero budget with nothing taken yet still reads the first batch, as Kafka does.
+        let budget = budget.max(1);
+        match read_partition(log, offset, budget, hw, first, zero_copy).await {
+            Ok(records) => result.records = records,
+            Err(e) => {
+                if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed) {
+                    tracing::warn!(topic = %read.topic, partition = read.partition, offset = offset.0, error = %e, "fetch failed");
+                }
+                result = ReadResult::failed(log_error_code(&e));
+            }
+        }
+        total += result.records.len();
+        results.push(result);
+    }
+    (results, Work(reads.len() as u64))
+}
+
+/// One partition's records from `offset`: a file extent when zero-copy applies, else whole
+/// batches from the batch cache or the segment, at most `budget` bytes, the first batch whole
+/// only if `first`.
+async fn read_partition(
+    log: &sluice_engine::Log<sluice_engine::DmaStorage>,
+    offset: Offset,
+    budget: usize,
+    hw: Offset,
+    first: bool,
+    zero_copy: bool,
+) -> Result<Records, LogError> {
+    if zero_copy {
+        if let Some(extent) = log.read_extent(offset, budget, hw, first).await? {
+            return Ok(Records::File(extent));
+        }
+    }
+    let batches = log.read(offset, budget, hw).await?;
+    let mut room = budget;
+    let mut kept = Vec::with_capacity(batches.len());
+    for (i, b) in batches.into_iter().enumerate() {
+        // The log returns a first batch whatever its size; unless `first`, it must fit too.
+        if b.bytes.len() > room && !(first && i == 0) {
+            break;
+        }
+        room = room.saturating_sub(b.bytes.len());
+        kept.push(b.bytes);
+    }
+    Ok(Records::Batches(kept))
+}
+
+/// Reads `reads` wherever their owners are: one job per owner shard, all at once, results in
+/// request order and within the response limit ([`fill_in_order`]). Partitions of unknown topics
+/// (no owner) come back UNKNOWN_TOPIC_OR_PARTITION.
+pub async fn read_partitions(
+    shard: &Rc<Shard>,
+    reads: &[PartitionRead],
+    response_max_bytes: usize,
+    work: &mut Work,
+) -> Vec<ReadResult> {
+    let image = shard.image();
+    let shards = shard.shared.shards;
+    // Which of `reads` each shard owns, by index into `reads`, in request order.
+    let mut by_owner: Vec<Vec<usize>> = vec![Vec::new(); shards];
+    let mut results: Vec<Option<ReadResult>> = Vec::with_capacity(reads.len());
+    let mut topic: Option<(&str, Option<&crate::metadata::TopicMeta>)> = None;
+    for (i, read) in reads.iter().enumerate() {
+        // Consecutive partitions are mostly of one topic: look it up once for them.
+        let meta = match topic {
+            Some((name, meta)) if name == &*read.topic => meta,
+            _ => {
+                let meta = image.topics.get(&*read.topic);
+                topic = Some((&read.topic, meta));
+                meta
+            }
+        };
+        let owner = meta
+            .and_then(|t| t.shards.get(usize::try_from(read.partition).ok()?))
+            .map(|&s| s as usize % shards);
+        match owner {
+            Some(owner) => {
+                by_owner[owner].push(i);
+                results.push(None);
+            }
+            None => results.push(Some(ReadResult::unknown())),
+        }
+    }
+    work.add(reads.len());
+    let jobs: Vec<_> = by_owner
+        .into_iter()
+        .enumerate()
+        .filter(|(_, indexes)| !indexes.is_empty())
+        .map(|(owner, indexes)| {
+            let job: Vec<PartitionRead> = indexes.iter().map(|&i| reads[i].clone()).collect();
+            let shard = shard.clone();
+            let task = glommio::spawn_local(async move {
+                shard
+                    .invoke_on(owner, move |s| async move {
+                        read_local(&s, &job, response_max_bytes).await
+                    })
+                    .await
+            });
+            (indexes, task)
+        })
+        .collect();
+    for (indexes, task) in jobs {
+        let (found, steps) = task.await;
+        assert_eq!(
+            found.len(),
+            indexes.len(),
+            "a shard answered a different number of partitions"
+        );
+        work.0 += steps.0;
+        for (i, result) in indexes.into_iter().zip(found) {
+            results[i] = Some(result);
+        }
+    }
+    let mut results: Vec<ReadResult> = results
+        .into_iter()
+        .map(|r| r.expect("every partition is answered"))
+        .collect();
+    fill_in_order(&mut results, reads, response_max_bytes, work);
+    results
+}
+
+/// Applies the response limit in request order to what the shards read: each partition keeps
+/// the whole batches that fit in `min(max_bytes, what the partitions before it left)`, except
+/// that the first partition with records keeps its first batch whatever its size. A file extent
+/// is kept whole or not at all (its batch boundaries are not known here; the partition then
+/// reports its offsets only, and the next fetch serves it).
+pub fn fill_in_order(
+    results: &mut [ReadResult],
+    reads: &[PartitionRead],
+    response_max_bytes: usize,
+    work: &mut Work,
+) {
+    assert_eq!(results.len(), reads.len());
+    let mut total = 0usize;
+    for (result, read) in results.iter_mut().zip(reads) {
+        let room = read.max_bytes.min(response_max_bytes.saturating_sub(total));
+        let first = total == 0;
+        match &mut result.records {
+            Records::Batches(batches) => {
+                let mut used = 0usize;
+                let mut keep = 0usize;
+                for b in batches.iter() {
+                    if used + b.len() > room && !(first && keep == 0) {
+                        break;
+                    }
+                    used += b.len();
+                    keep += 1;
+                }
+                batches.truncate(keep);
+                total += used;
+            }
+            Records::File(extent) => {
+                if first || extent.len as usize <= room {
+                    total += extent.len as usize;
+                } else {
+                    result.records = Records::default();
+                }
+            }
+        }
+    }
+    work.add(reads.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(partition: i32, max_bytes: usize) -> PartitionRead {
+        PartitionRead {
+            topic: "t".into(),
+            partition,
+            fetch_offset: Offset(0),
+            max_bytes,
+        }
+    }
+
+    fn batches(sizes: &[usize]) -> ReadResult {
+        ReadResult {
+            error_code: 0,
+            high_watermark: 10,
+            log_start_offset: 0,
+            records: Records::Batches(sizes.iter().map(|&n| Bytes::from(vec![0u8; n])).collect()),
+        }
+    }
+
+    fn sizes(results: &[ReadResult]) -> Vec<Vec<usize>> {
+        results
+            .iter()
+            .map(|r| match &r.records {
+                Records::Batches(b) => b.iter().map(|b| b.len()).collect(),
+                Records::File(e) => vec![e.len as usize],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_fill_keeps_whole_batches_in_request_order_within_the_response_limit() {
+        let reads: Vec<_> = (0..4).map(|p| read(p, 1000)).collect();
+        // As two shards reading ahead would return them: each up to the limit on its own.
+        let mut results = vec![
+            batches(&[40, 40]),
+            batches(&[50, 30]),
+            batches(&[10]),
+            batches(&[15, 5]),
+        ];
+        let mut work = Work::default();
+        fill_in_order(&mut results, &reads, 140, &mut work);
+        // 80 + 50 = 130; partition 1's 30 no longer fits, partition 2's 10 does, then full.
+        assert_eq!(
+            sizes(&results),
+            vec![vec![40, 40], vec![50], vec![10], vec![]]
+        );
+        assert_eq!(work, Work(4));
+        // Offsets stay for the partitions left out.
+        assert_eq!(results[3].high_watermark, 10);
+    }
+
+    #[test]
+    fn the_first_batch_of_the_response_goes_whole_and_later_ones_must_fit() {
+        let reads: Vec<_> = (0..3).map(|p| read(p, 100)).collect();
+        let mut results = vec![batches(&[]), batches(&[500, 10]), batches(&[300])];
+        fill_in_order(&mut results, &reads, 200, &mut Work::default());
+        assert_eq!(sizes(&results), vec![vec![], vec![500], vec![]]);
+    }
+
+    #[test]
+    fn the_partition_limit_applies_to_each_partition() {
+        let reads = vec![read(0, 50), read(1, 50)];
+        let mut results = vec![batches(&[30, 30]), batches(&[20, 20, 20])];
+        fill_in_order(&mut results, &reads, 1 << 20, &mut Work::default());
+        assert_eq!(sizes(&results), vec![vec![30], vec![20, 20]]);
+    }
+}
