@@ -31,9 +31,10 @@ use std::collections::VecDeque;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use raft::eraftpb::{ConfState, Entry, EntryType, HardState, MessageType, Snapshot, SnapshotMetadata};
-use raft::{GetEntriesContext, RaftState, RawNode, SnapshotStatus, StateRole, Storage, StorageError};
+use raft::{GetEntriesContext, RaftState, RawNode, SnapshotStatus, Storage, StorageError};
 
 pub use raft::eraftpb::Message;
+pub use raft::StateRole;
 
 use crate::controller::{Controller, ControllerConfig, ControllerRequest, ControllerResponse};
 use crate::error_code::NOT_CONTROLLER;
