@@ -420,7 +420,9 @@ impl Controller {
             ControllerRequest::DeleteTopics(r) => self.delete_topics(r),
             ControllerRequest::CreatePartitions(r) => self.create_partitions(r),
             ControllerRequest::IncrementalAlterConfigs(r) => self.alter_configs(r),
-            ControllerRequest::BrokerRegistration(r) => self.register_broker(now_ms, next_offset, r),
+            ControllerRequest::BrokerRegistration(r) => {
+                self.register_broker(now_ms, next_offset, r)
+            }
             ControllerRequest::BrokerHeartbeat(r) => self.heartbeat(now_ms, r),
             ControllerRequest::AllocateProducerIds(r) => self.allocate_producer_ids(r),
         };
@@ -443,7 +445,10 @@ impl Controller {
         let mut records = Vec::new();
         for id in expired {
             let image = self.speculative.as_ref().expect("active");
-            let epoch = image.broker(id).expect("session of a registered broker").epoch;
+            let epoch = image
+                .broker(id)
+                .expect("session of a registered broker")
+                .epoch;
             let mut batch = self.leave_partitions(id);
             batch.push(Record::FenceBroker(BrokerFencingRecord { id, epoch }));
             self.emit(&mut records, batch);
@@ -592,7 +597,10 @@ impl Controller {
         }
         for t in &r.topics {
             let result = if seen[t.name.as_str()] > 1 {
-                Err((INVALID_REQUEST, format!("Duplicate topic name {:?}.", t.name)))
+                Err((
+                    INVALID_REQUEST,
+                    format!("Duplicate topic name {:?}.", t.name),
+                ))
             } else {
                 self.create_topic(t)
             };
@@ -746,7 +754,10 @@ impl Controller {
             if replicas.is_empty() || replicas.len() > REPLICATION_FACTOR_MAX as usize {
                 return Err((
                     INVALID_REPLICA_ASSIGNMENT,
-                    format!("The manual partition assignment for partition {p} has {} replicas.", replicas.len()),
+                    format!(
+                        "The manual partition assignment for partition {p} has {} replicas.",
+                        replicas.len()
+                    ),
                 ));
             }
             if replicas.len() != rf {
@@ -787,7 +798,10 @@ impl Controller {
             .copied()
             .filter(|b| self.image().is_unfenced(*b))
             .collect();
-        assert!(!isr.is_empty(), "placement chose only fenced brokers: {replicas:?}");
+        assert!(
+            !isr.is_empty(),
+            "placement chose only fenced brokers: {replicas:?}"
+        );
         Record::Partition(PartitionRecord {
             partition_id,
             topic_id,
@@ -819,7 +833,9 @@ impl Controller {
             match found {
                 Ok(topic) => {
                     if deleted.insert(topic.id) {
-                        records.push(Record::RemoveTopic(RemoveTopicRecord { topic_id: topic.id }));
+                        records.push(Record::RemoveTopic(RemoveTopicRecord {
+                            topic_id: topic.id,
+                        }));
                     }
                     results.push(DeletableTopicResult {
                         name: Some(topic.name.clone()),
@@ -853,7 +869,10 @@ impl Controller {
         }
         for t in &r.topics {
             let outcome = if seen[t.name.as_str()] > 1 {
-                Err((INVALID_REQUEST, format!("Duplicate topic name {:?}.", t.name)))
+                Err((
+                    INVALID_REQUEST,
+                    format!("Duplicate topic name {:?}.", t.name),
+                ))
             } else {
                 self.create_partitions_of(t)
             };
@@ -878,7 +897,10 @@ impl Controller {
         (records, ControllerResponse::CreatePartitions(results))
     }
 
-    fn create_partitions_of(&mut self, t: &CreatePartitionsTopic) -> Result<Vec<Record>, (i16, String)> {
+    fn create_partitions_of(
+        &mut self,
+        t: &CreatePartitionsTopic,
+    ) -> Result<Vec<Record>, (i16, String)> {
         let topic = self.image().topic(&t.name).ok_or((
             UNKNOWN_TOPIC_OR_PARTITION,
             format!("Topic '{}' does not exist.", t.name),
@@ -899,7 +921,10 @@ impl Controller {
             ));
         }
         if t.count > PARTITIONS_PER_TOPIC_MAX {
-            return Err((INVALID_PARTITIONS, format!("At most {PARTITIONS_PER_TOPIC_MAX} partitions.")));
+            return Err((
+                INVALID_PARTITIONS,
+                format!("At most {PARTITIONS_PER_TOPIC_MAX} partitions."),
+            ));
         }
         let added = t.count - current;
         let assignments = match &t.assignments {
@@ -949,7 +974,10 @@ impl Controller {
                 }),
             }
         }
-        (records, ControllerResponse::IncrementalAlterConfigs(results))
+        (
+            records,
+            ControllerResponse::IncrementalAlterConfigs(results),
+        )
     }
 
     fn alter_resource(&self, res: &AlterConfigsResource) -> Result<Vec<Record>, (i16, String)> {
@@ -1013,7 +1041,12 @@ impl Controller {
                     let mut items = list(configs.get(&c.name));
                     let operand = list(c.value.as_ref());
                     if c.op == AlterConfigOp::Append {
-                        items.extend(operand.into_iter().filter(|x| !items.contains(x)).collect::<Vec<_>>());
+                        items.extend(
+                            operand
+                                .into_iter()
+                                .filter(|x| !items.contains(x))
+                                .collect::<Vec<_>>(),
+                        );
                     } else {
                         items.retain(|x| !operand.contains(x));
                     }
@@ -1108,7 +1141,11 @@ impl Controller {
         )
     }
 
-    fn heartbeat(&mut self, now_ms: u64, r: &BrokerHeartbeatRequest) -> (Vec<Record>, ControllerResponse) {
+    fn heartbeat(
+        &mut self,
+        now_ms: u64,
+        r: &BrokerHeartbeatRequest,
+    ) -> (Vec<Record>, ControllerResponse) {
         let reply = |error_code, is_caught_up, is_fenced, should_shut_down| {
             ControllerResponse::BrokerHeartbeat(BrokerHeartbeatResponse {
                 error_code,
@@ -1135,7 +1172,10 @@ impl Controller {
             self.shutting_down.insert(r.broker_id);
             if !fenced {
                 let mut batch = self.leave_partitions(r.broker_id);
-                batch.push(Record::FenceBroker(BrokerFencingRecord { id: r.broker_id, epoch }));
+                batch.push(Record::FenceBroker(BrokerFencingRecord {
+                    id: r.broker_id,
+                    epoch,
+                }));
                 self.emit(&mut records, batch);
             }
             return (records, reply(NONE, is_caught_up, true, true));
@@ -1143,13 +1183,19 @@ impl Controller {
         if r.wants_fence {
             if !fenced {
                 let mut batch = self.leave_partitions(r.broker_id);
-                batch.push(Record::FenceBroker(BrokerFencingRecord { id: r.broker_id, epoch }));
+                batch.push(Record::FenceBroker(BrokerFencingRecord {
+                    id: r.broker_id,
+                    epoch,
+                }));
                 self.emit(&mut records, batch);
             }
             return (records, reply(NONE, is_caught_up, true, false));
         }
         if fenced && is_caught_up {
-            let unfence = Record::UnfenceBroker(BrokerFencingRecord { id: r.broker_id, epoch });
+            let unfence = Record::UnfenceBroker(BrokerFencingRecord {
+                id: r.broker_id,
+                epoch,
+            });
             self.emit(&mut records, vec![unfence]);
             // Elect it where partitions have no leader, against the image with it unfenced.
             let leads = self.lead_leaderless(r.broker_id);
@@ -1213,4 +1259,579 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Drives a controller as the node would, committing every batch at once.
+    struct Harness {
+        controller: Controller,
+        image: MetadataImage,
+        now_ms: u64,
+    }
+
+    impl Harness {
+        fn new() -> Harness {
+            let mut config = ControllerConfig::new(BrokerId(0), "cluster");
+            config.seed = 7;
+            let mut controller = Controller::new(config);
+            let image = MetadataImage::default();
+            controller.activate(&image, 0);
+            Harness {
+                controller,
+                image,
+                now_ms: 0,
+            }
+        }
+
+        fn next_offset(&self) -> Offset {
+            Offset(self.image.offset().0 + 1)
+        }
+
+        fn commit(&mut self, records: &[Record]) {
+            if records.is_empty() {
+                return;
+            }
+            let offset = self.next_offset();
+            for r in records {
+                self.image.apply(offset, r).unwrap();
+            }
+            self.image.check_invariants().unwrap();
+            assert_eq!(self.controller.speculative_image(), Some(&self.image));
+        }
+
+        fn run(&mut self, request: ControllerRequest) -> ControllerResponse {
+            let result = self
+                .controller
+                .handle(self.now_ms, self.next_offset(), &request);
+            self.commit(&result.records);
+            result.response
+        }
+
+        fn tick(&mut self, now_ms: u64) {
+            self.now_ms = now_ms;
+            let records = self.controller.tick(now_ms, self.next_offset());
+            self.commit(&records);
+        }
+
+        fn register(&mut self, id: i32, rack: Option<&str>) -> BrokerEpoch {
+            let response = self.run(ControllerRequest::BrokerRegistration(registration(
+                id, rack,
+            )));
+            let ControllerResponse::BrokerRegistration(r) = response else {
+                panic!("{response:?}")
+            };
+            assert_eq!(r.error_code, NONE);
+            let epoch = BrokerEpoch(r.broker_epoch);
+            let hb = self.heartbeat(id, epoch, false);
+            assert!(!hb.is_fenced);
+            epoch
+        }
+
+        fn heartbeat(
+            &mut self,
+            id: i32,
+            epoch: BrokerEpoch,
+            wants_shut_down: bool,
+        ) -> BrokerHeartbeatResponse {
+            let offset = self.image.offset();
+            match self.run(ControllerRequest::BrokerHeartbeat(BrokerHeartbeatRequest {
+                broker_id: BrokerId(id),
+                broker_epoch: epoch,
+                current_metadata_offset: offset,
+                wants_fence: false,
+                wants_shut_down,
+            })) {
+                ControllerResponse::BrokerHeartbeat(r) => r,
+                other => panic!("{other:?}"),
+            }
+        }
+
+        fn create(&mut self, topic: CreatableTopic, validate_only: bool) -> CreatableTopicResult {
+            match self.run(ControllerRequest::CreateTopics(CreateTopicsRequest {
+                topics: vec![topic],
+                validate_only,
+            })) {
+                ControllerResponse::CreateTopics(mut v) => v.remove(0),
+                other => panic!("{other:?}"),
+            }
+        }
+
+        fn partitions(&self, name: &str) -> Vec<PartitionRegistration> {
+            self.image
+                .topic(name)
+                .unwrap()
+                .partitions
+                .values()
+                .cloned()
+                .collect()
+        }
+    }
+
+    fn registration(id: i32, rack: Option<&str>) -> BrokerRegistrationRequest {
+        BrokerRegistrationRequest {
+            broker_id: BrokerId(id),
+            cluster_id: "cluster".into(),
+            incarnation_id: uuid::Uuid::from_u128(id as u128),
+            listeners: vec![Endpoint {
+                name: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092,
+                security_protocol: 0,
+            }],
+            rack: rack.map(str::to_owned),
+            previous_broker_epoch: -1,
+        }
+    }
+
+    fn topic(name: &str, num_partitions: i32, replication_factor: i16) -> CreatableTopic {
+        CreatableTopic {
+            name: name.into(),
+            num_partitions,
+            replication_factor,
+            assignments: vec![],
+            configs: vec![],
+        }
+    }
+
+    #[test]
+    fn an_inactive_controller_answers_not_controller() {
+        let mut c = Controller::new(ControllerConfig::new(BrokerId(0), "cluster"));
+        let result = c.handle(
+            0,
+            Offset(1),
+            &ControllerRequest::CreateTopics(CreateTopicsRequest {
+                topics: vec![topic("a", 1, 1)],
+                validate_only: false,
+            }),
+        );
+        assert!(result.records.is_empty());
+        let ControllerResponse::CreateTopics(v) = result.response else {
+            panic!()
+        };
+        assert_eq!(v[0].error_code, NOT_CONTROLLER);
+    }
+
+    #[test]
+    fn a_broker_epoch_is_its_registration_offset_and_it_unfences_once_caught_up() {
+        let mut h = Harness::new();
+        let response = h.run(ControllerRequest::BrokerRegistration(registration(1, None)));
+        let ControllerResponse::BrokerRegistration(r) = response else {
+            panic!()
+        };
+        assert_eq!(r.broker_epoch, h.image.offset().0);
+        let epoch = BrokerEpoch(r.broker_epoch);
+        assert!(h.image.broker(BrokerId(1)).unwrap().fenced);
+        // Behind the registration: stays fenced.
+        let hb = match h.run(ControllerRequest::BrokerHeartbeat(BrokerHeartbeatRequest {
+            broker_id: BrokerId(1),
+            broker_epoch: epoch,
+            current_metadata_offset: Offset(epoch.0 - 1),
+            wants_fence: false,
+            wants_shut_down: false,
+        })) {
+            ControllerResponse::BrokerHeartbeat(r) => r,
+            _ => panic!(),
+        };
+        assert!(hb.is_fenced && !hb.is_caught_up);
+        let hb = h.heartbeat(1, epoch, false);
+        assert!(!hb.is_fenced && hb.is_caught_up);
+        assert!(!h.image.broker(BrokerId(1)).unwrap().fenced);
+        // A stale epoch is refused.
+        let hb = h.heartbeat(1, BrokerEpoch(epoch.0 - 1), false);
+        assert_eq!(hb.error_code, STALE_BROKER_EPOCH);
+        let hb = h.heartbeat(9, epoch, false);
+        assert_eq!(hb.error_code, BROKER_ID_NOT_REGISTERED);
+    }
+
+    #[test]
+    fn registration_checks_cluster_id_and_duplicate_incarnations() {
+        let mut h = Harness::new();
+        let epoch = h.register(1, None);
+        let mut other = registration(1, None);
+        other.incarnation_id = uuid::Uuid::from_u128(99);
+        let ControllerResponse::BrokerRegistration(r) =
+            h.run(ControllerRequest::BrokerRegistration(other.clone()))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, DUPLICATE_BROKER_REGISTRATION);
+        other.previous_broker_epoch = epoch.0;
+        let ControllerResponse::BrokerRegistration(r) =
+            h.run(ControllerRequest::BrokerRegistration(other.clone()))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, NONE);
+        assert!(r.broker_epoch > epoch.0);
+        other.cluster_id = "elsewhere".into();
+        let ControllerResponse::BrokerRegistration(r) =
+            h.run(ControllerRequest::BrokerRegistration(other))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, INCONSISTENT_CLUSTER_ID);
+    }
+
+    #[test]
+    fn create_topics_refuses_what_kafka_refuses() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        h.register(2, None);
+        assert_eq!(h.create(topic("a", 3, 2), false).error_code, NONE);
+        assert_eq!(
+            h.create(topic("a", 3, 2), false).error_code,
+            TOPIC_ALREADY_EXISTS
+        );
+        assert_eq!(
+            h.create(topic("b", 1, 3), false).error_code,
+            INVALID_REPLICATION_FACTOR
+        );
+        assert_eq!(
+            h.create(topic("b", 0, 1), false).error_code,
+            INVALID_PARTITIONS
+        );
+        assert_eq!(
+            h.create(topic("b", 1, 0), false).error_code,
+            INVALID_REPLICATION_FACTOR
+        );
+        assert_eq!(
+            h.create(topic("no/slash", 1, 1), false).error_code,
+            INVALID_TOPIC_EXCEPTION
+        );
+        assert_eq!(
+            h.create(topic(&"x".repeat(250), 1, 1), false).error_code,
+            INVALID_TOPIC_EXCEPTION
+        );
+        let mut manual = topic("m", -1, -1);
+        manual.assignments = vec![(0, vec![BrokerId(1), BrokerId(7)])];
+        assert_eq!(
+            h.create(manual.clone(), false).error_code,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        manual.assignments = vec![(0, vec![BrokerId(1), BrokerId(1)])];
+        assert_eq!(
+            h.create(manual.clone(), false).error_code,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        manual.assignments = vec![(1, vec![BrokerId(1)])];
+        assert_eq!(
+            h.create(manual.clone(), false).error_code,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        manual.num_partitions = 1;
+        manual.assignments = vec![(0, vec![BrokerId(2), BrokerId(1)])];
+        assert_eq!(h.create(manual.clone(), false).error_code, INVALID_REQUEST);
+        manual.num_partitions = -1;
+        let created = h.create(manual, false);
+        assert_eq!(created.error_code, NONE);
+        assert_eq!(h.partitions("m")[0].leader, BrokerId(2));
+        let mut configured = topic("c", 1, 1);
+        configured.configs = vec![("retention.ms".into(), None)];
+        assert_eq!(h.create(configured, false).error_code, INVALID_CONFIG);
+        // Two topics of one name in one request both fail.
+        let ControllerResponse::CreateTopics(v) =
+            h.run(ControllerRequest::CreateTopics(CreateTopicsRequest {
+                topics: vec![topic("d", 1, 1), topic("d", 1, 1)],
+                validate_only: false,
+            }))
+        else {
+            panic!()
+        };
+        assert!(v.iter().all(|t| t.error_code == INVALID_REQUEST));
+    }
+
+    #[test]
+    fn validate_only_writes_nothing() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        let offset = h.image.offset();
+        let result = h.create(topic("a", 2, 1), true);
+        assert_eq!(result.error_code, NONE);
+        assert_eq!(result.num_partitions, 2);
+        assert_eq!(h.image.offset(), offset);
+        assert!(h.image.topic("a").is_none());
+    }
+
+    #[test]
+    fn twelve_partitions_spread_leaders_over_three_brokers() {
+        let mut h = Harness::new();
+        for id in 1..=3 {
+            h.register(id, None);
+        }
+        let created = h.create(topic("spread", 12, 3), false);
+        assert_eq!(created.error_code, NONE);
+        let mut leaders = BTreeMap::new();
+        for p in h.partitions("spread") {
+            *leaders.entry(p.leader).or_insert(0) += 1;
+            assert_eq!(p.isr, p.replicas);
+        }
+        assert_eq!(leaders.values().copied().collect::<Vec<_>>(), [4, 4, 4]);
+    }
+
+    #[test]
+    fn an_expired_session_fences_the_broker_and_moves_its_leaderships() {
+        let mut h = Harness::new();
+        let epochs: Vec<BrokerEpoch> = (1..=3).map(|id| h.register(id, None)).collect();
+        h.create(topic("t", 6, 3), false);
+        let timeout = BROKER_SESSION_TIMEOUT_MS_DEFAULT;
+        h.now_ms = timeout / 2;
+        h.heartbeat(2, epochs[1], false);
+        h.heartbeat(3, epochs[2], false);
+        h.tick(timeout + 1);
+        assert!(h.image.broker(BrokerId(1)).unwrap().fenced);
+        for p in h.partitions("t") {
+            assert_ne!(p.leader, BrokerId(1));
+            assert_ne!(p.leader, BrokerId::NONE);
+            assert!(!p.isr.contains(&BrokerId(1)));
+        }
+        // Back and caught up: unfenced, but not in any ISR until it catches up on data.
+        h.heartbeat(1, epochs[0], false);
+        assert!(!h.image.broker(BrokerId(1)).unwrap().fenced);
+    }
+
+    #[test]
+    fn the_last_isr_member_keeps_its_place_and_leads_again_when_back() {
+        let mut h = Harness::new();
+        let epoch = h.register(1, None);
+        h.create(topic("solo", 1, 1), false);
+        h.tick(BROKER_SESSION_TIMEOUT_MS_DEFAULT + 1);
+        let p = &h.partitions("solo")[0];
+        assert_eq!(p.leader, BrokerId::NONE);
+        assert_eq!(p.isr, vec![BrokerId(1)]);
+        assert_eq!(p.leader_epoch, LeaderEpoch(1));
+        h.heartbeat(1, epoch, false);
+        let p = &h.partitions("solo")[0];
+        assert_eq!(p.leader, BrokerId(1));
+        assert_eq!(p.leader_epoch, LeaderEpoch(2));
+    }
+
+    #[test]
+    fn a_fenced_replica_below_min_isr_becomes_an_eligible_leader_replica() {
+        let mut h = Harness::new();
+        let e1 = h.register(1, None);
+        h.register(2, None);
+        let mut t = topic("elr", 1, 2);
+        t.configs = vec![("min.insync.replicas".into(), Some("2".into()))];
+        h.create(t, false);
+        let leader = h.partitions("elr")[0].leader;
+        let follower = if leader == BrokerId(1) {
+            BrokerId(2)
+        } else {
+            BrokerId(1)
+        };
+        let epoch_of = |id: BrokerId| h.image.broker(id).unwrap().epoch;
+        let fence_epoch = epoch_of(follower);
+        let _ = e1;
+        h.run(ControllerRequest::BrokerHeartbeat(BrokerHeartbeatRequest {
+            broker_id: follower,
+            broker_epoch: fence_epoch,
+            current_metadata_offset: h.image.offset(),
+            wants_fence: true,
+            wants_shut_down: false,
+        }));
+        let p = &h.partitions("elr")[0];
+        assert_eq!(p.isr, vec![leader]);
+        assert_eq!(p.eligible_leader_replicas, vec![follower]);
+    }
+
+    #[test]
+    fn controlled_shutdown_hands_leaderships_over_then_fences() {
+        let mut h = Harness::new();
+        let epochs: Vec<BrokerEpoch> = (1..=2).map(|id| h.register(id, None)).collect();
+        h.create(topic("t", 4, 2), false);
+        assert!(h.partitions("t").iter().any(|p| p.leader == BrokerId(1)));
+        let hb = h.heartbeat(1, epochs[0], true);
+        assert!(hb.should_shut_down && hb.is_fenced);
+        assert!(h.image.broker(BrokerId(1)).unwrap().fenced);
+        for p in h.partitions("t") {
+            assert_eq!(p.leader, BrokerId(2));
+            assert_eq!(p.isr, vec![BrokerId(2)]);
+        }
+        // It is not unfenced by later heartbeats, and gets nothing new.
+        let hb = h.heartbeat(1, epochs[0], false);
+        assert!(hb.should_shut_down);
+        assert_eq!(
+            h.create(topic("u", 1, 2), false).error_code,
+            INVALID_REPLICATION_FACTOR
+        );
+    }
+
+    #[test]
+    fn delete_topics_by_name_and_id() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        let id = h.create(topic("a", 1, 1), false).topic_id.unwrap();
+        let ControllerResponse::DeleteTopics(v) =
+            h.run(ControllerRequest::DeleteTopics(DeleteTopicsRequest {
+                topics: vec![
+                    TopicRef::Name("missing".into()),
+                    TopicRef::Id(TopicId(uuid::Uuid::from_u128(5))),
+                    TopicRef::Id(id),
+                ],
+            }))
+        else {
+            panic!()
+        };
+        assert_eq!(v[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+        assert_eq!(v[1].error_code, UNKNOWN_TOPIC_ID);
+        assert_eq!(v[2].error_code, NONE);
+        assert_eq!(v[2].name.as_deref(), Some("a"));
+        assert!(h.image.topic("a").is_none());
+    }
+
+    #[test]
+    fn create_partitions_only_grows() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        h.register(2, None);
+        h.create(topic("a", 2, 2), false);
+        let mut grow = |count, assignments| {
+            let ControllerResponse::CreatePartitions(v) = h.run(
+                ControllerRequest::CreatePartitions(CreatePartitionsRequest {
+                    topics: vec![CreatePartitionsTopic {
+                        name: "a".into(),
+                        count,
+                        assignments,
+                    }],
+                    validate_only: false,
+                }),
+            ) else {
+                panic!()
+            };
+            v[0].error_code
+        };
+        assert_eq!(grow(1, None), INVALID_PARTITIONS);
+        assert_eq!(grow(2, None), INVALID_PARTITIONS);
+        assert_eq!(
+            grow(4, Some(vec![vec![BrokerId(1), BrokerId(2)]])),
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        assert_eq!(grow(4, None), NONE);
+        let partitions = h.partitions("a");
+        assert_eq!(partitions.len(), 4);
+        assert!(partitions.iter().all(|p| p.replicas.len() == 2));
+    }
+
+    #[test]
+    fn incremental_alter_configs_sets_deletes_appends_and_subtracts() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        h.create(topic("a", 1, 1), false);
+        fn alter(
+            h: &mut Harness,
+            resource_type: i8,
+            name: &str,
+            op: AlterConfigOp,
+            value: Option<&str>,
+        ) -> i16 {
+            let ControllerResponse::IncrementalAlterConfigs(v) = h.run(
+                ControllerRequest::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+                    resources: vec![AlterConfigsResource {
+                        resource_type,
+                        resource_name: name.into(),
+                        configs: vec![AlterableConfig {
+                            name: "cleanup.policy".into(),
+                            op,
+                            value: value.map(str::to_owned),
+                        }],
+                    }],
+                    validate_only: false,
+                }),
+            ) else {
+                panic!()
+            };
+            v[0].error_code
+        }
+        assert_eq!(
+            alter(&mut h, 2, "a", AlterConfigOp::Set, Some("delete")),
+            NONE
+        );
+        assert_eq!(
+            alter(&mut h, 2, "a", AlterConfigOp::Append, Some("compact")),
+            NONE
+        );
+        assert_eq!(
+            h.image.topic_configs("a").unwrap()["cleanup.policy"],
+            "delete,compact"
+        );
+        assert_eq!(
+            alter(&mut h, 2, "a", AlterConfigOp::Subtract, Some("delete")),
+            NONE
+        );
+        assert_eq!(
+            h.image.topic_configs("a").unwrap()["cleanup.policy"],
+            "compact"
+        );
+        assert_eq!(alter(&mut h, 2, "a", AlterConfigOp::Delete, None), NONE);
+        assert!(h.image.topic_configs("a").is_none());
+        assert_eq!(
+            alter(&mut h, 2, "missing", AlterConfigOp::Set, Some("x")),
+            UNKNOWN_TOPIC_OR_PARTITION
+        );
+        assert_eq!(
+            alter(&mut h, 4, "", AlterConfigOp::Set, Some("delete")),
+            NONE
+        );
+        assert_eq!(
+            alter(&mut h, 4, "not-a-number", AlterConfigOp::Set, Some("x")),
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            alter(&mut h, 3, "x", AlterConfigOp::Set, Some("x")),
+            INVALID_REQUEST
+        );
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap() {
+        let mut h = Harness::new();
+        let epoch = h.register(1, None);
+        let mut starts = Vec::new();
+        for _ in 0..3 {
+            let ControllerResponse::AllocateProducerIds(r) = h.run(
+                ControllerRequest::AllocateProducerIds(AllocateProducerIdsRequest {
+                    broker_id: BrokerId(1),
+                    broker_epoch: epoch,
+                }),
+            ) else {
+                panic!()
+            };
+            assert_eq!(r.error_code, NONE);
+            assert_eq!(r.producer_id_len as i64, PRODUCER_ID_BLOCK_SIZE);
+            starts.push(r.producer_id_start);
+        }
+        assert_eq!(starts, [0, 1000, 2000]);
+        assert_eq!(h.image.next_producer_id(), 3000);
+        let ControllerResponse::AllocateProducerIds(r) = h.run(
+            ControllerRequest::AllocateProducerIds(AllocateProducerIdsRequest {
+                broker_id: BrokerId(1),
+                broker_epoch: BrokerEpoch(epoch.0 + 100),
+            }),
+        ) else {
+            panic!()
+        };
+        assert_eq!(r.error_code, STALE_BROKER_EPOCH);
+    }
+
+    #[test]
+    fn rack_aware_placement_puts_replicas_on_distinct_racks() {
+        let mut h = Harness::new();
+        for (id, rack) in [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")] {
+            h.register(id, Some(rack));
+        }
+        h.create(topic("racked", 12, 3), false);
+        for p in h.partitions("racked") {
+            let mut racks: Vec<String> = p
+                .replicas
+                .iter()
+                .map(|b| h.image.broker(*b).unwrap().rack.clone().unwrap())
+                .collect();
+            racks.sort();
+            racks.dedup();
+            assert_eq!(racks.len(), 3, "{:?}", p.replicas);
+        }
+    }
 }

@@ -573,7 +573,10 @@ mod tests {
         assert_eq!(p0.leader, BrokerId(2));
         assert_eq!(p0.leader_epoch, LeaderEpoch(1));
         assert_eq!(p0.partition_epoch, PartitionEpoch(1));
-        assert_eq!(image.topic_configs("orders").unwrap()["retention.ms"], "1000");
+        assert_eq!(
+            image.topic_configs("orders").unwrap()["retention.ms"],
+            "1000"
+        );
         assert_eq!(image.next_producer_id(), 1000);
         assert_eq!(image.unfenced_brokers().count(), 2);
         assert_eq!(image.offset(), Offset(12));
@@ -595,7 +598,10 @@ mod tests {
         let mut image = sample();
         let id = image.topic("orders").unwrap().id;
         image
-            .apply(Offset(20), &Record::RemoveTopic(RemoveTopicRecord { topic_id: id }))
+            .apply(
+                Offset(20),
+                &Record::RemoveTopic(RemoveTopicRecord { topic_id: id }),
+            )
             .unwrap();
         assert!(image.topic("orders").is_none());
         assert!(image.topic_configs("orders").is_none());

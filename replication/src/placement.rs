@@ -31,7 +31,10 @@ pub struct PlacementBroker {
 #[derive(Debug, PartialEq, Eq)]
 pub enum PlacementError {
     /// More replicas asked for than there are usable brokers.
-    NotEnoughBrokers { replication_factor: i16, brokers: usize },
+    NotEnoughBrokers {
+        replication_factor: i16,
+        brokers: usize,
+    },
 }
 
 /// Assignments for partitions `first_partition .. first_partition + count`, leader first.
@@ -54,13 +57,16 @@ pub fn place(
         .iter()
         .map(|b| (b.id, b.rack.as_deref().unwrap_or("")))
         .collect();
-    let rack_count = rack_of.values().collect::<std::collections::BTreeSet<_>>().len();
+    let rack_count = rack_of
+        .values()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     let start = rng.gen_range(0..n);
     let mut shift = rng.gen_range(0..n);
     let mut assignments = Vec::with_capacity(count.max(0) as usize);
     for i in 0..count {
         let partition = (first_partition + i) as usize;
-        if partition > 0 && partition % n == 0 {
+        if partition > 0 && partition.is_multiple_of(n) {
             shift += 1;
         }
         let first = (partition + start) % n;

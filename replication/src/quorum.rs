@@ -28,10 +28,12 @@
 
 use std::collections::VecDeque;
 
+use raft::eraftpb::{
+    ConfState, Entry, EntryType, HardState, MessageType, Snapshot, SnapshotMetadata,
+};
+use raft::{GetEntriesContext, RaftState, RawNode, SnapshotStatus, Storage, StorageError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use raft::eraftpb::{ConfState, Entry, EntryType, HardState, MessageType, Snapshot, SnapshotMetadata};
-use raft::{GetEntriesContext, RaftState, RawNode, SnapshotStatus, Storage, StorageError};
 
 pub use raft::eraftpb::Message;
 pub use raft::StateRole;
@@ -116,7 +118,11 @@ impl PersistedState {
         if let Some(first) = ready.entries.first() {
             self.entries.retain(|e| e.index < first.index);
             if let Some(last) = self.entries.last() {
-                assert_eq!(last.index + 1, first.index, "persisted log would have a gap");
+                assert_eq!(
+                    last.index + 1,
+                    first.index,
+                    "persisted log would have a gap"
+                );
             }
             self.entries.extend(ready.entries.iter().cloned());
         }
@@ -157,7 +163,9 @@ impl MetadataLog {
     }
 
     fn last_index_(&self) -> u64 {
-        self.entries.last().map_or(self.snapshot_index(), |e| e.index)
+        self.entries
+            .last()
+            .map_or(self.snapshot_index(), |e| e.index)
     }
 
     fn append(&mut self, entries: &[Entry]) {
@@ -201,7 +209,10 @@ impl MetadataLog {
 
 impl Storage for MetadataLog {
     fn initial_state(&self) -> raft::Result<RaftState> {
-        Ok(RaftState::new(self.hard_state.clone(), self.conf_state.clone()))
+        Ok(RaftState::new(
+            self.hard_state.clone(),
+            self.conf_state.clone(),
+        ))
     }
 
     fn entries(
@@ -214,7 +225,10 @@ impl Storage for MetadataLog {
         if low < self.first_index_() {
             return Err(raft::Error::Store(StorageError::Compacted));
         }
-        assert!(high <= self.last_index_() + 1, "entries up to {high} past the log end");
+        assert!(
+            high <= self.last_index_() + 1,
+            "entries up to {high} past the log end"
+        );
         let from = (low - self.first_index_()) as usize;
         let to = (high - self.first_index_()) as usize;
         let max_size = max_size.into().unwrap_or(u64::MAX);
@@ -390,7 +404,11 @@ impl MetadataNode {
             .filter(|e| e.index > log.snapshot_index())
             .collect();
         if let Some(first) = entries.first() {
-            assert_eq!(first.index, log.snapshot_index() + 1, "persisted log has a gap");
+            assert_eq!(
+                first.index,
+                log.snapshot_index() + 1,
+                "persisted log has a gap"
+            );
         }
         log.entries = entries;
         let snapshot_index = log.snapshot_index();
@@ -538,7 +556,10 @@ impl MetadataNode {
 
     /// The next round of work, if any. `advance` must follow before the next call.
     pub fn ready(&mut self) -> Option<Ready> {
-        assert!(self.in_flight.is_none(), "ready() called twice without advance()");
+        assert!(
+            self.in_flight.is_none(),
+            "ready() called twice without advance()"
+        );
         if !self.raw.has_ready() {
             if self.out.replies.is_empty()
                 && self.out.messages.is_empty()
@@ -750,7 +771,11 @@ impl MetadataNode {
                 let p = self.pending.pop_front().expect("checked");
                 let ours = p.index == entry.index && p.term == entry.term;
                 if let (Some(id), Some(response)) = (p.request_id, p.response) {
-                    let response = if ours { response } else { error_like(&response) };
+                    let response = if ours {
+                        response
+                    } else {
+                        error_like(&response)
+                    };
                     self.out.replies.push((id, response));
                 }
                 if !ours {
@@ -833,4 +858,204 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::{BrokerRegistrationRequest, CreatableTopic, CreateTopicsRequest};
+    use crate::error_code::NONE;
+    use crate::records::Endpoint;
+
+    /// One voter, driven to completion after every input, persisting to `disk`.
+    struct Single {
+        node: MetadataNode,
+        disk: PersistedState,
+        now_ms: u64,
+        replies: Vec<(RequestId, ControllerResponse)>,
+    }
+
+    impl Single {
+        fn new(config: QuorumConfig, disk: PersistedState) -> Single {
+            let node = MetadataNode::new(config, disk.clone()).unwrap();
+            Single {
+                node,
+                disk,
+                now_ms: 0,
+                replies: vec![],
+            }
+        }
+
+        fn drain(&mut self) {
+            while let Some(ready) = self.node.ready() {
+                assert!(ready.messages.is_empty() && ready.persisted_messages.is_empty());
+                self.disk.persist(&ready);
+                self.replies.extend(ready.replies);
+                self.node.advance();
+            }
+        }
+
+        fn run_for(&mut self, ms: u64) {
+            let end = self.now_ms + ms;
+            while self.now_ms < end {
+                self.now_ms += 10;
+                self.node.tick(self.now_ms);
+                self.drain();
+            }
+        }
+
+        fn request(&mut self, id: RequestId, request: ControllerRequest) -> ControllerResponse {
+            self.node.submit(id, request);
+            self.drain();
+            self.run_for(50);
+            let at = self
+                .replies
+                .iter()
+                .position(|(r, _)| *r == id)
+                .expect("a reply");
+            self.replies.remove(at).1
+        }
+    }
+
+    fn config(snapshot_interval_entries: u64) -> QuorumConfig {
+        let mut c = QuorumConfig::new(1, vec![1], vec![], "cluster");
+        c.snapshot_interval_entries = snapshot_interval_entries;
+        c
+    }
+
+    fn register() -> ControllerRequest {
+        ControllerRequest::BrokerRegistration(BrokerRegistrationRequest {
+            broker_id: BrokerId(1),
+            cluster_id: "cluster".into(),
+            incarnation_id: uuid::Uuid::from_u128(1),
+            listeners: vec![Endpoint {
+                name: "PLAINTEXT".into(),
+                host: "localhost".into(),
+                port: 9092,
+                security_protocol: 0,
+            }],
+            rack: None,
+            previous_broker_epoch: -1,
+        })
+    }
+
+    fn create(name: &str) -> ControllerRequest {
+        ControllerRequest::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.into(),
+                num_partitions: 2,
+                replication_factor: 1,
+                assignments: vec![],
+                configs: vec![],
+            }],
+            validate_only: false,
+        })
+    }
+
+    #[test]
+    fn a_single_voter_elects_itself_activates_and_answers() {
+        let mut s = Single::new(config(1_000), PersistedState::default());
+        assert_eq!(
+            s.request(1, register()),
+            register().error_response(NOT_CONTROLLER)
+        );
+        s.run_for(3_000);
+        assert!(s.node.is_active_controller());
+        let ControllerResponse::BrokerRegistration(r) = s.request(2, register()) else {
+            panic!()
+        };
+        assert_eq!(r.error_code, NONE);
+        // The epoch is the offset of the batch that registered it.
+        assert!(s.node.image().broker(BrokerId(1)).is_some());
+        assert_eq!(
+            r.broker_epoch,
+            s.node.image().broker(BrokerId(1)).unwrap().epoch.0
+        );
+        let status = s.node.quorum_status();
+        assert_eq!(status.leader_id, 1);
+        assert_eq!(status.voters.len(), 1);
+        assert_eq!(status.voters[0].log_end_offset, status.high_watermark);
+    }
+
+    #[test]
+    fn a_restart_rebuilds_the_same_image_from_snapshot_and_log() {
+        let mut s = Single::new(config(3), PersistedState::default());
+        s.run_for(3_000);
+        let ControllerResponse::BrokerRegistration(r) = s.request(1, register()) else {
+            panic!()
+        };
+        assert_eq!(r.error_code, NONE);
+        // Unfence by heartbeat so topics can be placed.
+        let hb = ControllerRequest::BrokerHeartbeat(crate::controller::BrokerHeartbeatRequest {
+            broker_id: BrokerId(1),
+            broker_epoch: crate::records::BrokerEpoch(r.broker_epoch),
+            current_metadata_offset: s.node.image().offset(),
+            wants_fence: false,
+            wants_shut_down: false,
+        });
+        s.request(2, hb);
+        for (i, name) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+            let ControllerResponse::CreateTopics(v) = s.request(10 + i as u64, create(name)) else {
+                panic!()
+            };
+            assert_eq!(v[0].error_code, NONE, "{v:?}");
+        }
+        assert!(
+            s.disk.snapshot.is_some(),
+            "the log was compacted into a snapshot"
+        );
+        let image = s.node.image().clone();
+        assert_eq!(image.topics().count(), 5);
+        let mut restarted = Single::new(config(3), s.disk.clone());
+        restarted.now_ms = s.now_ms;
+        restarted.run_for(3_000);
+        assert_eq!(restarted.node.image().topics().count(), 5);
+        // The new term's LeaderChange batch advanced the offset; everything else is equal.
+        let rebuilt = MetadataImage::from_snapshot(
+            image.offset(),
+            &restarted.node.image().snapshot_records(),
+        )
+        .unwrap();
+        assert_eq!(rebuilt, image);
+    }
+
+    #[test]
+    fn persisted_state_follows_truncation_and_compaction() {
+        let entry = |index, term| Entry {
+            index,
+            term,
+            ..Default::default()
+        };
+        let mut disk = PersistedState::default();
+        disk.persist(&Ready {
+            entries: vec![entry(1, 1), entry(2, 1), entry(3, 1)],
+            ..Default::default()
+        });
+        // A new leader overwrites from index 2.
+        disk.persist(&Ready {
+            entries: vec![entry(2, 2)],
+            ..Default::default()
+        });
+        assert_eq!(
+            disk.entries
+                .iter()
+                .map(|e| (e.index, e.term))
+                .collect::<Vec<_>>(),
+            [(1, 1), (2, 2)]
+        );
+        let snapshot = Snapshot {
+            data: vec![],
+            metadata: Some(SnapshotMetadata {
+                conf_state: None,
+                index: 1,
+                term: 1,
+            }),
+        };
+        disk.persist(&Ready {
+            compacted: Some(snapshot),
+            ..Default::default()
+        });
+        assert_eq!(disk.entries.len(), 1);
+        assert_eq!(disk.snapshot.as_ref().unwrap().get_metadata().index, 1);
+    }
 }

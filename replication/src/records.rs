@@ -469,7 +469,10 @@ impl Record {
         w.u8(RECORD_VERSION);
         self.encode_body(&mut w);
         let len = u32::try_from(buf.len() - start - 4).expect("record fits u32");
-        assert!(len <= RECORD_BYTES_MAX, "record of {len} bytes is too large");
+        assert!(
+            len <= RECORD_BYTES_MAX,
+            "record of {len} bytes is too large"
+        );
         buf[start..start + 4].copy_from_slice(&len.to_be_bytes());
     }
 
@@ -597,7 +600,11 @@ impl Record {
         Ok((record, 4 + len as usize))
     }
 
-    fn decode_body(record_type: u16, version: u8, r: &mut Reader<'_>) -> Result<Record, DecodeError> {
+    fn decode_body(
+        record_type: u16,
+        version: u8,
+        r: &mut Reader<'_>,
+    ) -> Result<Record, DecodeError> {
         use record_type::*;
         let known = matches!(
             record_type,
@@ -699,7 +706,11 @@ impl Record {
                     }
                 };
                 let isr = list(0, r)?;
-                let leader = if has(1) { Some(BrokerId(r.i32()?)) } else { None };
+                let leader = if has(1) {
+                    Some(BrokerId(r.i32()?))
+                } else {
+                    None
+                };
                 Record::PartitionChange(PartitionChangeRecord {
                     partition_id,
                     topic_id,
@@ -847,29 +858,42 @@ mod tests {
                     broker_epoch: BrokerEpoch(e)
                 }
             )),
-            (name(), topic_id()).prop_map(|(name, topic_id)| Record::Topic(TopicRecord {
-                name,
-                topic_id
-            })),
+            (name(), topic_id())
+                .prop_map(|(name, topic_id)| Record::Topic(TopicRecord { name, topic_id })),
             (
-                (any::<i32>(), topic_id(), brokers(), brokers(), brokers(), brokers()),
-                (any::<i32>(), any::<i32>(), any::<i32>(), brokers(), brokers())
+                (
+                    any::<i32>(),
+                    topic_id(),
+                    brokers(),
+                    brokers(),
+                    brokers(),
+                    brokers()
+                ),
+                (
+                    any::<i32>(),
+                    any::<i32>(),
+                    any::<i32>(),
+                    brokers(),
+                    brokers()
+                )
             )
-                .prop_map(|((p, t, replicas, isr, rem, add), (l, le, pe, elr, lkelr))| {
-                    Record::Partition(PartitionRecord {
-                        partition_id: p,
-                        topic_id: t,
-                        replicas,
-                        isr,
-                        removing_replicas: rem,
-                        adding_replicas: add,
-                        leader: BrokerId(l),
-                        leader_epoch: LeaderEpoch(le),
-                        partition_epoch: PartitionEpoch(pe),
-                        eligible_leader_replicas: elr,
-                        last_known_elr: lkelr,
-                    })
-                }),
+                .prop_map(
+                    |((p, t, replicas, isr, rem, add), (l, le, pe, elr, lkelr))| {
+                        Record::Partition(PartitionRecord {
+                            partition_id: p,
+                            topic_id: t,
+                            replicas,
+                            isr,
+                            removing_replicas: rem,
+                            adding_replicas: add,
+                            leader: BrokerId(l),
+                            leader_epoch: LeaderEpoch(le),
+                            partition_epoch: PartitionEpoch(pe),
+                            eligible_leader_replicas: elr,
+                            last_known_elr: lkelr,
+                        })
+                    }
+                ),
             (any::<bool>(), name(), name(), proptest::option::of(name())).prop_map(
                 |(topic, resource_name, name, value)| Record::Config(ConfigRecord {
                     resource_type: if topic {
@@ -883,8 +907,19 @@ mod tests {
                 })
             ),
             (
-                (any::<i32>(), topic_id(), opt_brokers(), proptest::option::of(any::<i32>())),
-                (opt_brokers(), opt_brokers(), opt_brokers(), opt_brokers(), opt_brokers())
+                (
+                    any::<i32>(),
+                    topic_id(),
+                    opt_brokers(),
+                    proptest::option::of(any::<i32>())
+                ),
+                (
+                    opt_brokers(),
+                    opt_brokers(),
+                    opt_brokers(),
+                    opt_brokers(),
+                    opt_brokers()
+                )
             )
                 .prop_map(|((p, t, isr, leader), (replicas, rem, add, elr, lk))| {
                     Record::PartitionChange(PartitionChangeRecord {
@@ -1000,7 +1035,10 @@ mod tests {
         buf[replicas_at..replicas_at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(matches!(
             Record::decode(&buf),
-            Err(DecodeError::CountTooLarge { count: u32::MAX, .. })
+            Err(DecodeError::CountTooLarge {
+                count: u32::MAX,
+                ..
+            })
         ));
         let mut frame = vec![0xff, 0xff, 0xff, 0xff];
         frame.extend_from_slice(&[0; 8]);

@@ -24,7 +24,8 @@ use sluice_replication::controller::*;
 use sluice_replication::error_code;
 use sluice_replication::image::MetadataImage;
 use sluice_replication::quorum::{
-    CommittedBatch, Message, MetadataNode, PersistedState, QuorumConfig, Ready, RequestId, StateRole,
+    CommittedBatch, Message, MetadataNode, PersistedState, QuorumConfig, Ready, RequestId,
+    StateRole,
 };
 use sluice_replication::records::*;
 
@@ -337,7 +338,7 @@ impl Sim {
             };
             let Some(ready) = node.ready() else { return };
             // Messages that need no persistence may leave before a crash.
-            for m in ready.messages.iter().cloned().collect::<Vec<_>>() {
+            for m in ready.messages.iter().cloned() {
                 self.send(id, m.to, Payload::Raft(m));
             }
             if self.faults && ready.must_persist() && self.rng.gen_range(0..300) == 0 {
@@ -355,12 +356,22 @@ impl Sim {
             }
             for (rid, response) in ready.replies {
                 let client = rid >> 32;
-                self.send(id, client, Payload::Response {
-                    id: rid & 0xffff_ffff,
-                    response,
-                });
+                self.send(
+                    id,
+                    client,
+                    Payload::Response {
+                        id: rid & 0xffff_ffff,
+                        response,
+                    },
+                );
             }
-            self.nodes.get_mut(&id).unwrap().node.as_mut().unwrap().advance();
+            self.nodes
+                .get_mut(&id)
+                .unwrap()
+                .node
+                .as_mut()
+                .unwrap()
+                .advance();
         }
     }
 
@@ -497,11 +508,15 @@ impl Sim {
         self.next_request_id += 1;
         self.acked.sent += 1;
         let to = self.controller_for(client);
-        self.send(client, to, Payload::Request {
+        self.send(
             client,
-            id,
-            request: request.clone(),
-        });
+            to,
+            Payload::Request {
+                client,
+                id,
+                request: request.clone(),
+            },
+        );
         let outstanding = Outstanding {
             sent_at: self.now,
             request,
@@ -636,15 +651,27 @@ impl Sim {
             }
         };
         // A response after the client gave up (or from before a broker restart) is ignored.
-        let Some(outstanding) = outstanding else { return };
+        let Some(outstanding) = outstanding else {
+            return;
+        };
         let not_controller = match &response {
-            ControllerResponse::CreateTopics(v) => v.iter().any(|t| t.error_code == error_code::NOT_CONTROLLER),
-            ControllerResponse::DeleteTopics(v) => v.iter().any(|t| t.error_code == error_code::NOT_CONTROLLER),
-            ControllerResponse::CreatePartitions(v) => v.iter().any(|t| t.error_code == error_code::NOT_CONTROLLER),
-            ControllerResponse::IncrementalAlterConfigs(v) => v.iter().any(|t| t.error_code == error_code::NOT_CONTROLLER),
+            ControllerResponse::CreateTopics(v) => {
+                v.iter().any(|t| t.error_code == error_code::NOT_CONTROLLER)
+            }
+            ControllerResponse::DeleteTopics(v) => {
+                v.iter().any(|t| t.error_code == error_code::NOT_CONTROLLER)
+            }
+            ControllerResponse::CreatePartitions(v) => {
+                v.iter().any(|t| t.error_code == error_code::NOT_CONTROLLER)
+            }
+            ControllerResponse::IncrementalAlterConfigs(v) => {
+                v.iter().any(|t| t.error_code == error_code::NOT_CONTROLLER)
+            }
             ControllerResponse::BrokerRegistration(r) => r.error_code == error_code::NOT_CONTROLLER,
             ControllerResponse::BrokerHeartbeat(r) => r.error_code == error_code::NOT_CONTROLLER,
-            ControllerResponse::AllocateProducerIds(r) => r.error_code == error_code::NOT_CONTROLLER,
+            ControllerResponse::AllocateProducerIds(r) => {
+                r.error_code == error_code::NOT_CONTROLLER
+            }
         };
         if not_controller {
             self.acked.not_controller += 1;
@@ -663,7 +690,9 @@ impl Sim {
                 );
                 for t in v {
                     if t.error_code == error_code::NONE && !validate_only {
-                        self.acked.topics.insert(t.topic_id.expect("created topic has an id"));
+                        self.acked
+                            .topics
+                            .insert(t.topic_id.expect("created topic has an id"));
                     }
                 }
             }
@@ -718,9 +747,9 @@ impl Sim {
         };
         let commit = Offset(leader.commit_index() as i64);
         self.nodes.values().all(|n| {
-            n.node
-                .as_ref()
-                .is_some_and(|m| m.image().offset() == commit && m.commit_index() == commit.0 as u64)
+            n.node.as_ref().is_some_and(|m| {
+                m.image().offset() == commit && m.commit_index() == commit.0 as u64
+            })
         })
     }
 
@@ -749,9 +778,16 @@ impl Sim {
                         created.insert(t.topic_id);
                     }
                     Record::RegisterBroker(b) => {
-                        assert_eq!(b.broker_epoch.0, offset, "a broker's epoch is its registration offset");
+                        assert_eq!(
+                            b.broker_epoch.0, offset,
+                            "a broker's epoch is its registration offset"
+                        );
                         if let Some(prev) = last_epoch.insert(b.broker_id, b.broker_epoch) {
-                            assert!(prev < b.broker_epoch, "broker {} epoch went back", b.broker_id);
+                            assert!(
+                                prev < b.broker_epoch,
+                                "broker {} epoch went back",
+                                b.broker_id
+                            );
                         }
                         registered.insert((b.broker_id, b.broker_epoch), ());
                     }
@@ -760,16 +796,26 @@ impl Sim {
             }
         }
         for t in &self.acked.topics {
-            assert!(created.contains(t), "acknowledged topic {t} is not in the committed log");
+            assert!(
+                created.contains(t),
+                "acknowledged topic {t} is not in the committed log"
+            );
         }
         for r in &self.acked.registrations {
-            assert!(registered.contains_key(r), "acknowledged registration {r:?} is not committed");
+            assert!(
+                registered.contains_key(r),
+                "acknowledged registration {r:?} is not committed"
+            );
         }
         let mut blocks = self.acked.producer_id_blocks.clone();
         blocks.sort();
         let before = blocks.len();
         blocks.dedup();
-        assert_eq!(blocks.len(), before, "a producer id block was handed out twice");
+        assert_eq!(
+            blocks.len(),
+            before,
+            "a producer id block was handed out twice"
+        );
         if let Some(last) = blocks.last() {
             assert!(*last < image.next_producer_id());
         }
@@ -801,7 +847,9 @@ fn run_seed(seed: u64, voters: u64) -> Sim {
 }
 
 fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| v.parse().expect("a number"))
+    std::env::var(name)
+        .ok()
+        .map(|v| v.parse().expect("a number"))
 }
 
 fn run_many(voters: u64) {
@@ -823,7 +871,10 @@ fn run_many(voters: u64) {
     eprintln!(
         "{seeds} seeds, {voters} voters: {crashes} crashes, {snapshots} snapshots installed, {acked} requests acknowledged, {batches} batches committed"
     );
-    assert!(seeds == 0 || snapshots > 0, "no run exercised snapshot installation");
+    assert!(
+        seeds == 0 || snapshots > 0,
+        "no run exercised snapshot installation"
+    );
 }
 
 #[test]
