@@ -70,6 +70,8 @@ struct Node {
     /// The last offset this incarnation applied (contiguity check).
     applied: Offset,
     restart_at: u64,
+    /// How far this node's clock runs ahead of true time; it only ever jumps forward.
+    clock_skew_ms: u64,
 }
 
 /// A client's request waiting for its response.
@@ -134,6 +136,7 @@ struct Sim {
     acked: Acked,
     faults: bool,
     crashes: u32,
+    clock_jumps: u32,
     snapshots_installed: u32,
 }
 
@@ -160,6 +163,7 @@ impl Sim {
                     disk: PersistedState::default(),
                     applied: Offset(0),
                     restart_at: 0,
+                    clock_skew_ms: 0,
                 },
             );
         }
@@ -197,6 +201,7 @@ impl Sim {
             acked: Acked::default(),
             faults: true,
             crashes: 0,
+            clock_jumps: 0,
             snapshots_installed: 0,
         }
     }
@@ -297,8 +302,10 @@ impl Sim {
             if self.nodes[&id].node.is_none() && now >= self.nodes[&id].restart_at {
                 self.restart(id);
             }
-            if let Some(node) = self.nodes.get_mut(&id).unwrap().node.as_mut() {
-                node.tick(now);
+            let n = self.nodes.get_mut(&id).unwrap();
+            let local_now = now + n.clock_skew_ms;
+            if let Some(node) = n.node.as_mut() {
+                node.tick(local_now);
             }
         }
         self.run_brokers();
@@ -447,7 +454,7 @@ impl Sim {
     fn restart(&mut self, id: u64) {
         let n = self.nodes.get_mut(&id).unwrap();
         let mut node = MetadataNode::new(n.config.clone(), n.disk.clone()).unwrap();
-        node.tick(self.now);
+        node.tick(self.now + n.clock_skew_ms);
         n.applied = node.image().offset();
         n.node = Some(node);
         let incarnation = uuid::Uuid::from_u128(self.rng.gen());
@@ -471,6 +478,12 @@ impl Sim {
         for id in ids {
             if self.nodes[&id].node.is_some() && self.rng.gen_range(0..4_000) == 0 {
                 self.crash(id);
+            }
+            if self.rng.gen_range(0..8_000) == 0 {
+                // The clock jumps ahead (a VM pause, an NTP step).
+                let jump = self.rng.gen_range(100..5_000);
+                self.nodes.get_mut(&id).unwrap().clock_skew_ms += jump;
+                self.clock_jumps += 1;
             }
         }
         if !self.isolated.is_empty() && self.now >= self.partition_until {
@@ -860,16 +873,17 @@ fn run_many(voters: u64) {
         return;
     }
     let seeds = env_u64("SIM_SEEDS").unwrap_or(SEEDS_DEFAULT);
-    let (mut crashes, mut snapshots, mut acked, mut batches) = (0, 0, 0, 0);
+    let (mut crashes, mut jumps, mut snapshots, mut acked, mut batches) = (0, 0, 0, 0, 0);
     for seed in 0..seeds {
         let sim = run_seed(seed, voters);
         crashes += sim.crashes;
+        jumps += sim.clock_jumps;
         snapshots += sim.snapshots_installed;
         acked += sim.acked.requests;
         batches += sim.log.len();
     }
     eprintln!(
-        "{seeds} seeds, {voters} voters: {crashes} crashes, {snapshots} snapshots installed, {acked} requests acknowledged, {batches} batches committed"
+        "{seeds} seeds, {voters} voters: {crashes} crashes, {jumps} clock jumps, {snapshots} snapshots installed, {acked} requests acknowledged, {batches} batches committed"
     );
     assert!(
         seeds == 0 || snapshots > 0,
