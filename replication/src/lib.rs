@@ -1,4 +1,20 @@
-//! sluice-replication: the controller quorum, the metadata image and ISR replication.
+//! sluice-replication: the sans-IO core of Sluice's cluster.
 //!
-//! Empty for now: the single-node broker comes first (see the cluster section of DESIGN.md for
-//! what will live here). It depends on the engine only, and never on the broker.
+//! - `records`: the metadata records and their byte format (`FORMAT.md`).
+//! - `image`: the metadata image, built only by applying committed records.
+//! - `controller`: the controller state machine (Kafka's QuorumController): requests and time
+//!   in, records to commit and responses out.
+//! - `placement`: rack-aware replica placement for new partitions.
+//! - `quorum`: the raft-rs driver and the metadata node that ties raft, controller and image
+//!   together; the broker feeds it messages, time and persistence acknowledgements.
+//!
+//! No socket, file, clock or glommio type crosses into this crate: the broker drives it with
+//! real ones, and the simulator in `tests/sim.rs` with simulated ones. It depends on the engine
+//! only, and never on the broker.
+
+pub mod controller;
+pub mod error_code;
+pub mod image;
+pub mod placement;
+pub mod quorum;
+pub mod records;

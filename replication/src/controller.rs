@@ -1,0 +1,1837 @@
+//! The controller state machine: turns controller requests and time into metadata records and
+//! responses, as Kafka's QuorumController does. Sans-IO: it never commits anything itself.
+//!
+//! Lifecycle: every node has one, inactive. When this node's raft becomes leader and its
+//! leader-change batch has committed (so it has applied everything committed before), the node
+//! calls `activate` with the committed image. While active, `handle` and `tick` return records
+//! to propose together with the response to send once they commit. The controller applies its
+//! own records at once to a speculative image, so the next request sees them (KRaft does the
+//! same); if leadership is lost the node calls `deactivate`, which throws the speculative image
+//! away, and the next activation starts from the committed one again. An inactive controller
+//! answers every request with NOT_CONTROLLER.
+//!
+//! Broker sessions (heartbeat deadlines) and controlled-shutdown state are in memory on the
+//! active controller only, as in Kafka: a new controller gives every registered broker a fresh
+//! session.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::error_code::*;
+use crate::image::{MetadataImage, PartitionRegistration};
+use crate::placement::{place, PlacementBroker, PlacementError};
+use crate::records::*;
+
+/// Kafka's `broker.session.timeout.ms` default.
+pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
+/// Kafka's producer id block size (AllocateProducerIds hands out this many at a time).
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1_000;
+/// Most partitions one topic may have: a CreateTopics batch holds one record per partition,
+/// and each batch must stay well under the raft message size.
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+/// Kafka's topic name length limit.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Most brokers one partition may be placed on.
+pub const REPLICATION_FACTOR_MAX: i16 = 64;
+
+/// Validates a resource's configs as they would be after a change; `Err` is the message for
+/// INVALID_CONFIG. The broker passes its own checks (it knows which values its logs accept).
+pub type ConfigValidator = fn(ConfigResourceType, &BTreeMap<String, String>) -> Result<(), String>;
+
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    pub node_id: BrokerId,
+    pub cluster_id: String,
+    /// `broker.session.timeout.ms`.
+    pub broker_session_timeout_ms: u64,
+    /// `num.partitions`.
+    pub num_partitions: i32,
+    /// `default.replication.factor`.
+    pub default_replication_factor: i16,
+    /// `min.insync.replicas` for topics without their own: a fenced replica whose removal
+    /// takes the ISR below it joins the eligible leader replicas (KIP-966).
+    pub min_insync_replicas: usize,
+    pub config_validator: Option<ConfigValidator>,
+    /// Seeds topic ids and placement; the simulator fixes it, the broker draws it at random.
+    pub seed: u64,
+}
+
+impl ControllerConfig {
+    pub fn new(node_id: BrokerId, cluster_id: impl Into<String>) -> Self {
+        ControllerConfig {
+            node_id,
+            cluster_id: cluster_id.into(),
+            broker_session_timeout_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+            num_partitions: 1,
+            default_replication_factor: 1,
+            min_insync_replicas: 1,
+            config_validator: None,
+            seed: 0,
+        }
+    }
+}
+
+// ----- requests and responses, already decoded from Kafka's wire types -----
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatableTopic {
+    pub name: String,
+    /// -1 for `num.partitions`.
+    pub num_partitions: i32,
+    /// -1 for `default.replication.factor`.
+    pub replication_factor: i16,
+    /// Manual assignment: (partition index, replicas, preferred leader first).
+    pub assignments: Vec<(i32, Vec<BrokerId>)>,
+    pub configs: Vec<(String, Option<String>)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateTopicsRequest {
+    pub topics: Vec<CreatableTopic>,
+    pub validate_only: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatableTopicResult {
+    pub name: String,
+    pub topic_id: Option<TopicId>,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopicRef {
+    Name(String),
+    Id(TopicId),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteTopicsRequest {
+    pub topics: Vec<TopicRef>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeletableTopicResult {
+    pub name: Option<String>,
+    pub topic_id: Option<TopicId>,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatePartitionsTopic {
+    pub name: String,
+    /// The new total partition count.
+    pub count: i32,
+    /// Replicas of each new partition, or `None` to place them.
+    pub assignments: Option<Vec<Vec<BrokerId>>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatePartitionsRequest {
+    pub topics: Vec<CreatePartitionsTopic>,
+    pub validate_only: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatePartitionsTopicResult {
+    pub name: String,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
+/// IncrementalAlterConfigs' operations, with Kafka's ids 0..=3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AlterConfigOp {
+    Set,
+    Delete,
+    Append,
+    Subtract,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterableConfig {
+    pub name: String,
+    pub op: AlterConfigOp,
+    pub value: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterConfigsResource {
+    /// Kafka's ConfigResource type id (2 = topic, 4 = broker); others are refused.
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub configs: Vec<AlterableConfig>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IncrementalAlterConfigsRequest {
+    pub resources: Vec<AlterConfigsResource>,
+    pub validate_only: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterConfigsResourceResult {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerRegistrationRequest {
+    pub broker_id: BrokerId,
+    pub cluster_id: String,
+    pub incarnation_id: uuid::Uuid,
+    pub listeners: Vec<Endpoint>,
+    pub rack: Option<String>,
+    /// The epoch of this broker's previous registration if it shut down cleanly, else -1:
+    /// lets a restarted broker register before its old session expires.
+    pub previous_broker_epoch: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerRegistrationResponse {
+    pub error_code: i16,
+    pub broker_epoch: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerHeartbeatRequest {
+    pub broker_id: BrokerId,
+    pub broker_epoch: BrokerEpoch,
+    /// The last metadata offset the broker has applied.
+    pub current_metadata_offset: Offset,
+    pub wants_fence: bool,
+    pub wants_shut_down: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerHeartbeatResponse {
+    pub error_code: i16,
+    pub is_caught_up: bool,
+    pub is_fenced: bool,
+    pub should_shut_down: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocateProducerIdsRequest {
+    pub broker_id: BrokerId,
+    pub broker_epoch: BrokerEpoch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocateProducerIdsResponse {
+    pub error_code: i16,
+    pub producer_id_start: i64,
+    pub producer_id_len: i32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControllerRequest {
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+    CreatePartitions(CreatePartitionsRequest),
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+    BrokerRegistration(BrokerRegistrationRequest),
+    BrokerHeartbeat(BrokerHeartbeatRequest),
+    AllocateProducerIds(AllocateProducerIdsRequest),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControllerResponse {
+    CreateTopics(Vec<CreatableTopicResult>),
+    DeleteTopics(Vec<DeletableTopicResult>),
+    CreatePartitions(Vec<CreatePartitionsTopicResult>),
+    IncrementalAlterConfigs(Vec<AlterConfigsResourceResult>),
+    BrokerRegistration(BrokerRegistrationResponse),
+    BrokerHeartbeat(BrokerHeartbeatResponse),
+    AllocateProducerIds(AllocateProducerIdsResponse),
+}
+
+impl ControllerRequest {
+    /// The response that fails every part of this request with one error code.
+    pub fn error_response(&self, error_code: i16) -> ControllerResponse {
+        match self {
+            ControllerRequest::CreateTopics(r) => ControllerResponse::CreateTopics(
+                r.topics
+                    .iter()
+                    .map(|t| CreatableTopicResult {
+                        name: t.name.clone(),
+                        topic_id: None,
+                        error_code,
+                        error_message: None,
+                        num_partitions: -1,
+                        replication_factor: -1,
+                    })
+                    .collect(),
+            ),
+            ControllerRequest::DeleteTopics(r) => ControllerResponse::DeleteTopics(
+                r.topics
+                    .iter()
+                    .map(|t| DeletableTopicResult {
+                        name: match t {
+                            TopicRef::Name(n) => Some(n.clone()),
+                            TopicRef::Id(_) => None,
+                        },
+                        topic_id: match t {
+                            TopicRef::Id(id) => Some(*id),
+                            TopicRef::Name(_) => None,
+                        },
+                        error_code,
+                        error_message: None,
+                    })
+                    .collect(),
+            ),
+            ControllerRequest::CreatePartitions(r) => ControllerResponse::CreatePartitions(
+                r.topics
+                    .iter()
+                    .map(|t| CreatePartitionsTopicResult {
+                        name: t.name.clone(),
+                        error_code,
+                        error_message: None,
+                    })
+                    .collect(),
+            ),
+            ControllerRequest::IncrementalAlterConfigs(r) => {
+                ControllerResponse::IncrementalAlterConfigs(
+                    r.resources
+                        .iter()
+                        .map(|c| AlterConfigsResourceResult {
+                            resource_type: c.resource_type,
+                            resource_name: c.resource_name.clone(),
+                            error_code,
+                            error_message: None,
+                        })
+                        .collect(),
+                )
+            }
+            ControllerRequest::BrokerRegistration(_) => {
+                ControllerResponse::BrokerRegistration(BrokerRegistrationResponse {
+                    error_code,
+                    broker_epoch: -1,
+                })
+            }
+            ControllerRequest::BrokerHeartbeat(_) => {
+                ControllerResponse::BrokerHeartbeat(BrokerHeartbeatResponse {
+                    error_code,
+                    is_caught_up: false,
+                    is_fenced: true,
+                    should_shut_down: false,
+                })
+            }
+            ControllerRequest::AllocateProducerIds(_) => {
+                ControllerResponse::AllocateProducerIds(AllocateProducerIdsResponse {
+                    error_code,
+                    producer_id_start: -1,
+                    producer_id_len: 0,
+                })
+            }
+        }
+    }
+}
+
+/// What handling a request produced: records to commit (possibly none), and the response to
+/// send once they have committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerResult {
+    pub records: Vec<Record>,
+    pub response: ControllerResponse,
+}
+
+pub struct Controller {
+    config: ControllerConfig,
+    /// The committed image plus every record this controller has produced since, while active.
+    speculative: Option<MetadataImage>,
+    /// Heartbeat deadline of each registered broker (ms), active controller only.
+    sessions: BTreeMap<BrokerId, u64>,
+    /// Brokers that asked for controlled shutdown since they registered.
+    shutting_down: BTreeSet<BrokerId>,
+    /// The offset the records being produced will commit at (set by `handle` and `tick`).
+    next_offset: Offset,
+    rng: StdRng,
+}
+
+impl Controller {
+    pub fn new(config: ControllerConfig) -> Self {
+        let rng = StdRng::seed_from_u64(config.seed);
+        Controller {
+            config,
+            speculative: None,
+            sessions: BTreeMap::new(),
+            shutting_down: BTreeSet::new(),
+            next_offset: Offset(0),
+            rng,
+        }
+    }
+
+    pub fn config(&self) -> &ControllerConfig {
+        &self.config
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.speculative.is_some()
+    }
+
+    /// Becomes the active controller on top of `committed`, which must hold everything
+    /// committed so far. Every registered broker gets a fresh session from `now_ms`.
+    pub fn activate(&mut self, committed: &MetadataImage, now_ms: u64) {
+        self.speculative = Some(committed.clone());
+        self.sessions = committed
+            .brokers()
+            .map(|b| (b.id, now_ms + self.config.broker_session_timeout_ms))
+            .collect();
+        self.shutting_down.clear();
+    }
+
+    /// Stops being the active controller; uncommitted work is forgotten.
+    pub fn deactivate(&mut self) {
+        self.speculative = None;
+        self.sessions.clear();
+        self.shutting_down.clear();
+    }
+
+    /// The image this controller decides against (committed plus its own pending records).
+    pub fn speculative_image(&self) -> Option<&MetadataImage> {
+        self.speculative.as_ref()
+    }
+
+    /// Handles one request. `next_offset` is the offset its records will be committed at (the
+    /// raft index the next proposal gets): a broker's epoch is the offset of its registration.
+    pub fn handle(
+        &mut self,
+        now_ms: u64,
+        next_offset: Offset,
+        request: &ControllerRequest,
+    ) -> ControllerResult {
+        if self.speculative.is_none() {
+            return ControllerResult {
+                records: vec![],
+                response: request.error_response(NOT_CONTROLLER),
+            };
+        }
+        self.next_offset = next_offset;
+        let (records, response) = match request {
+            ControllerRequest::CreateTopics(r) => self.create_topics(r),
+            ControllerRequest::DeleteTopics(r) => self.delete_topics(r),
+            ControllerRequest::CreatePartitions(r) => self.create_partitions(r),
+            ControllerRequest::IncrementalAlterConfigs(r) => self.alter_configs(r),
+            ControllerRequest::BrokerRegistration(r) => {
+                self.register_broker(now_ms, next_offset, r)
+            }
+            ControllerRequest::BrokerHeartbeat(r) => self.heartbeat(now_ms, r),
+            ControllerRequest::AllocateProducerIds(r) => self.allocate_producer_ids(r),
+        };
+        ControllerResult { records, response }
+    }
+
+    /// Fences brokers whose sessions have expired; returns the records to commit (one batch),
+    /// empty when there is nothing to do or this controller is not active.
+    pub fn tick(&mut self, now_ms: u64, next_offset: Offset) -> Vec<Record> {
+        self.next_offset = next_offset;
+        let Some(image) = &self.speculative else {
+            return vec![];
+        };
+        let expired: Vec<BrokerId> = self
+            .sessions
+            .iter()
+            .filter(|(id, &deadline)| deadline < now_ms && image.is_unfenced(**id))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut records = Vec::new();
+        for id in expired {
+            let image = self.speculative.as_ref().expect("active");
+            let epoch = image
+                .broker(id)
+                .expect("session of a registered broker")
+                .epoch;
+            let mut batch = self.leave_partitions(id);
+            batch.push(Record::FenceBroker(BrokerFencingRecord { id, epoch }));
+            self.emit(&mut records, batch);
+        }
+        records
+    }
+
+    fn image(&self) -> &MetadataImage {
+        self.speculative.as_ref().expect("active controller")
+    }
+
+    /// Applies `batch` to the speculative image, so what follows sees it, and adds it to `out`.
+    fn emit(&mut self, out: &mut Vec<Record>, batch: Vec<Record>) {
+        let offset = self.next_offset;
+        let image = self.speculative.as_mut().expect("active controller");
+        for record in &batch {
+            if let Err(e) = image.apply(offset, record) {
+                panic!("controller produced a record its own image refuses: {e}: {record:?}");
+            }
+        }
+        out.extend(batch);
+    }
+
+    fn min_insync_replicas(&self, topic: &str) -> usize {
+        self.image()
+            .topic_configs(topic)
+            .and_then(|c| c.get("min.insync.replicas"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.config.min_insync_replicas)
+    }
+
+    fn usable_brokers(&self) -> Vec<PlacementBroker> {
+        self.image()
+            .unfenced_brokers()
+            .filter(|b| !self.shutting_down.contains(&b.id))
+            .map(|b| PlacementBroker {
+                id: b.id,
+                rack: b.rack.clone(),
+            })
+            .collect()
+    }
+
+    fn new_topic_id(&mut self) -> TopicId {
+        loop {
+            let id = uuid::Builder::from_random_bytes(self.rng.gen()).into_uuid();
+            if !id.is_nil() && self.image().topic_by_id(TopicId(id)).is_none() {
+                return TopicId(id);
+            }
+        }
+    }
+
+    /// A leader for a partition, preferring replica order: the first ISR member that is
+    /// unfenced and not shutting down, other than `excluded`.
+    fn elect(&self, p: &PartitionRegistration, isr: &[BrokerId], excluded: BrokerId) -> BrokerId {
+        p.replicas
+            .iter()
+            .copied()
+            .find(|b| {
+                *b != excluded
+                    && isr.contains(b)
+                    && self.image().is_unfenced(*b)
+                    && !self.shutting_down.contains(b)
+            })
+            .unwrap_or(BrokerId::NONE)
+    }
+
+    /// Partition changes that take `broker` out of every ISR and leadership, for fencing and
+    /// controlled shutdown. The last ISR member stays in the ISR (with no leader), as in Kafka,
+    /// so it can lead again when it comes back; a removal that takes the ISR below
+    /// `min.insync.replicas` puts the broker in the eligible leader replicas (KIP-966).
+    fn leave_partitions(&self, broker: BrokerId) -> Vec<Record> {
+        let mut records = Vec::new();
+        for topic in self.image().topics() {
+            let min_isr = self.min_insync_replicas(&topic.name);
+            for (&partition_id, p) in &topic.partitions {
+                if !p.isr.contains(&broker) && p.leader != broker {
+                    continue;
+                }
+                let mut change = PartitionChangeRecord {
+                    partition_id,
+                    topic_id: topic.id,
+                    ..Default::default()
+                };
+                let mut isr = p.isr.clone();
+                if isr.len() > 1 {
+                    isr.retain(|b| *b != broker);
+                    change.isr = Some(isr.clone());
+                    if isr.len() < min_isr && !p.eligible_leader_replicas.contains(&broker) {
+                        let mut elr = p.eligible_leader_replicas.clone();
+                        elr.push(broker);
+                        change.eligible_leader_replicas = Some(elr);
+                    }
+                }
+                if p.leader == broker {
+                    change.leader = Some(self.elect(p, &isr, broker));
+                }
+                if change.isr.is_some() || change.leader.is_some() {
+                    records.push(Record::PartitionChange(change));
+                }
+            }
+        }
+        records
+    }
+
+    /// Partition changes that give leaderless partitions to `broker` once it is unfenced:
+    /// it leads where it is in the ISR, or failing that in the eligible leader replicas.
+    fn lead_leaderless(&self, broker: BrokerId) -> Vec<Record> {
+        let mut records = Vec::new();
+        for topic in self.image().topics() {
+            for (&partition_id, p) in &topic.partitions {
+                if p.leader != BrokerId::NONE {
+                    continue;
+                }
+                let mut change = PartitionChangeRecord {
+                    partition_id,
+                    topic_id: topic.id,
+                    ..Default::default()
+                };
+                if p.isr.contains(&broker) {
+                    change.leader = Some(broker);
+                } else if p.eligible_leader_replicas.contains(&broker) {
+                    change.leader = Some(broker);
+                    change.isr = Some(vec![broker]);
+                    change.eligible_leader_replicas = Some(
+                        p.eligible_leader_replicas
+                            .iter()
+                            .copied()
+                            .filter(|b| *b != broker)
+                            .collect(),
+                    );
+                } else {
+                    continue;
+                }
+                records.push(Record::PartitionChange(change));
+            }
+        }
+        records
+    }
+
+    fn create_topics(&mut self, r: &CreateTopicsRequest) -> (Vec<Record>, ControllerResponse) {
+        let mut records = Vec::new();
+        let mut results = Vec::new();
+        let mut seen = BTreeMap::new();
+        for t in &r.topics {
+            *seen.entry(t.name.as_str()).or_insert(0) += 1;
+        }
+        for t in &r.topics {
+            let result = if seen[t.name.as_str()] > 1 {
+                Err((
+                    INVALID_REQUEST,
+                    format!("Duplicate topic name {:?}.", t.name),
+                ))
+            } else {
+                self.create_topic(t)
+            };
+            match result {
+                Ok((topic_records, result)) => {
+                    if !r.validate_only {
+                        // Later topics of the same request see this one.
+                        self.emit(&mut records, topic_records);
+                    }
+                    results.push(result);
+                }
+                Err((error_code, message)) => results.push(CreatableTopicResult {
+                    name: t.name.clone(),
+                    topic_id: None,
+                    error_code,
+                    error_message: Some(message),
+                    num_partitions: -1,
+                    replication_factor: -1,
+                }),
+            }
+        }
+        (records, ControllerResponse::CreateTopics(results))
+    }
+
+    fn create_topic(
+        &mut self,
+        t: &CreatableTopic,
+    ) -> Result<(Vec<Record>, CreatableTopicResult), (i16, String)> {
+        validate_topic_name(&t.name).map_err(|m| (INVALID_TOPIC_EXCEPTION, m))?;
+        if self.image().topic(&t.name).is_some() {
+            return Err((
+                TOPIC_ALREADY_EXISTS,
+                format!("Topic '{}' already exists.", t.name),
+            ));
+        }
+        let mut configs = BTreeMap::new();
+        for (name, value) in &t.configs {
+            let Some(value) = value else {
+                return Err((
+                    INVALID_CONFIG,
+                    format!("Null value not supported for topic configs: {name}"),
+                ));
+            };
+            configs.insert(name.clone(), value.clone());
+        }
+        if let Some(validate) = self.config.config_validator {
+            validate(ConfigResourceType::Topic, &configs).map_err(|m| (INVALID_CONFIG, m))?;
+        }
+        let assignments = if t.assignments.is_empty() {
+            let num_partitions = if t.num_partitions == -1 {
+                self.config.num_partitions
+            } else {
+                t.num_partitions
+            };
+            let replication_factor = if t.replication_factor == -1 {
+                self.config.default_replication_factor
+            } else {
+                t.replication_factor
+            };
+            if num_partitions <= 0 || num_partitions > PARTITIONS_PER_TOPIC_MAX {
+                return Err((
+                    INVALID_PARTITIONS,
+                    format!(
+                        "Number of partitions was set to {num_partitions}; it must be between 1 and {PARTITIONS_PER_TOPIC_MAX}."
+                    ),
+                ));
+            }
+            if replication_factor <= 0 || replication_factor > REPLICATION_FACTOR_MAX {
+                return Err((
+                    INVALID_REPLICATION_FACTOR,
+                    "Replication factor must be larger than 0.".into(),
+                ));
+            }
+            self.place(0, num_partitions, replication_factor)?
+        } else {
+            if t.num_partitions != -1 || t.replication_factor != -1 {
+                return Err((
+                    INVALID_REQUEST,
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
+                ));
+            }
+            let mut sorted = t.assignments.clone();
+            sorted.sort_by_key(|(p, _)| *p);
+            for (i, (p, _)) in sorted.iter().enumerate() {
+                if *p != i as i32 {
+                    return Err((
+                        INVALID_REPLICA_ASSIGNMENT,
+                        "Partitions in the manual assignment must be numbered 0, 1, 2, ... with none missing.".into(),
+                    ));
+                }
+            }
+            if sorted.len() > PARTITIONS_PER_TOPIC_MAX as usize {
+                return Err((INVALID_PARTITIONS, "Too many partitions.".into()));
+            }
+            let assignments: Vec<Vec<BrokerId>> = sorted.into_iter().map(|(_, r)| r).collect();
+            self.check_manual_assignments(&assignments)?;
+            assignments
+        };
+        let topic_id = self.new_topic_id();
+        let mut records = vec![Record::Topic(TopicRecord {
+            name: t.name.clone(),
+            topic_id,
+        })];
+        for (name, value) in configs {
+            records.push(Record::Config(ConfigRecord {
+                resource_type: ConfigResourceType::Topic,
+                resource_name: t.name.clone(),
+                name,
+                value: Some(value),
+            }));
+        }
+        for (i, replicas) in assignments.iter().enumerate() {
+            records.push(self.new_partition(topic_id, i as i32, replicas));
+        }
+        Ok((
+            records,
+            CreatableTopicResult {
+                name: t.name.clone(),
+                topic_id: Some(topic_id),
+                error_code: NONE,
+                error_message: None,
+                num_partitions: assignments.len() as i32,
+                replication_factor: assignments[0].len() as i16,
+            },
+        ))
+    }
+
+    fn place(
+        &mut self,
+        first: i32,
+        count: i32,
+        replication_factor: i16,
+    ) -> Result<Vec<Vec<BrokerId>>, (i16, String)> {
+        let brokers = self.usable_brokers();
+        place(&brokers, first, count, replication_factor, &mut self.rng).map_err(|e| match e {
+            PlacementError::NotEnoughBrokers {
+                replication_factor,
+                brokers,
+            } => (
+                INVALID_REPLICATION_FACTOR,
+                format!(
+                    "Unable to replicate the partition {replication_factor} time(s): The target replication factor of {replication_factor} cannot be reached because only {brokers} broker(s) are registered and unfenced."
+                ),
+            ),
+        })
+    }
+
+    fn check_manual_assignments(&self, assignments: &[Vec<BrokerId>]) -> Result<(), (i16, String)> {
+        let rf = assignments.first().map_or(0, Vec::len);
+        for (p, replicas) in assignments.iter().enumerate() {
+            if replicas.is_empty() || replicas.len() > REPLICATION_FACTOR_MAX as usize {
+                return Err((
+                    INVALID_REPLICA_ASSIGNMENT,
+                    format!(
+                        "The manual partition assignment for partition {p} has {} replicas.",
+                        replicas.len()
+                    ),
+                ));
+            }
+            if replicas.len() != rf {
+                return Err((
+                    INVALID_REPLICA_ASSIGNMENT,
+                    "All partitions in the manual partition assignment must have the same number of replicas.".into(),
+                ));
+            }
+            let mut distinct = replicas.clone();
+            distinct.sort();
+            distinct.dedup();
+            if distinct.len() != replicas.len() {
+                return Err((
+                    INVALID_REPLICA_ASSIGNMENT,
+                    format!("The manual partition assignment for partition {p} contains a duplicate broker."),
+                ));
+            }
+            if let Some(b) = replicas.iter().find(|b| self.image().broker(**b).is_none()) {
+                return Err((
+                    INVALID_REPLICA_ASSIGNMENT,
+                    format!("The manual partition assignment includes broker {b}, but no such broker is registered."),
+                ));
+            }
+            if !replicas.iter().any(|b| self.image().is_unfenced(*b)) {
+                return Err((
+                    INVALID_REPLICA_ASSIGNMENT,
+                    format!("All brokers specified in the manual partition assignment for partition {p} are fenced."),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A new partition: the ISR is its unfenced replicas, the leader the first of them.
+    fn new_partition(&self, topic_id: TopicId, partition_id: i32, replicas: &[BrokerId]) -> Record {
+        let isr: Vec<BrokerId> = replicas
+            .iter()
+            .copied()
+            .filter(|b| self.image().is_unfenced(*b))
+            .collect();
+        assert!(
+            !isr.is_empty(),
+            "placement chose only fenced brokers: {replicas:?}"
+        );
+        Record::Partition(PartitionRecord {
+            partition_id,
+            topic_id,
+            replicas: replicas.to_vec(),
+            leader: isr[0],
+            isr,
+            removing_replicas: vec![],
+            adding_replicas: vec![],
+            leader_epoch: LeaderEpoch(0),
+            partition_epoch: PartitionEpoch(0),
+            eligible_leader_replicas: vec![],
+            last_known_elr: vec![],
+        })
+    }
+
+    fn delete_topics(&mut self, r: &DeleteTopicsRequest) -> (Vec<Record>, ControllerResponse) {
+        let mut records = Vec::new();
+        let mut deleted = BTreeSet::new();
+        let mut results = Vec::new();
+        for t in &r.topics {
+            let found = match t {
+                TopicRef::Name(name) => self.image().topic(name).ok_or(UNKNOWN_TOPIC_OR_PARTITION),
+                TopicRef::Id(id) => self.image().topic_by_id(*id).ok_or(UNKNOWN_TOPIC_ID),
+            };
+            let (name, id) = match t {
+                TopicRef::Name(n) => (Some(n.clone()), None),
+                TopicRef::Id(id) => (None, Some(*id)),
+            };
+            match found {
+                Ok(topic) => {
+                    if deleted.insert(topic.id) {
+                        records.push(Record::RemoveTopic(RemoveTopicRecord {
+                            topic_id: topic.id,
+                        }));
+                    }
+                    results.push(DeletableTopicResult {
+                        name: Some(topic.name.clone()),
+                        topic_id: Some(topic.id),
+                        error_code: NONE,
+                        error_message: None,
+                    });
+                }
+                Err(error_code) => results.push(DeletableTopicResult {
+                    name,
+                    topic_id: id,
+                    error_code,
+                    error_message: None,
+                }),
+            }
+        }
+        let mut out = Vec::new();
+        self.emit(&mut out, records);
+        (out, ControllerResponse::DeleteTopics(results))
+    }
+
+    fn create_partitions(
+        &mut self,
+        r: &CreatePartitionsRequest,
+    ) -> (Vec<Record>, ControllerResponse) {
+        let mut records = Vec::new();
+        let mut results = Vec::new();
+        let mut seen = BTreeMap::new();
+        for t in &r.topics {
+            *seen.entry(t.name.as_str()).or_insert(0) += 1;
+        }
+        for t in &r.topics {
+            let outcome = if seen[t.name.as_str()] > 1 {
+                Err((
+                    INVALID_REQUEST,
+                    format!("Duplicate topic name {:?}.", t.name),
+                ))
+            } else {
+                self.create_partitions_of(t)
+            };
+            match outcome {
+                Ok(new) => {
+                    if !r.validate_only {
+                        self.emit(&mut records, new);
+                    }
+                    results.push(CreatePartitionsTopicResult {
+                        name: t.name.clone(),
+                        error_code: NONE,
+                        error_message: None,
+                    });
+                }
+                Err((error_code, message)) => results.push(CreatePartitionsTopicResult {
+                    name: t.name.clone(),
+                    error_code,
+                    error_message: Some(message),
+                }),
+            }
+        }
+        (records, ControllerResponse::CreatePartitions(results))
+    }
+
+    fn create_partitions_of(
+        &mut self,
+        t: &CreatePartitionsTopic,
+    ) -> Result<Vec<Record>, (i16, String)> {
+        let topic = self.image().topic(&t.name).ok_or((
+            UNKNOWN_TOPIC_OR_PARTITION,
+            format!("Topic '{}' does not exist.", t.name),
+        ))?;
+        let topic_id = topic.id;
+        let current = topic.partitions.len() as i32;
+        let replication_factor = topic.partitions.get(&0).map_or(1, |p| p.replicas.len()) as i16;
+        if t.count < current {
+            return Err((
+                INVALID_PARTITIONS,
+                format!("The topic {} currently has {current} partition(s); {} would not be an increase.", t.name, t.count),
+            ));
+        }
+        if t.count == current {
+            return Err((
+                INVALID_PARTITIONS,
+                format!("Topic already has {current} partition(s)."),
+            ));
+        }
+        if t.count > PARTITIONS_PER_TOPIC_MAX {
+            return Err((
+                INVALID_PARTITIONS,
+                format!("At most {PARTITIONS_PER_TOPIC_MAX} partitions."),
+            ));
+        }
+        let added = t.count - current;
+        let assignments = match &t.assignments {
+            Some(a) => {
+                if a.len() != added as usize {
+                    return Err((
+                        INVALID_REPLICA_ASSIGNMENT,
+                        format!("Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.", a.len()),
+                    ));
+                }
+                self.check_manual_assignments(a)?;
+                a.clone()
+            }
+            None => self.place(current, added, replication_factor)?,
+        };
+        Ok(assignments
+            .iter()
+            .enumerate()
+            .map(|(i, replicas)| self.new_partition(topic_id, current + i as i32, replicas))
+            .collect())
+    }
+
+    fn alter_configs(
+        &mut self,
+        r: &IncrementalAlterConfigsRequest,
+    ) -> (Vec<Record>, ControllerResponse) {
+        let mut records = Vec::new();
+        let mut results = Vec::new();
+        for res in &r.resources {
+            match self.alter_resource(res) {
+                Ok(new) => {
+                    if !r.validate_only {
+                        self.emit(&mut records, new);
+                    }
+                    results.push(AlterConfigsResourceResult {
+                        resource_type: res.resource_type,
+                        resource_name: res.resource_name.clone(),
+                        error_code: NONE,
+                        error_message: None,
+                    });
+                }
+                Err((error_code, message)) => results.push(AlterConfigsResourceResult {
+                    resource_type: res.resource_type,
+                    resource_name: res.resource_name.clone(),
+                    error_code,
+                    error_message: Some(message),
+                }),
+            }
+        }
+        (
+            records,
+            ControllerResponse::IncrementalAlterConfigs(results),
+        )
+    }
+
+    fn alter_resource(&self, res: &AlterConfigsResource) -> Result<Vec<Record>, (i16, String)> {
+        let resource_type = ConfigResourceType::from_id(res.resource_type).ok_or((
+            INVALID_REQUEST,
+            format!("Unsupported resource type {}.", res.resource_type),
+        ))?;
+        match resource_type {
+            ConfigResourceType::Topic => {
+                if self.image().topic(&res.resource_name).is_none() {
+                    return Err((
+                        UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("Topic '{}' does not exist.", res.resource_name),
+                    ));
+                }
+            }
+            ConfigResourceType::Broker => {
+                if !res.resource_name.is_empty() && res.resource_name.parse::<i32>().is_err() {
+                    return Err((
+                        INVALID_REQUEST,
+                        format!("Invalid broker name {:?}.", res.resource_name),
+                    ));
+                }
+            }
+        }
+        let mut configs = self
+            .image()
+            .configs(resource_type, &res.resource_name)
+            .cloned()
+            .unwrap_or_default();
+        let mut changed = BTreeSet::new();
+        for c in &res.configs {
+            if !changed.insert(c.name.clone()) {
+                return Err((
+                    INVALID_REQUEST,
+                    format!("Duplicate config name {:?}.", c.name),
+                ));
+            }
+            let list = |s: Option<&String>| -> Vec<String> {
+                s.map(|s| {
+                    s.split(',')
+                        .map(str::trim)
+                        .filter(|x| !x.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+            };
+            match c.op {
+                AlterConfigOp::Set => {
+                    let value = c.value.clone().ok_or((
+                        INVALID_REQUEST,
+                        format!("Null value for config {:?}.", c.name),
+                    ))?;
+                    configs.insert(c.name.clone(), value);
+                }
+                AlterConfigOp::Delete => {
+                    configs.remove(&c.name);
+                }
+                AlterConfigOp::Append | AlterConfigOp::Subtract => {
+                    let mut items = list(configs.get(&c.name));
+                    let operand = list(c.value.as_ref());
+                    if c.op == AlterConfigOp::Append {
+                        items.extend(
+                            operand
+                                .into_iter()
+                                .filter(|x| !items.contains(x))
+                                .collect::<Vec<_>>(),
+                        );
+                    } else {
+                        items.retain(|x| !operand.contains(x));
+                    }
+                    if items.is_empty() {
+                        configs.remove(&c.name);
+                    } else {
+                        configs.insert(c.name.clone(), items.join(","));
+                    }
+                }
+            }
+        }
+        if let Some(validate) = self.config.config_validator {
+            validate(resource_type, &configs).map_err(|m| (INVALID_CONFIG, m))?;
+        }
+        let before = self
+            .image()
+            .configs(resource_type, &res.resource_name)
+            .cloned()
+            .unwrap_or_default();
+        let mut records = Vec::new();
+        for name in changed {
+            let value = configs.get(&name).cloned();
+            if before.get(&name) != value.as_ref() {
+                records.push(Record::Config(ConfigRecord {
+                    resource_type,
+                    resource_name: res.resource_name.clone(),
+                    name,
+                    value,
+                }));
+            }
+        }
+        Ok(records)
+    }
+
+    fn register_broker(
+        &mut self,
+        now_ms: u64,
+        next_offset: Offset,
+        r: &BrokerRegistrationRequest,
+    ) -> (Vec<Record>, ControllerResponse) {
+        let fail = |error_code| {
+            (
+                vec![],
+                ControllerResponse::BrokerRegistration(BrokerRegistrationResponse {
+                    error_code,
+                    broker_epoch: -1,
+                }),
+            )
+        };
+        if r.cluster_id != self.config.cluster_id {
+            return fail(INCONSISTENT_CLUSTER_ID);
+        }
+        if r.broker_id.0 < 0 {
+            return fail(INVALID_REQUEST);
+        }
+        let mut records = Vec::new();
+        if let Some(existing) = self.image().broker(r.broker_id) {
+            let session_alive = self
+                .sessions
+                .get(&r.broker_id)
+                .is_some_and(|&deadline| deadline >= now_ms);
+            if existing.incarnation_id != r.incarnation_id
+                && session_alive
+                && r.previous_broker_epoch != existing.epoch.0
+            {
+                return fail(DUPLICATE_BROKER_REGISTRATION);
+            }
+            // The new registration starts fenced: the old incarnation's leaderships move now.
+            if !existing.fenced {
+                records.extend(self.leave_partitions(r.broker_id));
+            }
+        }
+        records.push(Record::RegisterBroker(RegisterBrokerRecord {
+            broker_id: r.broker_id,
+            incarnation_id: r.incarnation_id,
+            broker_epoch: BrokerEpoch(next_offset.0),
+            endpoints: r.listeners.clone(),
+            rack: r.rack.clone(),
+            fenced: true,
+        }));
+        self.sessions
+            .insert(r.broker_id, now_ms + self.config.broker_session_timeout_ms);
+        self.shutting_down.remove(&r.broker_id);
+        let mut out = Vec::new();
+        self.emit(&mut out, records);
+        (
+            out,
+            ControllerResponse::BrokerRegistration(BrokerRegistrationResponse {
+                error_code: NONE,
+                broker_epoch: next_offset.0,
+            }),
+        )
+    }
+
+    fn heartbeat(
+        &mut self,
+        now_ms: u64,
+        r: &BrokerHeartbeatRequest,
+    ) -> (Vec<Record>, ControllerResponse) {
+        let reply = |error_code, is_caught_up, is_fenced, should_shut_down| {
+            ControllerResponse::BrokerHeartbeat(BrokerHeartbeatResponse {
+                error_code,
+                is_caught_up,
+                is_fenced,
+                should_shut_down,
+            })
+        };
+        let Some(broker) = self.image().broker(r.broker_id) else {
+            return (vec![], reply(BROKER_ID_NOT_REGISTERED, false, true, false));
+        };
+        if broker.epoch != r.broker_epoch {
+            return (vec![], reply(STALE_BROKER_EPOCH, false, true, false));
+        }
+        let epoch = broker.epoch;
+        let fenced = broker.fenced;
+        self.sessions
+            .insert(r.broker_id, now_ms + self.config.broker_session_timeout_ms);
+        let is_caught_up = r.current_metadata_offset.0 >= epoch.0;
+        let mut records = Vec::new();
+        if r.wants_shut_down || self.shutting_down.contains(&r.broker_id) {
+            // Controlled shutdown: hand every leadership over, leave the ISRs, and fence, all
+            // in one batch; the broker may stop once that has committed.
+            self.shutting_down.insert(r.broker_id);
+            if !fenced {
+                let mut batch = self.leave_partitions(r.broker_id);
+                batch.push(Record::FenceBroker(BrokerFencingRecord {
+                    id: r.broker_id,
+                    epoch,
+                }));
+                self.emit(&mut records, batch);
+            }
+            return (records, reply(NONE, is_caught_up, true, true));
+        }
+        if r.wants_fence {
+            if !fenced {
+                let mut batch = self.leave_partitions(r.broker_id);
+                batch.push(Record::FenceBroker(BrokerFencingRecord {
+                    id: r.broker_id,
+                    epoch,
+                }));
+                self.emit(&mut records, batch);
+            }
+            return (records, reply(NONE, is_caught_up, true, false));
+        }
+        if fenced && is_caught_up {
+            let unfence = Record::UnfenceBroker(BrokerFencingRecord {
+                id: r.broker_id,
+                epoch,
+            });
+            self.emit(&mut records, vec![unfence]);
+            // Elect it where partitions have no leader, against the image with it unfenced.
+            let leads = self.lead_leaderless(r.broker_id);
+            self.emit(&mut records, leads);
+            return (records, reply(NONE, true, false, false));
+        }
+        (records, reply(NONE, is_caught_up, fenced, false))
+    }
+
+    fn allocate_producer_ids(
+        &mut self,
+        r: &AllocateProducerIdsRequest,
+    ) -> (Vec<Record>, ControllerResponse) {
+        let reply = |error_code, producer_id_start, producer_id_len| {
+            ControllerResponse::AllocateProducerIds(AllocateProducerIdsResponse {
+                error_code,
+                producer_id_start,
+                producer_id_len,
+            })
+        };
+        let Some(broker) = self.image().broker(r.broker_id) else {
+            return (vec![], reply(BROKER_ID_NOT_REGISTERED, -1, 0));
+        };
+        if broker.epoch != r.broker_epoch {
+            return (vec![], reply(STALE_BROKER_EPOCH, -1, 0));
+        }
+        let start = self.image().next_producer_id();
+        let Some(next) = start.checked_add(PRODUCER_ID_BLOCK_SIZE) else {
+            return (vec![], reply(UNKNOWN_SERVER_ERROR, -1, 0));
+        };
+        let mut records = Vec::new();
+        let block = Record::ProducerIds(ProducerIdsRecord {
+            broker_id: r.broker_id,
+            broker_epoch: r.broker_epoch,
+            next_producer_id: next,
+        });
+        self.emit(&mut records, vec![block]);
+        (records, reply(NONE, start, PRODUCER_ID_BLOCK_SIZE as i32))
+    }
+}
+
+/// Kafka's topic name rules.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("Topic name is illegal, it can't be empty.".into());
+    }
+    if name == "." || name == ".." {
+        return Err("Topic name cannot be \".\" or \"..\".".into());
+    }
+    if name.len() > TOPIC_NAME_BYTES_MAX {
+        return Err(format!(
+            "Topic name is illegal, it can't be longer than {TOPIC_NAME_BYTES_MAX} characters, topic name: {name}"
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+    {
+        return Err(format!(
+            "Topic name {name:?} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Drives a controller as the node would, committing every batch at once.
+    struct Harness {
+        controller: Controller,
+        image: MetadataImage,
+        now_ms: u64,
+    }
+
+    impl Harness {
+        fn new() -> Harness {
+            let mut config = ControllerConfig::new(BrokerId(0), "cluster");
+            config.seed = 7;
+            let mut controller = Controller::new(config);
+            let image = MetadataImage::default();
+            controller.activate(&image, 0);
+            Harness {
+                controller,
+                image,
+                now_ms: 0,
+            }
+        }
+
+        fn next_offset(&self) -> Offset {
+            Offset(self.image.offset().0 + 1)
+        }
+
+        fn commit(&mut self, records: &[Record]) {
+            if records.is_empty() {
+                return;
+            }
+            let offset = self.next_offset();
+            for r in records {
+                self.image.apply(offset, r).unwrap();
+            }
+            self.image.check_invariants().unwrap();
+            assert_eq!(self.controller.speculative_image(), Some(&self.image));
+        }
+
+        fn run(&mut self, request: ControllerRequest) -> ControllerResponse {
+            let result = self
+                .controller
+                .handle(self.now_ms, self.next_offset(), &request);
+            self.commit(&result.records);
+            result.response
+        }
+
+        fn tick(&mut self, now_ms: u64) {
+            self.now_ms = now_ms;
+            let records = self.controller.tick(now_ms, self.next_offset());
+            self.commit(&records);
+        }
+
+        fn register(&mut self, id: i32, rack: Option<&str>) -> BrokerEpoch {
+            let response = self.run(ControllerRequest::BrokerRegistration(registration(
+                id, rack,
+            )));
+            let ControllerResponse::BrokerRegistration(r) = response else {
+                panic!("{response:?}")
+            };
+            assert_eq!(r.error_code, NONE);
+            let epoch = BrokerEpoch(r.broker_epoch);
+            let hb = self.heartbeat(id, epoch, false);
+            assert!(!hb.is_fenced);
+            epoch
+        }
+
+        fn heartbeat(
+            &mut self,
+            id: i32,
+            epoch: BrokerEpoch,
+            wants_shut_down: bool,
+        ) -> BrokerHeartbeatResponse {
+            let offset = self.image.offset();
+            match self.run(ControllerRequest::BrokerHeartbeat(BrokerHeartbeatRequest {
+                broker_id: BrokerId(id),
+                broker_epoch: epoch,
+                current_metadata_offset: offset,
+                wants_fence: false,
+                wants_shut_down,
+            })) {
+                ControllerResponse::BrokerHeartbeat(r) => r,
+                other => panic!("{other:?}"),
+            }
+        }
+
+        fn create(&mut self, topic: CreatableTopic, validate_only: bool) -> CreatableTopicResult {
+            match self.run(ControllerRequest::CreateTopics(CreateTopicsRequest {
+                topics: vec![topic],
+                validate_only,
+            })) {
+                ControllerResponse::CreateTopics(mut v) => v.remove(0),
+                other => panic!("{other:?}"),
+            }
+        }
+
+        fn partitions(&self, name: &str) -> Vec<PartitionRegistration> {
+            self.image
+                .topic(name)
+                .unwrap()
+                .partitions
+                .values()
+                .cloned()
+                .collect()
+        }
+    }
+
+    fn registration(id: i32, rack: Option<&str>) -> BrokerRegistrationRequest {
+        BrokerRegistrationRequest {
+            broker_id: BrokerId(id),
+            cluster_id: "cluster".into(),
+            incarnation_id: uuid::Uuid::from_u128(id as u128),
+            listeners: vec![Endpoint {
+                name: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092,
+                security_protocol: 0,
+            }],
+            rack: rack.map(str::to_owned),
+            previous_broker_epoch: -1,
+        }
+    }
+
+    fn topic(name: &str, num_partitions: i32, replication_factor: i16) -> CreatableTopic {
+        CreatableTopic {
+            name: name.into(),
+            num_partitions,
+            replication_factor,
+            assignments: vec![],
+            configs: vec![],
+        }
+    }
+
+    #[test]
+    fn an_inactive_controller_answers_not_controller() {
+        let mut c = Controller::new(ControllerConfig::new(BrokerId(0), "cluster"));
+        let result = c.handle(
+            0,
+            Offset(1),
+            &ControllerRequest::CreateTopics(CreateTopicsRequest {
+                topics: vec![topic("a", 1, 1)],
+                validate_only: false,
+            }),
+        );
+        assert!(result.records.is_empty());
+        let ControllerResponse::CreateTopics(v) = result.response else {
+            panic!()
+        };
+        assert_eq!(v[0].error_code, NOT_CONTROLLER);
+    }
+
+    #[test]
+    fn a_broker_epoch_is_its_registration_offset_and_it_unfences_once_caught_up() {
+        let mut h = Harness::new();
+        let response = h.run(ControllerRequest::BrokerRegistration(registration(1, None)));
+        let ControllerResponse::BrokerRegistration(r) = response else {
+            panic!()
+        };
+        assert_eq!(r.broker_epoch, h.image.offset().0);
+        let epoch = BrokerEpoch(r.broker_epoch);
+        assert!(h.image.broker(BrokerId(1)).unwrap().fenced);
+        // Behind the registration: stays fenced.
+        let hb = match h.run(ControllerRequest::BrokerHeartbeat(BrokerHeartbeatRequest {
+            broker_id: BrokerId(1),
+            broker_epoch: epoch,
+            current_metadata_offset: Offset(epoch.0 - 1),
+            wants_fence: false,
+            wants_shut_down: false,
+        })) {
+            ControllerResponse::BrokerHeartbeat(r) => r,
+            _ => panic!(),
+        };
+        assert!(hb.is_fenced && !hb.is_caught_up);
+        let hb = h.heartbeat(1, epoch, false);
+        assert!(!hb.is_fenced && hb.is_caught_up);
+        assert!(!h.image.broker(BrokerId(1)).unwrap().fenced);
+        // A stale epoch is refused.
+        let hb = h.heartbeat(1, BrokerEpoch(epoch.0 - 1), false);
+        assert_eq!(hb.error_code, STALE_BROKER_EPOCH);
+        let hb = h.heartbeat(9, epoch, false);
+        assert_eq!(hb.error_code, BROKER_ID_NOT_REGISTERED);
+    }
+
+    #[test]
+    fn registration_checks_cluster_id_and_duplicate_incarnations() {
+        let mut h = Harness::new();
+        let epoch = h.register(1, None);
+        let mut other = registration(1, None);
+        other.incarnation_id = uuid::Uuid::from_u128(99);
+        let ControllerResponse::BrokerRegistration(r) =
+            h.run(ControllerRequest::BrokerRegistration(other.clone()))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, DUPLICATE_BROKER_REGISTRATION);
+        other.previous_broker_epoch = epoch.0;
+        let ControllerResponse::BrokerRegistration(r) =
+            h.run(ControllerRequest::BrokerRegistration(other.clone()))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, NONE);
+        assert!(r.broker_epoch > epoch.0);
+        other.cluster_id = "elsewhere".into();
+        let ControllerResponse::BrokerRegistration(r) =
+            h.run(ControllerRequest::BrokerRegistration(other))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, INCONSISTENT_CLUSTER_ID);
+    }
+
+    #[test]
+    fn create_topics_refuses_what_kafka_refuses() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        h.register(2, None);
+        assert_eq!(h.create(topic("a", 3, 2), false).error_code, NONE);
+        assert_eq!(
+            h.create(topic("a", 3, 2), false).error_code,
+            TOPIC_ALREADY_EXISTS
+        );
+        assert_eq!(
+            h.create(topic("b", 1, 3), false).error_code,
+            INVALID_REPLICATION_FACTOR
+        );
+        assert_eq!(
+            h.create(topic("b", 0, 1), false).error_code,
+            INVALID_PARTITIONS
+        );
+        assert_eq!(
+            h.create(topic("b", 1, 0), false).error_code,
+            INVALID_REPLICATION_FACTOR
+        );
+        assert_eq!(
+            h.create(topic("no/slash", 1, 1), false).error_code,
+            INVALID_TOPIC_EXCEPTION
+        );
+        assert_eq!(
+            h.create(topic(&"x".repeat(250), 1, 1), false).error_code,
+            INVALID_TOPIC_EXCEPTION
+        );
+        let mut manual = topic("m", -1, -1);
+        manual.assignments = vec![(0, vec![BrokerId(1), BrokerId(7)])];
+        assert_eq!(
+            h.create(manual.clone(), false).error_code,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        manual.assignments = vec![(0, vec![BrokerId(1), BrokerId(1)])];
+        assert_eq!(
+            h.create(manual.clone(), false).error_code,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        manual.assignments = vec![(1, vec![BrokerId(1)])];
+        assert_eq!(
+            h.create(manual.clone(), false).error_code,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        manual.num_partitions = 1;
+        manual.assignments = vec![(0, vec![BrokerId(2), BrokerId(1)])];
+        assert_eq!(h.create(manual.clone(), false).error_code, INVALID_REQUEST);
+        manual.num_partitions = -1;
+        let created = h.create(manual, false);
+        assert_eq!(created.error_code, NONE);
+        assert_eq!(h.partitions("m")[0].leader, BrokerId(2));
+        let mut configured = topic("c", 1, 1);
+        configured.configs = vec![("retention.ms".into(), None)];
+        assert_eq!(h.create(configured, false).error_code, INVALID_CONFIG);
+        // Two topics of one name in one request both fail.
+        let ControllerResponse::CreateTopics(v) =
+            h.run(ControllerRequest::CreateTopics(CreateTopicsRequest {
+                topics: vec![topic("d", 1, 1), topic("d", 1, 1)],
+                validate_only: false,
+            }))
+        else {
+            panic!()
+        };
+        assert!(v.iter().all(|t| t.error_code == INVALID_REQUEST));
+    }
+
+    #[test]
+    fn validate_only_writes_nothing() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        let offset = h.image.offset();
+        let result = h.create(topic("a", 2, 1), true);
+        assert_eq!(result.error_code, NONE);
+        assert_eq!(result.num_partitions, 2);
+        assert_eq!(h.image.offset(), offset);
+        assert!(h.image.topic("a").is_none());
+    }
+
+    #[test]
+    fn twelve_partitions_spread_leaders_over_three_brokers() {
+        let mut h = Harness::new();
+        for id in 1..=3 {
+            h.register(id, None);
+        }
+        let created = h.create(topic("spread", 12, 3), false);
+        assert_eq!(created.error_code, NONE);
+        let mut leaders = BTreeMap::new();
+        for p in h.partitions("spread") {
+            *leaders.entry(p.leader).or_insert(0) += 1;
+            assert_eq!(p.isr, p.replicas);
+        }
+        assert_eq!(leaders.values().copied().collect::<Vec<_>>(), [4, 4, 4]);
+    }
+
+    #[test]
+    fn an_expired_session_fences_the_broker_and_moves_its_leaderships() {
+        let mut h = Harness::new();
+        let epochs: Vec<BrokerEpoch> = (1..=3).map(|id| h.register(id, None)).collect();
+        h.create(topic("t", 6, 3), false);
+        let timeout = BROKER_SESSION_TIMEOUT_MS_DEFAULT;
+        h.now_ms = timeout / 2;
+        h.heartbeat(2, epochs[1], false);
+        h.heartbeat(3, epochs[2], false);
+        h.tick(timeout + 1);
+        assert!(h.image.broker(BrokerId(1)).unwrap().fenced);
+        for p in h.partitions("t") {
+            assert_ne!(p.leader, BrokerId(1));
+            assert_ne!(p.leader, BrokerId::NONE);
+            assert!(!p.isr.contains(&BrokerId(1)));
+        }
+        // Back and caught up: unfenced, but not in any ISR until it catches up on data.
+        h.heartbeat(1, epochs[0], false);
+        assert!(!h.image.broker(BrokerId(1)).unwrap().fenced);
+    }
+
+    #[test]
+    fn the_last_isr_member_keeps_its_place_and_leads_again_when_back() {
+        let mut h = Harness::new();
+        let epoch = h.register(1, None);
+        h.create(topic("solo", 1, 1), false);
+        h.tick(BROKER_SESSION_TIMEOUT_MS_DEFAULT + 1);
+        let p = &h.partitions("solo")[0];
+        assert_eq!(p.leader, BrokerId::NONE);
+        assert_eq!(p.isr, vec![BrokerId(1)]);
+        assert_eq!(p.leader_epoch, LeaderEpoch(1));
+        h.heartbeat(1, epoch, false);
+        let p = &h.partitions("solo")[0];
+        assert_eq!(p.leader, BrokerId(1));
+        assert_eq!(p.leader_epoch, LeaderEpoch(2));
+    }
+
+    #[test]
+    fn a_fenced_replica_below_min_isr_becomes_an_eligible_leader_replica() {
+        let mut h = Harness::new();
+        let e1 = h.register(1, None);
+        h.register(2, None);
+        let mut t = topic("elr", 1, 2);
+        t.configs = vec![("min.insync.replicas".into(), Some("2".into()))];
+        h.create(t, false);
+        let leader = h.partitions("elr")[0].leader;
+        let follower = if leader == BrokerId(1) {
+            BrokerId(2)
+        } else {
+            BrokerId(1)
+        };
+        let epoch_of = |id: BrokerId| h.image.broker(id).unwrap().epoch;
+        let fence_epoch = epoch_of(follower);
+        let _ = e1;
+        h.run(ControllerRequest::BrokerHeartbeat(BrokerHeartbeatRequest {
+            broker_id: follower,
+            broker_epoch: fence_epoch,
+            current_metadata_offset: h.image.offset(),
+            wants_fence: true,
+            wants_shut_down: false,
+        }));
+        let p = &h.partitions("elr")[0];
+        assert_eq!(p.isr, vec![leader]);
+        assert_eq!(p.eligible_leader_replicas, vec![follower]);
+    }
+
+    #[test]
+    fn controlled_shutdown_hands_leaderships_over_then_fences() {
+        let mut h = Harness::new();
+        let epochs: Vec<BrokerEpoch> = (1..=2).map(|id| h.register(id, None)).collect();
+        h.create(topic("t", 4, 2), false);
+        assert!(h.partitions("t").iter().any(|p| p.leader == BrokerId(1)));
+        let hb = h.heartbeat(1, epochs[0], true);
+        assert!(hb.should_shut_down && hb.is_fenced);
+        assert!(h.image.broker(BrokerId(1)).unwrap().fenced);
+        for p in h.partitions("t") {
+            assert_eq!(p.leader, BrokerId(2));
+            assert_eq!(p.isr, vec![BrokerId(2)]);
+        }
+        // It is not unfenced by later heartbeats, and gets nothing new.
+        let hb = h.heartbeat(1, epochs[0], false);
+        assert!(hb.should_shut_down);
+        assert_eq!(
+            h.create(topic("u", 1, 2), false).error_code,
+            INVALID_REPLICATION_FACTOR
+        );
+    }
+
+    #[test]
+    fn delete_topics_by_name_and_id() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        let id = h.create(topic("a", 1, 1), false).topic_id.unwrap();
+        let ControllerResponse::DeleteTopics(v) =
+            h.run(ControllerRequest::DeleteTopics(DeleteTopicsRequest {
+                topics: vec![
+                    TopicRef::Name("missing".into()),
+                    TopicRef::Id(TopicId(uuid::Uuid::from_u128(5))),
+                    TopicRef::Id(id),
+                ],
+            }))
+        else {
+            panic!()
+        };
+        assert_eq!(v[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+        assert_eq!(v[1].error_code, UNKNOWN_TOPIC_ID);
+        assert_eq!(v[2].error_code, NONE);
+        assert_eq!(v[2].name.as_deref(), Some("a"));
+        assert!(h.image.topic("a").is_none());
+    }
+
+    #[test]
+    fn create_partitions_only_grows() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        h.register(2, None);
+        h.create(topic("a", 2, 2), false);
+        let mut grow = |count, assignments| {
+            let ControllerResponse::CreatePartitions(v) = h.run(
+                ControllerRequest::CreatePartitions(CreatePartitionsRequest {
+                    topics: vec![CreatePartitionsTopic {
+                        name: "a".into(),
+                        count,
+                        assignments,
+                    }],
+                    validate_only: false,
+                }),
+            ) else {
+                panic!()
+            };
+            v[0].error_code
+        };
+        assert_eq!(grow(1, None), INVALID_PARTITIONS);
+        assert_eq!(grow(2, None), INVALID_PARTITIONS);
+        assert_eq!(
+            grow(4, Some(vec![vec![BrokerId(1), BrokerId(2)]])),
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        assert_eq!(grow(4, None), NONE);
+        let partitions = h.partitions("a");
+        assert_eq!(partitions.len(), 4);
+        assert!(partitions.iter().all(|p| p.replicas.len() == 2));
+    }
+
+    #[test]
+    fn incremental_alter_configs_sets_deletes_appends_and_subtracts() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        h.create(topic("a", 1, 1), false);
+        fn alter(
+            h: &mut Harness,
+            resource_type: i8,
+            name: &str,
+            op: AlterConfigOp,
+            value: Option<&str>,
+        ) -> i16 {
+            let ControllerResponse::IncrementalAlterConfigs(v) = h.run(
+                ControllerRequest::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+                    resources: vec![AlterConfigsResource {
+                        resource_type,
+                        resource_name: name.into(),
+                        configs: vec![AlterableConfig {
+                            name: "cleanup.policy".into(),
+                            op,
+                            value: value.map(str::to_owned),
+                        }],
+                    }],
+                    validate_only: false,
+                }),
+            ) else {
+                panic!()
+            };
+            v[0].error_code
+        }
+        assert_eq!(
+            alter(&mut h, 2, "a", AlterConfigOp::Set, Some("delete")),
+            NONE
+        );
+        assert_eq!(
+            alter(&mut h, 2, "a", AlterConfigOp::Append, Some("compact")),
+            NONE
+        );
+        assert_eq!(
+            h.image.topic_configs("a").unwrap()["cleanup.policy"],
+            "delete,compact"
+        );
+        assert_eq!(
+            alter(&mut h, 2, "a", AlterConfigOp::Subtract, Some("delete")),
+            NONE
+        );
+        assert_eq!(
+            h.image.topic_configs("a").unwrap()["cleanup.policy"],
+            "compact"
+        );
+        assert_eq!(alter(&mut h, 2, "a", AlterConfigOp::Delete, None), NONE);
+        assert!(h.image.topic_configs("a").is_none());
+        assert_eq!(
+            alter(&mut h, 2, "missing", AlterConfigOp::Set, Some("x")),
+            UNKNOWN_TOPIC_OR_PARTITION
+        );
+        assert_eq!(
+            alter(&mut h, 4, "", AlterConfigOp::Set, Some("delete")),
+            NONE
+        );
+        assert_eq!(
+            alter(&mut h, 4, "not-a-number", AlterConfigOp::Set, Some("x")),
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            alter(&mut h, 3, "x", AlterConfigOp::Set, Some("x")),
+            INVALID_REQUEST
+        );
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap() {
+        let mut h = Harness::new();
+        let epoch = h.register(1, None);
+        let mut starts = Vec::new();
+        for _ in 0..3 {
+            let ControllerResponse::AllocateProducerIds(r) = h.run(
+                ControllerRequest::AllocateProducerIds(AllocateProducerIdsRequest {
+                    broker_id: BrokerId(1),
+                    broker_epoch: epoch,
+                }),
+            ) else {
+                panic!()
+            };
+            assert_eq!(r.error_code, NONE);
+            assert_eq!(r.producer_id_len as i64, PRODUCER_ID_BLOCK_SIZE);
+            starts.push(r.producer_id_start);
+        }
+        assert_eq!(starts, [0, 1000, 2000]);
+        assert_eq!(h.image.next_producer_id(), 3000);
+        let ControllerResponse::AllocateProducerIds(r) = h.run(
+            ControllerRequest::AllocateProducerIds(AllocateProducerIdsRequest {
+                broker_id: BrokerId(1),
+                broker_epoch: BrokerEpoch(epoch.0 + 100),
+            }),
+        ) else {
+            panic!()
+        };
+        assert_eq!(r.error_code, STALE_BROKER_EPOCH);
+    }
+
+    #[test]
+    fn rack_aware_placement_puts_replicas_on_distinct_racks() {
+        let mut h = Harness::new();
+        for (id, rack) in [(1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "c"), (6, "c")] {
+            h.register(id, Some(rack));
+        }
+        h.create(topic("racked", 12, 3), false);
+        for p in h.partitions("racked") {
+            let mut racks: Vec<String> = p
+                .replicas
+                .iter()
+                .map(|b| h.image.broker(*b).unwrap().rack.clone().unwrap())
+                .collect();
+            racks.sort();
+            racks.dedup();
+            assert_eq!(racks.len(), 3, "{:?}", p.replicas);
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! Kafka error codes the controller answers with, by Kafka's names.
+//!
+//! The values are Kafka's protocol error codes. They live here, as plain `i16`s, so that this
+//! crate needs no protocol codec; the broker puts them into kafka-protocol responses unchanged.
+
+pub const NONE: i16 = 0;
+pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+pub const INVALID_PARTITIONS: i16 = 37;
+pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+pub const INVALID_CONFIG: i16 = 40;
+/// Retriable: the client finds the active controller and tries again.
+pub const NOT_CONTROLLER: i16 = 41;
+pub const INVALID_REQUEST: i16 = 42;
+pub const STALE_BROKER_EPOCH: i16 = 77;
+pub const UNKNOWN_TOPIC_ID: i16 = 100;
+pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
+pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
+pub const INCONSISTENT_CLUSTER_ID: i16 = 104;
