@@ -10,9 +10,33 @@ use serde::Deserialize;
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
     pub node_id: i32,
+    /// The cluster id this node belongs to: the one its storage was formatted with
+    /// (`meta.properties`), set at start. Before that, the `cluster.id` of the file, if any,
+    /// which the stored one must then match.
     pub cluster_id: String,
+    /// Whether the file named a `cluster.id` (which the formatted storage must then match).
+    pub cluster_id_configured: bool,
+    /// `process.roles`: broker, controller, or both (the default, as a single node).
+    pub process_roles: ProcessRoles,
+    /// `controller.quorum.voters`: the controllers, `id@host:port` each. Empty for the
+    /// single-node default, whose quorum is this node alone.
+    pub controller_quorum_voters: Vec<Voter>,
+    /// `controller.listener.names`: which of `listeners` carry the controller quorum's
+    /// traffic (the first is used).
+    pub controller_listener_names: Vec<String>,
+    /// The controller listener's address (the `listeners` entry named by
+    /// `controller.listener.names`), on nodes with the controller role in a cluster.
+    pub controller_listener: Option<SocketAddr>,
+    /// `broker.rack`
+    pub broker_rack: Option<String>,
+    /// `broker.session.timeout.ms`: a broker that sends no heartbeat for this long is fenced.
+    pub broker_session_timeout_ms: u64,
+    /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the active controller.
+    pub broker_heartbeat_interval_ms: u64,
     /// `listeners`: where the Kafka protocol is served.
     pub listener: SocketAddr,
+    /// `listeners` as given, sorted again if `controller.listener.names` comes after it.
+    pub listeners_text: Option<String>,
     /// `advertised.listeners`: host and port clients are told to connect to.
     pub advertised_host: String,
     pub advertised_port: u16,
@@ -72,6 +96,138 @@ pub struct BrokerConfig {
     /// member leaves (downgrade).
     pub group_consumer_migration_policy: MigrationPolicy,
 }
+
+/// Kafka's `process.roles`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessRoles {
+    pub broker: bool,
+    pub controller: bool,
+}
+
+impl Default for ProcessRoles {
+    fn default() -> Self {
+        ProcessRoles {
+            broker: true,
+            controller: true,
+        }
+    }
+}
+
+impl std::str::FromStr for ProcessRoles {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut roles = ProcessRoles {
+            broker: false,
+            controller: false,
+        };
+        for role in s.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+            match role {
+                "broker" => roles.broker = true,
+                "controller" => roles.controller = true,
+                other => {
+                    return Err(format!(
+                        "process.roles: unknown role {other:?}; the roles are broker and controller"
+                    ))
+                }
+            }
+        }
+        if !roles.broker && !roles.controller {
+            return Err("process.roles names no role; give broker, controller, or both".into());
+        }
+        Ok(roles)
+    }
+}
+
+impl std::fmt::Display for ProcessRoles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.broker, self.controller) {
+            (true, true) => f.write_str("broker,controller"),
+            (true, false) => f.write_str("broker"),
+            _ => f.write_str("controller"),
+        }
+    }
+}
+
+/// One entry of `controller.quorum.voters`: `id@host:port`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Voter {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+impl std::fmt::Display for Voter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}:{}", self.id, self.host, self.port)
+    }
+}
+
+/// Parses `controller.quorum.voters`: `1@host1:9093,2@host2:9093,...`.
+pub fn parse_voters(value: &str) -> anyhow::Result<Vec<Voter>> {
+    let mut voters: Vec<Voter> = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (id, addr) = entry.split_once('@').ok_or_else(|| {
+            anyhow::anyhow!("controller.quorum.voters: {entry:?} is not id@host:port")
+        })?;
+        let id: i32 =
+            id.parse().ok().filter(|id| *id >= 0).ok_or_else(|| {
+                anyhow::anyhow!("controller.quorum.voters: {entry:?} has a bad id")
+            })?;
+        let (host, port) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow::anyhow!("controller.quorum.voters: {entry:?} has no port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| anyhow::anyhow!("controller.quorum.voters: {entry:?} has a bad port"))?;
+        if host.is_empty() {
+            anyhow::bail!("controller.quorum.voters: {entry:?} has no host");
+        }
+        if voters.iter().any(|v| v.id == id) {
+            anyhow::bail!("controller.quorum.voters names node {id} twice");
+        }
+        voters.push(Voter {
+            id,
+            host: host.to_string(),
+            port,
+        });
+    }
+    Ok(voters)
+}
+
+/// One entry of `listeners` or `advertised.listeners`: `NAME://host:port`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+/// Parses a comma-separated listener list. An entry without a name is `PLAINTEXT`.
+pub fn parse_listeners(value: &str) -> anyhow::Result<Vec<Listener>> {
+    let mut out: Vec<Listener> = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, _) = entry.split_once("://").unwrap_or(("PLAINTEXT", entry));
+        let (host, port) = parse_listener(entry)?;
+        if out.iter().any(|l| l.name == name) {
+            anyhow::bail!("listeners name {name} twice");
+        }
+        out.push(Listener {
+            name: name.to_string(),
+            host,
+            port,
+        });
+    }
+    if out.is_empty() {
+        anyhow::bail!("listeners is empty");
+    }
+    Ok(out)
+}
+
+/// Kafka's defaults for `broker.session.timeout.ms` (9 s) and `broker.heartbeat.interval.ms`
+/// (2 s).
+pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
+pub const BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 2_000;
 
 /// Kafka's `group.consumer.migration.policy`; its default is `bidirectional`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -158,12 +314,25 @@ pub const GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 45_000;
 /// Kafka's default `group.consumer.heartbeat.interval.ms` (5 s).
 pub const GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 5_000;
 
+/// The cluster id a single node formats itself with when nothing names one: the id every
+/// earlier release reported, so a data directory from one keeps its identity.
+pub const SINGLE_NODE_CLUSTER_ID: &str = "sluice-single-node";
+
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             node_id: 1,
-            cluster_id: "sluice-single-node".into(),
+            cluster_id: SINGLE_NODE_CLUSTER_ID.into(),
+            cluster_id_configured: false,
+            process_roles: ProcessRoles::default(),
+            controller_quorum_voters: Vec::new(),
+            controller_listener_names: vec!["CONTROLLER".to_string()],
+            controller_listener: None,
+            broker_rack: None,
+            broker_session_timeout_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+            broker_heartbeat_interval_ms: BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT,
             listener: "127.0.0.1:9092".parse().expect("valid address"),
+            listeners_text: None,
             advertised_host: "127.0.0.1".into(),
             advertised_port: 9092,
             data_dir: PathBuf::from("./data"),
@@ -202,6 +371,18 @@ struct FileConfig {
     node_id: Option<i32>,
     #[serde(rename = "cluster.id")]
     cluster_id: Option<String>,
+    #[serde(rename = "process.roles")]
+    process_roles: Option<String>,
+    #[serde(rename = "controller.quorum.voters")]
+    controller_quorum_voters: Option<String>,
+    #[serde(rename = "controller.listener.names")]
+    controller_listener_names: Option<String>,
+    #[serde(rename = "broker.rack")]
+    broker_rack: Option<String>,
+    #[serde(rename = "broker.session.timeout.ms")]
+    broker_session_timeout_ms: Option<u64>,
+    #[serde(rename = "broker.heartbeat.interval.ms")]
+    broker_heartbeat_interval_ms: Option<u64>,
     listeners: Option<String>,
     #[serde(rename = "advertised.listeners")]
     advertised_listeners: Option<String>,
@@ -336,6 +517,25 @@ impl BrokerConfig {
         }
         if let Some(v) = file.cluster_id {
             self.cluster_id = v;
+            self.cluster_id_configured = true;
+        }
+        if let Some(v) = &file.process_roles {
+            self.process_roles = v.parse().map_err(anyhow::Error::msg)?;
+        }
+        if let Some(v) = &file.controller_quorum_voters {
+            self.controller_quorum_voters = parse_voters(v)?;
+        }
+        if let Some(v) = &file.controller_listener_names {
+            self.set_controller_listener_names(v);
+        }
+        if let Some(v) = file.broker_rack {
+            self.broker_rack = Some(v).filter(|r| !r.is_empty());
+        }
+        if let Some(v) = file.broker_session_timeout_ms {
+            self.broker_session_timeout_ms = v;
+        }
+        if let Some(v) = file.broker_heartbeat_interval_ms {
+            self.broker_heartbeat_interval_ms = v;
         }
         if let Some(v) = file.listeners {
             self.set_listeners(&v)?;
@@ -406,6 +606,7 @@ impl BrokerConfig {
 
     /// Checks settings that depend on each other, once the file and flags are applied.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.validate_cluster()?;
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
             anyhow::bail!(
                 "group.min.session.timeout.ms ({}) is above group.max.session.timeout.ms ({})",
@@ -440,24 +641,149 @@ impl BrokerConfig {
         Ok(())
     }
 
-    /// Sets `listeners`; the advertised address follows unless set on its own.
+    /// Sets `listeners`: the first listener not named by `controller.listener.names` serves
+    /// clients (its advertised address follows unless set on its own), the controller one
+    /// carries the quorum. `controller.listener.names` must be set before this.
     pub fn set_listeners(&mut self, value: &str) -> anyhow::Result<()> {
-        let (host, port) = parse_listener(value)?;
-        self.listener = format!("{host}:{port}")
-            .parse()
-            .map_err(|_| anyhow::anyhow!("listener {value:?} is not an IP address and port"))?;
-        if host != "0.0.0.0" {
-            self.advertised_host = host;
+        self.listeners_text = Some(value.to_string());
+        let listeners = parse_listeners(value)?;
+        let socket = |l: &Listener| -> anyhow::Result<SocketAddr> {
+            format!("{}:{}", l.host, l.port).parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "listener {}://{}:{} is not an IP address and port",
+                    l.name,
+                    l.host,
+                    l.port
+                )
+            })
+        };
+        self.controller_listener = None;
+        let mut client = None;
+        for l in &listeners {
+            if self.controller_listener_names.contains(&l.name) {
+                if self.controller_listener.is_none() {
+                    self.controller_listener = Some(socket(l)?);
+                }
+            } else if client.is_none() {
+                client = Some(l.clone());
+            }
         }
-        self.advertised_port = port;
+        if let Some(l) = client {
+            self.listener = socket(&l)?;
+            if l.host != "0.0.0.0" {
+                self.advertised_host = l.host;
+            }
+            self.advertised_port = l.port;
+        }
         Ok(())
     }
 
+    /// Sets `controller.listener.names` (before `listeners`, which it sorts).
+    pub fn set_controller_listener_names(&mut self, value: &str) {
+        self.controller_listener_names = value
+            .split(',')
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if let Some(text) = self.listeners_text.clone() {
+            // Listeners were read before the names: sort them again.
+            let _ = self.set_listeners(&text);
+        }
+    }
+
+    /// Sets `advertised.listeners`: the first entry not named by `controller.listener.names`
+    /// is what clients are told.
     pub fn set_advertised(&mut self, value: &str) -> anyhow::Result<()> {
-        let (host, port) = parse_listener(value)?;
-        self.advertised_host = host;
-        self.advertised_port = port;
+        let listeners = parse_listeners(value)?;
+        let l = listeners
+            .iter()
+            .find(|l| !self.controller_listener_names.contains(&l.name))
+            .unwrap_or(&listeners[0]);
+        self.advertised_host = l.host.clone();
+        self.advertised_port = l.port;
         Ok(())
+    }
+
+    fn validate_cluster(&self) -> anyhow::Result<()> {
+        if self.node_id < 0 {
+            anyhow::bail!("node.id must be 0 or more, not {}", self.node_id);
+        }
+        let (session, heartbeat) = (
+            self.broker_session_timeout_ms,
+            self.broker_heartbeat_interval_ms,
+        );
+        if heartbeat == 0 || heartbeat >= session {
+            anyhow::bail!(
+                "broker.heartbeat.interval.ms ({heartbeat}) must be at least 1 and less than \
+                 broker.session.timeout.ms ({session})"
+            );
+        }
+        if !self.is_cluster() {
+            if self.process_roles != ProcessRoles::default() {
+                anyhow::bail!(
+                    "process.roles={} needs controller.quorum.voters (the controllers, \
+                     id@host:port each); only a combined node (broker,controller) runs alone",
+                    self.process_roles
+                );
+            }
+            return Ok(());
+        }
+        let names = self.controller_listener_names.join(",");
+        match (self.process_roles.controller, self.own_voter()) {
+            (true, None) => anyhow::bail!(
+                "node {} has the controller role but is not in controller.quorum.voters ({})",
+                self.node_id,
+                self.voters_text()
+            ),
+            (false, Some(_)) => anyhow::bail!(
+                "node {} is in controller.quorum.voters but process.roles={} lacks controller",
+                self.node_id,
+                self.process_roles
+            ),
+            (true, Some(voter)) => {
+                let Some(addr) = self.controller_listener else {
+                    anyhow::bail!(
+                        "node {} is a controller but listeners has no listener named by \
+                         controller.listener.names ({names}), e.g. CONTROLLER://{}:{}",
+                        self.node_id,
+                        voter.host,
+                        voter.port
+                    );
+                };
+                if addr.port() != voter.port {
+                    anyhow::bail!(
+                        "node {}'s controller listener is on port {} but controller.quorum.voters \
+                         gives it {voter}",
+                        self.node_id,
+                        addr.port()
+                    );
+                }
+            }
+            (false, None) => {}
+        }
+        Ok(())
+    }
+
+    /// `controller.quorum.voters` as Kafka writes it.
+    pub fn voters_text(&self) -> String {
+        self.controller_quorum_voters
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Whether this node is part of a cluster that `controller.quorum.voters` describes; the
+    /// single-node default has no voters list (its quorum is itself).
+    pub fn is_cluster(&self) -> bool {
+        !self.controller_quorum_voters.is_empty()
+    }
+
+    /// This node's entry in `controller.quorum.voters`, if it is a voter.
+    pub fn own_voter(&self) -> Option<&Voter> {
+        self.controller_quorum_voters
+            .iter()
+            .find(|v| v.id == self.node_id)
     }
 }
 
@@ -592,5 +918,89 @@ mod tests {
         c.validate().unwrap();
         c.log_cleaner_backoff_ms = 0;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn cluster_settings_parse_like_kafka_and_are_checked() {
+        let voters = parse_voters("1@127.0.0.1:9192, 2@localhost:9193,3@127.0.0.1:9194").unwrap();
+        assert_eq!(voters.len(), 3);
+        assert_eq!(
+            voters[1],
+            Voter {
+                id: 2,
+                host: "localhost".into(),
+                port: 9193
+            }
+        );
+        for bad in [
+            "1@host",
+            "x@host:1",
+            "1:host:1",
+            "1@:9",
+            "1@a:1,1@b:2",
+            "-1@a:1",
+        ] {
+            assert!(parse_voters(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            "broker,controller".parse::<ProcessRoles>().unwrap(),
+            ProcessRoles::default()
+        );
+        assert_eq!(
+            "broker".parse::<ProcessRoles>().unwrap(),
+            ProcessRoles {
+                broker: true,
+                controller: false
+            }
+        );
+        assert!("".parse::<ProcessRoles>().is_err());
+        assert!("broker,zookeeper".parse::<ProcessRoles>().is_err());
+
+        let mut c = BrokerConfig::default();
+        c.set_listeners("PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9192")
+            .unwrap();
+        assert_eq!(c.listener.port(), 9092);
+        assert_eq!(c.controller_listener.map(|a| a.port()), Some(9192));
+        assert_eq!(c.advertised_port, 9092);
+        c.validate().unwrap();
+        assert!(!c.is_cluster());
+        c.controller_quorum_voters = parse_voters("1@127.0.0.1:9192,2@127.0.0.1:9193").unwrap();
+        c.validate().unwrap();
+        // The controller listener must be the one the voters name for this node.
+        c.node_id = 2;
+        assert!(c.validate().unwrap_err().to_string().contains("port 9192"));
+        // A controller that is not a voter, a voter without the role.
+        c.node_id = 5;
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("not in controller.quorum.voters"));
+        c.node_id = 1;
+        c.process_roles = "broker".parse().unwrap();
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("lacks controller"));
+        // A lone broker-only node has no quorum to join.
+        let alone = BrokerConfig {
+            process_roles: "broker".parse().unwrap(),
+            ..BrokerConfig::default()
+        };
+        assert!(alone.validate().is_err());
+        // Names sort listeners whichever comes first.
+        let mut named = BrokerConfig::default();
+        named
+            .set_listeners("CLIENTS://127.0.0.1:7000,QUORUM://127.0.0.1:7001")
+            .unwrap();
+        named.set_controller_listener_names("QUORUM");
+        assert_eq!(named.listener.port(), 7000);
+        assert_eq!(named.controller_listener.map(|a| a.port()), Some(7001));
+        let heartbeat = BrokerConfig {
+            broker_heartbeat_interval_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+            ..BrokerConfig::default()
+        };
+        assert!(heartbeat.validate().is_err());
     }
 }

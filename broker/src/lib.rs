@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 mod cli;
+mod cluster;
 mod config;
 mod config_catalog;
 mod group;
@@ -41,7 +42,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a broker (the default).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     #[command(flatten)]
     Client(cli::Command),
 }
@@ -51,10 +52,36 @@ struct ServeArgs {
     /// TOML file with broker settings under Kafka's names (`listeners`, `log.dirs`, ...).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// This node's id in the cluster (`node.id`). Default 1.
+    #[arg(long)]
+    node_id: Option<i32>,
+    /// broker, controller, or broker,controller (`process.roles`). Default both.
+    #[arg(long)]
+    process_roles: Option<String>,
+    /// The controllers, e.g. 1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097
+    /// (`controller.quorum.voters`). None for a single node.
+    #[arg(long)]
+    controller_quorum_voters: Option<String>,
+    /// Which listeners carry the controller quorum (`controller.listener.names`). Default
+    /// CONTROLLER.
+    #[arg(long)]
+    controller_listener_names: Option<String>,
+    /// This broker's rack, for rack-aware replica placement (`broker.rack`).
+    #[arg(long)]
+    broker_rack: Option<String>,
+    /// A broker without a heartbeat for this long is fenced (`broker.session.timeout.ms`).
+    /// Default 9000.
+    #[arg(long)]
+    broker_session_timeout_ms: Option<u64>,
+    /// How often brokers heartbeat to the controller (`broker.heartbeat.interval.ms`).
+    /// Default 2000.
+    #[arg(long)]
+    broker_heartbeat_interval_ms: Option<u64>,
     /// Directory for partition logs and metadata (`log.dirs`). Default ./data.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Where to serve the Kafka protocol, e.g. PLAINTEXT://127.0.0.1:9092 (`listeners`).
+    /// Where to serve the Kafka protocol, e.g. PLAINTEXT://127.0.0.1:9092, and the controller
+    /// quorum, e.g. PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093 (`listeners`).
     #[arg(long)]
     listeners: Option<String>,
     /// Address given to clients, e.g. PLAINTEXT://broker1:9092 (`advertised.listeners`).
@@ -118,6 +145,27 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     if let Some(dir) = &args.data_dir {
         config.data_dir = dir.clone();
     }
+    if let Some(v) = args.node_id {
+        config.node_id = v;
+    }
+    if let Some(v) = &args.process_roles {
+        config.process_roles = v.parse().map_err(anyhow::Error::msg)?;
+    }
+    if let Some(v) = &args.controller_quorum_voters {
+        config.controller_quorum_voters = config::parse_voters(v)?;
+    }
+    if let Some(v) = &args.controller_listener_names {
+        config.set_controller_listener_names(v);
+    }
+    if let Some(v) = &args.broker_rack {
+        config.broker_rack = Some(v.clone()).filter(|r| !r.is_empty());
+    }
+    if let Some(v) = args.broker_session_timeout_ms {
+        config.broker_session_timeout_ms = v;
+    }
+    if let Some(v) = args.broker_heartbeat_interval_ms {
+        config.broker_heartbeat_interval_ms = v;
+    }
     if let Some(l) = &args.listeners {
         config.set_listeners(l)?;
     }
@@ -176,7 +224,7 @@ pub fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     let args = match &cli.command {
-        Some(Command::Serve(args)) => args.clone(),
+        Some(Command::Serve(args)) => (**args).clone(),
         None => cli.serve.clone(),
         Some(Command::Client(command)) => cli::run(command),
     };

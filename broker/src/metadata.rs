@@ -8,11 +8,15 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sluice_engine::{Compression, CompressionType, FlushMode, LogConfig, TimestampType};
 
 pub const METADATA_FILE: &str = ".sluice-metadata.json";
+
+/// The owner "shard" of a partition that has no replica on this node (cluster mode).
+pub const NOT_HOSTED: u16 = u16::MAX;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct TopicMeta {
@@ -44,6 +48,10 @@ pub struct MetadataImage {
     /// Topic names by id, built on the first lookup by id (Fetch v13+ names topics by id).
     #[serde(skip)]
     ids: TopicIds,
+    /// In a cluster: brokers, partition leaders and the controller, from the cluster's
+    /// metadata image. `None` on the single-node default, which leads everything itself.
+    #[serde(skip)]
+    pub cluster: Option<Arc<crate::cluster::view::ClusterView>>,
 }
 
 /// An index from topic id to name, for an image that is no longer changed once published. It is
@@ -164,10 +172,46 @@ impl MetadataImage {
         }
     }
 
+    /// The shard that owns a partition's replica on this node; `None` for an unknown
+    /// partition and, in a cluster, for one with no replica here ([`Self::led_elsewhere`]).
     pub fn owner(&self, topic: &str, partition: i32, shards: usize) -> Option<usize> {
         let t = self.topics.get(topic)?;
         let s = *t.shards.get(usize::try_from(partition).ok()?)?;
-        Some(s as usize % shards)
+        (s != NOT_HOSTED).then_some(s as usize % shards)
+    }
+
+    /// Whether a partition exists but this node does not lead it (it may still hold a
+    /// replica): requests for it get NOT_LEADER_OR_FOLLOWER, never UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn led_elsewhere(&self, node_id: i32, topic: &str, partition: i32) -> bool {
+        self.cluster
+            .as_ref()
+            .and_then(|c| c.partition(topic, partition))
+            .is_some_and(|p| p.leader != node_id)
+    }
+
+    /// The error for a partition this shard's image has no owner for: NOT_LEADER_OR_FOLLOWER
+    /// when another broker leads it, else UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn missing_partition_error(&self, node_id: i32, topic: &str, partition: i32) -> i16 {
+        if self.led_elsewhere(node_id, topic, partition) {
+            kafka_protocol::ResponseError::NotLeaderOrFollower.code()
+        } else {
+            kafka_protocol::ResponseError::UnknownTopicOrPartition.code()
+        }
+    }
+
+    /// The leader of a partition and its epoch, with the leader's endpoint: for KIP-951's
+    /// `current_leader` and `node_endpoints` in NOT_LEADER_OR_FOLLOWER answers.
+    pub fn leader_of(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Option<(
+        &crate::cluster::view::PartitionInfo,
+        Option<&crate::cluster::view::BrokerInfo>,
+    )> {
+        let cluster = self.cluster.as_ref()?;
+        let p = cluster.partition(topic, partition)?;
+        Some((p, cluster.broker(p.leader)))
     }
 }
 

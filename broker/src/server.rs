@@ -85,10 +85,12 @@ fn abort_on_panic() {
     }));
 }
 
-pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
+pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
     abort_on_panic();
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| anyhow::anyhow!("creating {}: {e}", config.data_dir.display()))?;
+    let identity = crate::cluster::meta_properties::load_or_format(&config)?;
+    config.cluster_id = identity.cluster_id;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -97,15 +99,34 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
     } else {
         config.cores
     };
-    let mut image = MetadataImage::load(&config.data_dir)?;
+    let mut image = if config.is_cluster() {
+        if MetadataImage::path(&config.data_dir).exists() {
+            anyhow::bail!(
+                "{} holds a single-node broker's metadata ({}); a cluster node starts from an \
+                 empty data directory",
+                config.data_dir.display(),
+                crate::metadata::METADATA_FILE
+            );
+        }
+        // Topics come from the metadata log once the quorum replays it.
+        MetadataImage::default()
+    } else {
+        MetadataImage::load(&config.data_dir)?
+    };
     // Placement of new partitions spreads over the shards this process runs.
     image.shards = shards;
     let image = Arc::new(image);
     install_signal_handlers();
     // Shards bind their own SO_REUSEPORT sockets, which would quietly share the port with
     // another broker; so bind once here first, to fail fast with a clear error.
-    check_port_free(config.listener)
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listener))?;
+    if config.process_roles.broker {
+        check_port_free(config.listener)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listener))?;
+    }
+    if let Some(addr) = config.controller_listener.filter(|_| config.is_cluster()) {
+        check_port_free(addr)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (CONTROLLER): {e}"))?;
+    }
     let shared = Arc::new(Shared {
         config: config.clone(),
         shards,
@@ -114,7 +135,7 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
         opened: std::sync::atomic::AtomicUsize::new(0),
     });
     let meshes = mesh_builders(shards);
-    tracing::info!(shards, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
+    tracing::info!(shards, node_id = config.node_id, roles = %config.process_roles, cluster_id = %config.cluster_id, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
     let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shards, None))
         .name("shard")
         .spin_before_park(Duration::from_micros(200))
@@ -155,7 +176,14 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                 }
                 shard.start_group_timers();
                 shard.start_housekeeping();
-                if id == 0 && !image.topics.contains_key(crate::group::offsets_topic::OFFSETS_TOPIC) {
+                let cluster = shared.config.is_cluster();
+                if id == 0 && cluster {
+                    let node = crate::cluster::node::ClusterNode::start(&shard).await?;
+                    *shard.cluster.borrow_mut() = Some(node);
+                }
+                // In a cluster the offsets topic is created on the first FindCoordinator, once
+                // brokers have registered (as Kafka does).
+                if id == 0 && !cluster && !image.topics.contains_key(crate::group::offsets_topic::OFFSETS_TOPIC) {
                     let mut configs = std::collections::BTreeMap::new();
                     configs.insert("cleanup.policy".to_string(), "compact".to_string());
                     configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
@@ -164,17 +192,31 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                         .await
                         .map_err(|e| anyhow::anyhow!("creating the offsets topic: {e:?}"))?;
                 }
-                let listener = TcpListener::bind(shared.config.listener).map_err(|e| anyhow::anyhow!("shard {id}: binding: {e}"))?;
-                let server = glommio::spawn_local(crate::net::serve(shard.clone(), listener));
-                if id == 0 {
-                    tracing::info!(listener = %shared.config.listener, "serving the Kafka protocol");
+                // A cluster node serves clients once it has the cluster's metadata (the quorum's
+                // committed log replayed), never from an empty image that would name only itself.
+                while cluster && shard.image().cluster.is_none() {
+                    if STOP.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    glommio::timer::sleep(Duration::from_millis(20)).await;
                 }
+                let server = if shared.config.process_roles.broker && !STOP.load(Ordering::SeqCst) {
+                    let listener = TcpListener::bind(shared.config.listener).map_err(|e| anyhow::anyhow!("shard {id}: binding: {e}"))?;
+                    if id == 0 {
+                        tracing::info!(listener = %shared.config.listener, "serving the Kafka protocol");
+                    }
+                    Some(glommio::spawn_local(crate::net::serve(shard.clone(), listener)))
+                } else {
+                    None
+                };
                 while !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(100)).await;
                 }
                 // Stop accepting, let requests in flight finish (they may need other shards, which
                 // keep serving jobs), then close the logs once every shard has drained.
-                server.cancel().await;
+                if let Some(server) = server {
+                    server.cancel().await;
+                }
                 let started = std::time::Instant::now();
                 while shard.requests_in_flight() > 0 && started.elapsed() < SHUTDOWN_DRAIN_MAX {
                     glommio::timer::sleep(Duration::from_millis(10)).await;
@@ -187,6 +229,9 @@ pub fn run(config: BrokerConfig) -> anyhow::Result<()> {
                     glommio::timer::sleep(Duration::from_millis(10)).await;
                 }
                 shard.close_all().await;
+                if let Some(node) = shard.cluster_node() {
+                    node.close().await;
+                }
                 tracing::info!(shard = id, "shard stopped cleanly");
                 Ok::<_, anyhow::Error>(())
             }

@@ -841,3 +841,54 @@ fn keyless_records_of_a_compressed_batch_are_named_on_a_compacted_topic() {
         assert_eq!(log.log_end_offset(), Offset(0));
     });
 }
+
+#[test]
+fn a_log_emptied_and_started_over_continues_from_the_new_offset_across_restarts() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let config = LogConfig {
+            segment_bytes: 4096,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/start-over", config.clone(), Clock::System).await;
+        for i in 0..300 {
+            append(
+                &log,
+                Some(b"k"),
+                Some(format!("v{i}").as_bytes()),
+                1_000 + i,
+            )
+            .await;
+        }
+        assert!(log.segment_count() > 1, "several segments to remove");
+        log.truncate_fully_and_start_at(Offset(1_000))
+            .await
+            .unwrap();
+        assert_eq!(log.log_start_offset(), Offset(1_000));
+        assert_eq!(log.log_end_offset(), Offset(1_000));
+        assert_eq!(log.segment_count(), 1);
+        assert!(all_records(&log).await.is_empty());
+        assert_eq!(
+            append(&log, Some(b"k"), Some(b"after"), 5_000).await,
+            Offset(1_000)
+        );
+        drop(log);
+        // Unclean reopen (no close): the start offset and the new batch are there.
+        let log = open(&storage, "/start-over", config.clone(), Clock::System).await;
+        assert_eq!(log.log_start_offset(), Offset(1_000));
+        assert_eq!(
+            all_records(&log).await,
+            vec![(1_000, Some(b"k".to_vec()), Some(b"after".to_vec()))]
+        );
+        // Started over past nothing at all: an empty log reopens empty at the offset.
+        log.truncate_fully_and_start_at(Offset(7)).await.unwrap();
+        log.close().await.unwrap();
+        let log = open(&storage, "/start-over", config, Clock::System).await;
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (Offset(7), Offset(7))
+        );
+        assert_eq!(append(&log, None, Some(b"x"), 6_000).await, Offset(7));
+        assert!(log.truncate_fully_and_start_at(Offset(-1)).await.is_err());
+    });
+}

@@ -28,14 +28,12 @@
 
 use std::collections::VecDeque;
 
-use raft::eraftpb::{
-    ConfState, Entry, EntryType, HardState, MessageType, Snapshot, SnapshotMetadata,
-};
+use raft::eraftpb::{ConfState, EntryType, MessageType, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, RawNode, SnapshotStatus, Storage, StorageError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-pub use raft::eraftpb::Message;
+pub use raft::eraftpb::{Entry, HardState, Message, Snapshot};
 pub use raft::StateRole;
 
 use crate::controller::{Controller, ControllerConfig, ControllerRequest, ControllerResponse};
@@ -1057,5 +1055,71 @@ mod tests {
         });
         assert_eq!(disk.entries.len(), 1);
         assert_eq!(disk.snapshot.as_ref().unwrap().get_metadata().index, 1);
+    }
+}
+
+/// raft-rs's protobuf encodings, for the caller's disk (entries, snapshots) and network
+/// (messages), so that the broker needs neither raft-rs nor prost itself.
+pub mod codec {
+    use prost::Message as _;
+
+    use super::{Entry, Message, Snapshot};
+
+    pub fn encode_entry(entry: &Entry) -> Vec<u8> {
+        entry.encode_to_vec()
+    }
+
+    pub fn decode_entry(bytes: &[u8]) -> Result<Entry, String> {
+        Entry::decode(bytes).map_err(|e| e.to_string())
+    }
+
+    pub fn encode_snapshot(snapshot: &Snapshot) -> Vec<u8> {
+        snapshot.encode_to_vec()
+    }
+
+    pub fn decode_snapshot(bytes: &[u8]) -> Result<Snapshot, String> {
+        Snapshot::decode(bytes).map_err(|e| e.to_string())
+    }
+
+    pub fn encode_message(message: &Message) -> Vec<u8> {
+        message.encode_to_vec()
+    }
+
+    pub fn decode_message(bytes: &[u8]) -> Result<Message, String> {
+        Message::decode(bytes).map_err(|e| e.to_string())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn entries_snapshots_and_messages_round_trip() {
+            let entry = Entry {
+                index: 7,
+                term: 3,
+                data: b"records".to_vec(),
+                ..Default::default()
+            };
+            assert_eq!(decode_entry(&encode_entry(&entry)).unwrap(), entry);
+            let mut snapshot = Snapshot::default();
+            snapshot.mut_metadata().index = 40;
+            snapshot.mut_metadata().term = 2;
+            snapshot.mut_metadata().mut_conf_state().voters = vec![1, 2, 3];
+            snapshot.data = b"image".to_vec();
+            assert_eq!(
+                decode_snapshot(&encode_snapshot(&snapshot)).unwrap(),
+                snapshot
+            );
+            let message = Message {
+                from: 1,
+                to: 2,
+                term: 3,
+                entries: vec![entry],
+                ..Default::default()
+            };
+            assert_eq!(decode_message(&encode_message(&message)).unwrap(), message);
+            assert!(decode_message(&[0xff, 0xff, 0xff]).is_err());
+        }
     }
 }

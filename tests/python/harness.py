@@ -74,13 +74,19 @@ class Broker:
         assert self.proc is not None, "broker is not running"
         return self.proc.pid
 
-    def start(self, new_port: bool = False, wait_for_partitions: bool = True) -> None:
+    def listeners(self) -> str:
+        """The `--listeners` flag's value (a cluster node adds its CONTROLLER listener)."""
+        return f"PLAINTEXT://{self.bootstrap}"
+
+    def start(self, new_port: bool = False, wait_for_partitions: bool = True, wait: bool = True) -> None:
         """Starts the broker on its data directory; `new_port` moves it to another free port.
 
         Returns once the port answers Metadata and, with `wait_for_partitions`, once ListOffsets
         answers for every partition Metadata lists: each shard serves as soon as its own
         partitions are open, so the port can answer while another shard still recovers
-        (test_restart.py::test_every_listed_partition_answers_once_the_port_does)."""
+        (test_restart.py::test_every_listed_partition_answers_once_the_port_does). Without
+        `wait` it returns at once (a cluster's nodes wait for each other: start them all, then
+        `wait_ready`)."""
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
         if new_port:
             self.port = free_port()
@@ -94,7 +100,7 @@ class Broker:
             [
                 str(SLUICE_BIN),
                 "--data-dir", str(self.data_dir),
-                "--listeners", f"PLAINTEXT://{self.bootstrap}",
+                "--listeners", self.listeners(),
                 "--cores", str(self.cores),
                 "--num-partitions", str(self.num_partitions),
                 *self.extra_args,
@@ -105,9 +111,10 @@ class Broker:
             env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info")},
         )
         log.close()
-        self._wait_ready(wait_for_partitions)
+        if wait:
+            self.wait_ready(wait_for_partitions)
 
-    def _wait_ready(self, wait_for_partitions: bool) -> None:
+    def wait_ready(self, wait_for_partitions: bool = True) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             code = self.proc.poll()
@@ -127,13 +134,17 @@ class Broker:
         while True:
             try:
                 md = client.list_topics(timeout=1.0)
-                break
             except Exception as e:
                 code = self.proc.poll()
                 if code is not None or time.monotonic() > deadline:
                     raise BrokerError(f"Metadata failed ({e}); sluice exit status {code}\n{self.log_tail()}") from e
-        if not md.brokers:
-            raise BrokerError(f"Metadata named no broker\n{self.log_tail()}")
+                continue
+            # A cluster node lists brokers once they have registered with the controller.
+            if md.brokers:
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise BrokerError(f"Metadata named no broker\n{self.log_tail()}")
+            time.sleep(0.05)
         while wait_for_partitions:
             missing = unanswered_partitions(client)
             if not missing:

@@ -61,6 +61,8 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetFetch, 2, 8),
     (ApiKey::OffsetCommit, 2, 8),
+    // `sluice cluster --bootstrap-controller`: the controller quorum.
+    (ApiKey::DescribeQuorum, 0, 2),
 ];
 
 /// Kafka's name for an error code, as in `org.apache.kafka.common.protocol.Errors`:

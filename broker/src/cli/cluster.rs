@@ -1,6 +1,7 @@
 //! `sluice cluster`: the cluster id, controller and brokers from Metadata, topic and partition
 //! counts, and the API versions of the broker connected to, in the format of
-//! `kafka-broker-api-versions.sh`.
+//! `kafka-broker-api-versions.sh`; with `--bootstrap-controller`, the controller quorum as
+//! `kafka-metadata-quorum describe --status --replication` shows it.
 
 use kafka_protocol::messages::ApiKey;
 
@@ -11,9 +12,72 @@ use super::Connection;
 pub struct ClusterArgs {
     #[command(flatten)]
     connection: Connection,
+    /// A controller's CONTROLLER listener, `HOST:PORT`: show the controller quorum (leader,
+    /// epoch, high watermark, voters and observers with their lag) instead.
+    #[arg(long, value_name = "HOST:PORT")]
+    bootstrap_controller: Option<String>,
+}
+
+/// The quorum of `__cluster_metadata`, asked of a controller (DescribeQuorum).
+fn describe_quorum(address: &str) -> anyhow::Result<()> {
+    use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+    use kafka_protocol::messages::{DescribeQuorumRequest, TopicName};
+    let mut client = Client::bootstrap(address)?;
+    let request = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
+        .with_topic_name(TopicName(super::client::str_bytes("__cluster_metadata")))
+        .with_partitions(vec![PartitionData::default().with_partition_index(0)])]);
+    let (response, _) = client.send(&request)?;
+    check(
+        response.error_code,
+        response.error_message.as_ref(),
+        "DescribeQuorum",
+    )?;
+    let Some(p) = response.topics.first().and_then(|t| t.partitions.first()) else {
+        anyhow::bail!("DescribeQuorum answered no partition");
+    };
+    check(p.error_code, p.error_message.as_ref(), "DescribeQuorum")?;
+    let ids = |rs: &[kafka_protocol::messages::describe_quorum_response::ReplicaState]| {
+        rs.iter()
+            .map(|r| r.replica_id.0.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!("LeaderId: {}", p.leader_id.0);
+    println!("LeaderEpoch: {}", p.leader_epoch);
+    println!("HighWatermark: {}", p.high_watermark);
+    println!("CurrentVoters: [{}]", ids(&p.current_voters));
+    println!("CurrentObservers: [{}]", ids(&p.observers));
+    println!("NodeId\tLogEndOffset\tLag\tStatus");
+    let leader_end = p
+        .current_voters
+        .iter()
+        .find(|r| r.replica_id == p.leader_id)
+        .map_or(p.high_watermark, |r| r.log_end_offset);
+    for (r, voter) in p
+        .current_voters
+        .iter()
+        .map(|r| (r, true))
+        .chain(p.observers.iter().map(|r| (r, false)))
+    {
+        let status = match (r.replica_id == p.leader_id, voter) {
+            (true, _) => "Leader",
+            (false, true) => "Follower",
+            (false, false) => "Observer",
+        };
+        let lag = if r.log_end_offset < 0 {
+            "unknown".to_string()
+        } else {
+            (leader_end - r.log_end_offset).max(0).to_string()
+        };
+        println!("{}\t{}\t{lag}\t{status}", r.replica_id.0, r.log_end_offset);
+    }
+    Ok(())
 }
 
 pub fn run(args: &ClusterArgs) -> anyhow::Result<()> {
+    if let Some(controller) = &args.bootstrap_controller {
+        return describe_quorum(controller);
+    }
     let mut client = Client::bootstrap(&args.connection.bootstrap_server)?;
     let response = client.metadata(None, false)?;
     check(response.error_code, None, "Metadata")?;

@@ -1,5 +1,6 @@
 //! Operator subcommands that speak the Kafka protocol to a running broker, like Kafka's own
-//! command-line tools and kcat: `topic`, `produce`, `consume`, `cluster` and `group`.
+//! command-line tools and kcat: `topic`, `produce`, `consume`, `cluster` and `group`; and
+//! `storage`, which formats a data directory before a node first starts.
 //!
 //! Everything here is blocking and single-threaded on the calling thread (`client.rs`); the
 //! CLI never starts a shard. Results go to stdout, notes and errors to stderr, and any error
@@ -10,8 +11,10 @@ use clap::Subcommand;
 pub mod client;
 mod cluster;
 mod consume;
+mod dev_cluster;
 mod group;
 mod produce;
+mod storage;
 mod topic;
 
 /// The subcommands that talk to a broker; `main.rs` flattens them into its own list.
@@ -27,6 +30,10 @@ pub enum Command {
     Cluster(cluster::ClusterArgs),
     /// List, describe and delete consumer groups, show their lag and reset their offsets.
     Group(group::GroupArgs),
+    /// Format a data directory with its cluster id and node id (like kafka-storage).
+    Storage(storage::StorageArgs),
+    /// Run a cluster of combined nodes on loopback in the foreground (Ctrl-C stops it).
+    DevCluster(dev_cluster::DevClusterArgs),
 }
 
 /// The `--bootstrap-server` option every subcommand takes.
@@ -51,6 +58,8 @@ pub fn run(command: &Command) -> ! {
         Command::Consume(args) => consume::run(args),
         Command::Cluster(args) => cluster::run(args),
         Command::Group(args) => group::run(args),
+        Command::Storage(args) => storage::run(args),
+        Command::DevCluster(args) => dev_cluster::run(args),
     };
     let code = match result {
         Ok(()) => 0,

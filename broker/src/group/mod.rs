@@ -1244,6 +1244,15 @@ impl Shard {
             .filter(|((t, _), _)| t == OFFSETS_TOPIC)
             .map(|(_, p)| p.clone())
             .collect();
+        self.load_offsets_of(owned).await
+    }
+
+    /// Rebuilds committed offsets from the given `__consumer_offsets` partitions (all of this
+    /// shard's at start; in a cluster, also each one that opens here later).
+    pub async fn load_offsets_of(
+        self: &Rc<Self>,
+        owned: Vec<Rc<crate::shard::Partition>>,
+    ) -> anyhow::Result<()> {
         let mut loaded = 0usize;
         for partition in owned {
             let log = &partition.log;

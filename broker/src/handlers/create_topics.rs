@@ -99,6 +99,9 @@ pub async fn create_topic(
     configs: BTreeMap<String, String>,
     validate_only: bool,
 ) -> Result<(), CreateError> {
+    if shard.config().is_cluster() {
+        return crate::cluster::create_topic(shard, name, partitions, configs, validate_only).await;
+    }
     validate_topic_name(name).map_err(CreateError::InvalidName)?;
     if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&partitions) {
         return Err(CreateError::InvalidPartitions(format!(

@@ -19,12 +19,16 @@ pub async fn handle(shard: &Rc<Shard>, request: DeleteRecordsRequest) -> DeleteR
         let name = topic.name.0.to_string();
         let mut t = DeleteRecordsTopicResult::default().with_name(topic.name.clone());
         for p in topic.partitions {
-            let (code, low_watermark) = match shard.image().owner(
+            let image = shard.image();
+            let (code, low_watermark) = match image.owner(
                 &name,
                 p.partition_index,
                 shard.shared.shards,
             ) {
-                None => (ResponseError::UnknownTopicOrPartition.code(), -1),
+                None => (
+                    image.missing_partition_error(shard.config().node_id, &name, p.partition_index),
+                    -1,
+                ),
                 Some(owner) => {
                     let (topic_name, partition, offset) =
                         (name.clone(), p.partition_index, p.offset);

@@ -10,6 +10,21 @@ use crate::shard::Shard;
 
 pub fn handle(shard: &Rc<Shard>) -> DescribeClusterResponse {
     let config = shard.config();
+    if let Some(cluster) = shard.image().cluster.clone() {
+        let mut response = DescribeClusterResponse::default()
+            .with_cluster_id(StrBytes::from_string(config.cluster_id.clone()))
+            .with_controller_id(BrokerId(cluster.controller_id));
+        for b in cluster.live_brokers() {
+            response.brokers.push(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.id))
+                    .with_host(StrBytes::from_string(b.host.clone()))
+                    .with_port(b.port as i32)
+                    .with_rack(b.rack.clone().map(StrBytes::from_string)),
+            );
+        }
+        return response;
+    }
     let mut response = DescribeClusterResponse::default()
         .with_cluster_id(StrBytes::from_string(config.cluster_id.clone()))
         .with_controller_id(BrokerId(config.node_id));

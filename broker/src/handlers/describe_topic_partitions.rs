@@ -120,6 +120,32 @@ pub fn handle(
                 break;
             }
             remaining -= 1;
+            if let Some(p) = image
+                .cluster
+                .as_ref()
+                .and_then(|c| c.partition(name, index))
+            {
+                let ids = |v: &[i32]| v.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
+                let cluster = image.cluster.as_ref().expect("checked above");
+                topic.partitions.push(
+                    DescribeTopicPartitionsResponsePartition::default()
+                        .with_partition_index(index)
+                        .with_leader_id(BrokerId(p.leader))
+                        .with_leader_epoch(p.leader_epoch)
+                        .with_replica_nodes(ids(&p.replicas))
+                        .with_isr_nodes(ids(&p.isr))
+                        .with_offline_replicas(
+                            p.replicas
+                                .iter()
+                                .filter(|&&r| cluster.broker(r).is_none_or(|b| b.fenced))
+                                .map(|&r| BrokerId(r))
+                                .collect(),
+                        )
+                        .with_eligible_leader_replicas(Some(ids(&p.eligible_leader_replicas)))
+                        .with_last_known_elr(Some(vec![])),
+                );
+                continue;
+            }
             topic.partitions.push(
                 DescribeTopicPartitionsResponsePartition::default()
                     .with_partition_index(index)

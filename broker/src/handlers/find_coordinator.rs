@@ -12,15 +12,44 @@ use crate::shard::Shard;
 
 const KEY_TYPE_GROUP: i8 = 0;
 
+fn key_text(c: &Coordinator) -> String {
+    c.key.to_string()
+}
+
 pub fn handle(
     shard: &Rc<Shard>,
     request: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
     let config = shard.config();
+    let image = shard.image();
     let answer = |key: StrBytes| {
         let mut c = Coordinator::default().with_key(key);
-        if request.key_type == KEY_TYPE_GROUP {
+        if request.key_type == KEY_TYPE_GROUP && image.cluster.is_some() {
+            // The leader of the group's `__consumer_offsets` partition coordinates it.
+            let p = crate::group::offsets_topic::partition_for(
+                &key_text(&c),
+                config.offsets_topic_partitions,
+            );
+            match image.leader_of(crate::group::offsets_topic::OFFSETS_TOPIC, p) {
+                Some((_, Some(leader))) if !leader.fenced => {
+                    c.node_id = BrokerId(leader.id);
+                    c.host = StrBytes::from_string(leader.host.clone());
+                    c.port = leader.port as i32;
+                }
+                found => {
+                    if found.is_none() {
+                        crate::cluster::ensure_offsets_topic(shard);
+                    }
+                    c.node_id = BrokerId(-1);
+                    c.port = -1;
+                    c.error_code = ResponseError::CoordinatorNotAvailable.code();
+                    c.error_message = Some(StrBytes::from_static_str(
+                        "the group's __consumer_offsets partition has no leader yet",
+                    ));
+                }
+            }
+        } else if request.key_type == KEY_TYPE_GROUP {
             c.node_id = BrokerId(config.node_id);
             c.host = StrBytes::from_string(config.advertised_host.clone());
             c.port = config.advertised_port as i32;

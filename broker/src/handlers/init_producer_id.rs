@@ -32,14 +32,20 @@ pub async fn handle(shard: &Rc<Shard>, request: InitProducerIdRequest) -> InitPr
         response.producer_epoch = request.producer_epoch + 1;
         return response;
     }
-    match shard
-        .update_metadata(|image| {
-            let id = image.next_producer_id;
-            image.next_producer_id += 1;
-            Ok(id)
-        })
-        .await
-    {
+    let allocated = if shard.config().is_cluster() {
+        crate::cluster::next_producer_id(shard)
+            .await
+            .ok_or_else(|| "no producer-id block from the controller".to_string())
+    } else {
+        shard
+            .update_metadata(|image| {
+                let id = image.next_producer_id;
+                image.next_producer_id += 1;
+                Ok(id)
+            })
+            .await
+    };
+    match allocated {
         Ok(id) => {
             response.producer_id = ProducerId(id);
             response.producer_epoch = 0;

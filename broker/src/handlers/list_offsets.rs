@@ -26,8 +26,10 @@ pub async fn lookup(
     partition: i32,
     timestamp: i64,
 ) -> (i16, i64, i64) {
-    let Some(owner) = shard.image().owner(&topic, partition, shard.shared.shards) else {
-        return (ResponseError::UnknownTopicOrPartition.code(), -1, -1);
+    let image = shard.image();
+    let Some(owner) = image.owner(&topic, partition, shard.shared.shards) else {
+        let code = image.missing_partition_error(shard.config().node_id, &topic, partition);
+        return (code, -1, -1);
     };
     shard
         .invoke_on(owner, move |shard| async move {

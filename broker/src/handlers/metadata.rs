@@ -17,14 +17,36 @@ use crate::shard::Shard;
 pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
     let config = shard.config().clone();
     let mut response = MetadataResponse::default();
-    response.brokers = vec![MetadataResponseBroker::default()
-        .with_node_id(BrokerId(config.node_id))
-        .with_host(StrBytes::from_string(config.advertised_host.clone()))
-        .with_port(config.advertised_port as i32)];
+    let cluster = shard.image().cluster.clone();
+    match &cluster {
+        Some(cluster) => {
+            response.brokers = cluster
+                .live_brokers()
+                .map(|b| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(b.id))
+                        .with_host(StrBytes::from_string(b.host.clone()))
+                        .with_port(b.port as i32)
+                        .with_rack(b.rack.clone().map(StrBytes::from_string))
+                })
+                .collect();
+            response.controller_id = BrokerId(if version >= 1 {
+                cluster.controller_id
+            } else {
+                -1
+            });
+        }
+        None => {
+            response.brokers = vec![MetadataResponseBroker::default()
+                .with_node_id(BrokerId(config.node_id))
+                .with_host(StrBytes::from_string(config.advertised_host.clone()))
+                .with_port(config.advertised_port as i32)];
+            response.controller_id = BrokerId(if version >= 1 { config.node_id } else { -1 });
+        }
+    }
     if version >= 2 {
         response.cluster_id = Some(StrBytes::from_string(config.cluster_id.clone()));
     }
-    response.controller_id = BrokerId(if version >= 1 { config.node_id } else { -1 });
 
     let wanted: Option<Vec<(Option<String>, uuid::Uuid)>> = request.topics.map(|topics| {
         topics
@@ -95,6 +117,42 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
             topic.topic_id = meta.id;
         }
         topic.is_internal = version >= 1 && meta.name == crate::group::offsets_topic::OFFSETS_TOPIC;
+        if let Some(partitions) = cluster.as_ref().and_then(|c| c.partitions.get(&meta.name)) {
+            let live = |id: &i32| {
+                cluster
+                    .as_ref()
+                    .and_then(|c| c.broker(*id))
+                    .is_some_and(|b| !b.fenced)
+            };
+            topic.partitions = partitions
+                .iter()
+                .enumerate()
+                .map(|(index, p)| {
+                    let mut partition = MetadataResponsePartition::default()
+                        .with_partition_index(index as i32)
+                        .with_leader_id(BrokerId(p.leader))
+                        .with_replica_nodes(p.replicas.iter().map(|&r| BrokerId(r)).collect())
+                        .with_isr_nodes(p.isr.iter().map(|&r| BrokerId(r)).collect());
+                    if p.leader < 0 {
+                        partition.error_code = ResponseError::LeaderNotAvailable.code();
+                    }
+                    if version >= 5 {
+                        partition.offline_replicas = p
+                            .replicas
+                            .iter()
+                            .filter(|r| !live(r))
+                            .map(|&r| BrokerId(r))
+                            .collect();
+                    }
+                    if version >= 7 {
+                        partition.leader_epoch = p.leader_epoch;
+                    }
+                    partition
+                })
+                .collect();
+            response.topics.push(topic);
+            continue;
+        }
         topic.partitions = (0..meta.shards.len() as i32)
             .map(|p| {
                 let mut partition = MetadataResponsePartition::default()

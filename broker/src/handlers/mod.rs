@@ -140,7 +140,26 @@ pub async fn dispatch(
 ) -> anyhow::Result<Option<Answer>> {
     let request = decode_request(key, version, body)?;
     let mut splices = Splices::default();
+    let cluster = shard.config().is_cluster();
     let response = match request {
+        // In a cluster, metadata changes are the controller's.
+        RequestKind::CreateTopics(r) if cluster => {
+            ResponseKind::CreateTopics(crate::cluster::create_topics(shard, r, version).await)
+        }
+        RequestKind::DeleteTopics(r) if cluster => {
+            ResponseKind::DeleteTopics(crate::cluster::delete_topics(shard, r, version).await)
+        }
+        RequestKind::CreatePartitions(r) if cluster => ResponseKind::CreatePartitions(
+            crate::cluster::create_partitions(shard, r, version).await,
+        ),
+        RequestKind::AlterConfigs(r) if cluster => {
+            ResponseKind::AlterConfigs(crate::cluster::alter_configs(shard, r).await)
+        }
+        RequestKind::IncrementalAlterConfigs(r) if cluster => {
+            ResponseKind::IncrementalAlterConfigs(
+                crate::cluster::incremental_alter_configs(shard, r, version).await,
+            )
+        }
         RequestKind::ApiVersions(r) => {
             ResponseKind::ApiVersions(api_versions::handle(&r, version, None))
         }

@@ -52,11 +52,11 @@ pub fn end_offset_for(
 
 /// The fencing check of KIP-320: a client that knows another epoch than the leader's (-1: it
 /// knows none) has stale or future metadata and must refresh it before it can trust an answer.
-fn fencing_error(current: i32) -> Option<ResponseError> {
+fn fencing_error(current: i32, leader_epoch: i32) -> Option<ResponseError> {
     if current == LeaderEpoch::NONE.0 {
         return None;
     }
-    match current.cmp(&LEADER_EPOCH.0) {
+    match current.cmp(&leader_epoch) {
         std::cmp::Ordering::Less => Some(ResponseError::FencedLeaderEpoch),
         std::cmp::Ordering::Greater => Some(ResponseError::UnknownLeaderEpoch),
         std::cmp::Ordering::Equal => None,
@@ -76,10 +76,17 @@ async fn lookup(
         -1,
         UNDEFINED_OFFSET,
     );
-    let Some(owner) = shard.image().owner(&topic, partition, shard.shared.shards) else {
-        return unknown;
+    let image = shard.image();
+    let Some(owner) = image.owner(&topic, partition, shard.shared.shards) else {
+        let code = image.missing_partition_error(shard.config().node_id, &topic, partition);
+        return (code, -1, UNDEFINED_OFFSET);
     };
-    if let Some(error) = fencing_error(current) {
+    // In a cluster the controller's leader epoch is the partition's current one (replication,
+    // which stamps it into batches, comes next); on a single node it is `LEADER_EPOCH`.
+    let leader_epoch = image
+        .leader_of(&topic, partition)
+        .map_or(LEADER_EPOCH, |(p, _)| LeaderEpoch(p.leader_epoch));
+    if let Some(error) = fencing_error(current, leader_epoch.0) {
         return (error.code(), -1, UNDEFINED_OFFSET);
     }
     shard
@@ -89,8 +96,8 @@ async fn lookup(
             };
             let log_end_offset = p.log.log_end_offset();
             let mut epochs = p.log.leader_epochs();
-            if epochs.last().is_none_or(|&(e, _)| e < LEADER_EPOCH) {
-                epochs.push((LEADER_EPOCH, log_end_offset));
+            if epochs.last().is_none_or(|&(e, _)| e < leader_epoch) {
+                epochs.push((leader_epoch, log_end_offset));
             }
             let (epoch, end) = end_offset_for(&epochs, log_end_offset, LeaderEpoch(requested));
             (0, epoch, end)

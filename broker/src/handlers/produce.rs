@@ -53,8 +53,10 @@ async fn append_on_owner(
     records: Option<Bytes>,
     in_order: oneshot::Sender<()>,
 ) -> Outcome {
-    let Some(owner) = shard.image().owner(&topic, partition, shard.shared.shards) else {
-        return Outcome::error(ResponseError::UnknownTopicOrPartition.code(), None);
+    let image = shard.image();
+    let Some(owner) = image.owner(&topic, partition, shard.shared.shards) else {
+        let code = image.missing_partition_error(shard.config().node_id, &topic, partition);
+        return Outcome::error(code, None);
     };
     let Some(records) = records else {
         return Outcome::error(

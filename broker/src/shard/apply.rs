@@ -15,6 +15,10 @@ impl Shard {
         T: Send + 'static,
         F: FnOnce(&mut MetadataImage) -> Result<T, String> + Send + 'static,
     {
+        if self.config().is_cluster() {
+            // A cluster's metadata changes only through the controller: never this file.
+            return Err("in a cluster, metadata changes go through the controller".to_string());
+        }
         self.invoke_on(0, move |shard0| async move {
             // One change at a time: each starts from the image the previous one published.
             let _serial = shard0.metadata_lock.lock().await;
@@ -55,6 +59,28 @@ impl Shard {
             })
             .cloned()
             .collect();
+        // Partitions whose replica left this node (a cluster moved it): closed, their data
+        // kept, until replication's reassignment deletes what it moved.
+        let moved: Vec<(String, i32)> = self
+            .partitions
+            .borrow()
+            .keys()
+            .filter(|(topic, p)| {
+                image.topics.get(topic).is_some_and(|t| {
+                    t.shards.get(*p as usize) == Some(&crate::metadata::NOT_HOSTED)
+                })
+            })
+            .cloned()
+            .collect();
+        for key in moved {
+            let removed = self.partitions.borrow_mut().remove(&key);
+            if let Some(partition) = removed {
+                if let Err(e) = partition.log.close().await {
+                    tracing::warn!(topic = %key.0, partition = key.1, error = %e, "closing a partition that left this node");
+                }
+                tracing::info!(topic = %key.0, partition = key.1, "closed a partition whose replica left this node");
+            }
+        }
         for key in stale {
             let removed = self.partitions.borrow_mut().remove(&key);
             if let Some(partition) = removed {
@@ -75,8 +101,18 @@ impl Shard {
         }
         let mut errors = Vec::new();
         for topic in image.topics.values() {
-            if let Err(e) = self.open_owned(topic).await {
-                errors.push(e.to_string());
+            match self.open_owned(topic).await {
+                // A cluster places offsets partitions here after start: load their commits.
+                Ok(opened)
+                    if topic.name == crate::group::offsets_topic::OFFSETS_TOPIC
+                        && !opened.is_empty() =>
+                {
+                    if let Err(e) = self.load_offsets_of(opened).await {
+                        errors.push(format!("loading committed offsets: {e}"));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => errors.push(e.to_string()),
             }
             match log_config(&image.effective_topic_configs(self.config().node_id, topic)) {
                 Ok(config) => {

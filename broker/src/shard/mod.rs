@@ -66,6 +66,8 @@ pub struct Shard {
     in_flight: std::cell::Cell<usize>,
     /// Serialises metadata changes; used on shard 0 only.
     pub metadata_lock: async_lock::Mutex<()>,
+    /// In a cluster, the metadata node; on shard 0 only.
+    pub cluster: RefCell<Option<Rc<crate::cluster::node::ClusterNode>>>,
     senders: Senders<Job>,
 }
 
@@ -86,6 +88,7 @@ impl Shard {
             groups: Default::default(),
             fetch_sessions: Default::default(),
             metadata_lock: async_lock::Mutex::new(()),
+            cluster: RefCell::new(None),
             in_flight: std::cell::Cell::new(0),
             senders,
         })
@@ -97,6 +100,11 @@ impl Shard {
 
     pub fn image(&self) -> Arc<MetadataImage> {
         self.image.borrow().clone()
+    }
+
+    /// The metadata node (shard 0 of a cluster node only).
+    pub fn cluster_node(&self) -> Option<Rc<crate::cluster::node::ClusterNode>> {
+        self.cluster.borrow().clone()
     }
 
     /// Runs every job other shards send here.
@@ -185,8 +193,13 @@ impl Shard {
             .cloned()
     }
 
-    /// Opens (creating or recovering) the partitions of `topic` that this shard owns.
-    pub async fn open_owned(self: &Rc<Self>, topic: &TopicMeta) -> anyhow::Result<()> {
+    /// Opens (creating or recovering) the partitions of `topic` that this shard owns; returns
+    /// the ones it opened now.
+    pub async fn open_owned(
+        self: &Rc<Self>,
+        topic: &TopicMeta,
+    ) -> anyhow::Result<Vec<Rc<Partition>>> {
+        let mut opened = Vec::new();
         let config = log_config(
             &self
                 .image()
@@ -194,7 +207,9 @@ impl Shard {
         )
         .map_err(|e| anyhow::anyhow!("topic {}: {e}", topic.name))?;
         for (index, &owner) in topic.shards.iter().enumerate() {
-            if owner as usize % self.shared.shards != self.id {
+            if owner == crate::metadata::NOT_HOSTED
+                || owner as usize % self.shared.shards != self.id
+            {
                 continue;
             }
             let key = (topic.name.clone(), index as i32);
@@ -214,11 +229,11 @@ impl Shard {
             )
             .await
             .map_err(|e| anyhow::anyhow!("opening {}-{}: {e}", topic.name, index))?;
-            self.partitions
-                .borrow_mut()
-                .insert(key, Rc::new(Partition::new(log)));
+            let partition = Rc::new(Partition::new(log));
+            self.partitions.borrow_mut().insert(key, partition.clone());
+            opened.push(partition);
         }
-        Ok(())
+        Ok(opened)
     }
 
     /// Notifies fetches waiting on this shard's partitions.

@@ -256,12 +256,14 @@ pub async fn read_partitions(
                 meta
             }
         };
-        let owner = meta
-            .and_then(|t| t.shards.get(usize::try_from(read.partition).ok()?))
-            .map(|&s| s as usize % shards);
+        let owner = meta.and_then(|t| t.shards.get(usize::try_from(read.partition).ok()?));
         match owner {
-            Some(owner) => {
-                by_owner[owner].push(i);
+            // A partition led by another broker of the cluster.
+            Some(&crate::metadata::NOT_HOSTED) => results.push(Some(ReadResult::failed(
+                ResponseError::NotLeaderOrFollower.code(),
+            ))),
+            Some(&owner) => {
+                by_owner[owner as usize % shards].push(i);
                 results.push(None);
             }
             None => results.push(Some(ReadResult::unknown())),

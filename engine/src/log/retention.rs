@@ -174,6 +174,68 @@ impl<S: Storage> Log<S> {
         Ok(offset)
     }
 
+    /// Removes every batch and starts the log over, empty, at `offset` (Kafka's
+    /// `truncateFullyAndStartAt`): for a replica whose leader's log starts past this one's end,
+    /// or a metadata log replaced by a snapshot. Segments go newest first, so a crash midway
+    /// leaves a prefix of the old log (and the old start offset) for the caller to judge.
+    pub async fn truncate_fully_and_start_at(&self, offset: Offset) -> Result<()> {
+        if offset.0 < 0 {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset(),
+                log_end_offset: self.log_end_offset(),
+            });
+        }
+        self.check_usable()?;
+        let _io = self.io.lock().await;
+        self.check_usable()?;
+        self.state.borrow_mut().appends_blocked = true;
+        let result = self.truncate_fully_locked(offset).await;
+        self.state.borrow_mut().appends_blocked = false;
+        result
+    }
+
+    async fn truncate_fully_locked(&self, offset: Offset) -> Result<()> {
+        self.flush_locked(false).await?;
+        let bases: Vec<Offset> = self.state.borrow().segments.keys().rev().copied().collect();
+        for base in bases {
+            self.state.borrow_mut().segments.remove(&base);
+            if let Err(e) = self.remove_segment_files(base).await {
+                return Err(self.poison(format!("removing segment {base} to start over: {e}")));
+            }
+        }
+        // The start offset is durable before the new segment exists: a crash in between
+        // reopens an empty log at `offset`.
+        self.write_log_start_checkpoint(offset).await?;
+        let seg = match self.create_segment_locked(offset).await {
+            Ok(seg) => seg,
+            Err(e) => {
+                return Err(self.poison(format!("no active segment after starting over: {e}")))
+            }
+        };
+        {
+            let mut st = self.state.borrow_mut();
+            st.segments.insert(offset, seg);
+            st.log_start_offset = offset;
+            st.log_end_offset = offset;
+            st.written_end = offset;
+            st.synced_end = offset;
+            st.epochs.clear();
+            st.epochs_dirty = true;
+        }
+        self.cache.remove_from(self.cache_id, Offset(0));
+        if let Err(e) = self.storage.sync_dir(&self.dir).await {
+            return Err(self.poison(format!(
+                "syncing the log directory after starting over: {e}"
+            )));
+        }
+        self.write_epochs_checkpoint().await;
+        self.state.borrow().check_invariants();
+        self.rebuild_producer_state().await?;
+        tracing::info!(dir = %self.dir.display(), start_offset = offset.0, "log emptied and started over");
+        Ok(())
+    }
+
     /// Removes every batch at or after `offset` (replication truncation, KIP-101). The log end
     /// becomes the start of the batch holding `offset` (equal to `offset` at a batch boundary).
     pub async fn truncate_to(&self, offset: Offset) -> Result<Offset> {

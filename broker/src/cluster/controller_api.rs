@@ -1,0 +1,579 @@
+//! The controller's Kafka APIs, and the conversions between Kafka's wire types and the
+//! controller core's requests (`sluice_replication::controller`).
+//!
+//! The CONTROLLER listener answers ApiVersions, DescribeQuorum, BrokerRegistration,
+//! BrokerHeartbeat, AllocateProducerIds and Envelope (admin requests a broker forwards, as
+//! Kafka's brokers forward them: the client's request whole, answered with its response
+//! whole). The same `admin` function serves an admin request arriving at a combined node that
+//! is the active controller, so there is one path for both.
+
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_quorum_response::{PartitionData, ReplicaState, TopicData};
+use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::ResponseError;
+use sluice_replication::controller as core;
+use sluice_replication::records::{BrokerEpoch, BrokerId, Endpoint, Offset, TopicId};
+
+use super::node::ClusterNode;
+
+/// The APIs of the CONTROLLER listener, with the versions answered.
+pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::DescribeQuorum, 0, 2),
+    // For admin clients given `bootstrap.controllers` (KIP-919): the controllers.
+    (ApiKey::DescribeCluster, 1, 2),
+    (ApiKey::BrokerRegistration, 0, 4),
+    (ApiKey::BrokerHeartbeat, 0, 1),
+    (ApiKey::AllocateProducerIds, 0, 0),
+    (ApiKey::Envelope, 0, 0),
+];
+
+/// Admin APIs forwarded to the controller inside an Envelope.
+pub const FORWARDED_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+];
+
+fn answered(table: &[(ApiKey, i16, i16)], key: ApiKey, version: i16) -> bool {
+    table
+        .iter()
+        .any(|&(k, min, max)| k == key && (min..=max).contains(&version))
+}
+
+/// Encodes a request frame: size, header (client id `sluice`), body.
+pub fn encode_request(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    request: &RequestKind,
+) -> anyhow::Result<Bytes> {
+    let mut buf = BytesMut::new();
+    buf.extend_from_slice(&[0; 4]);
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("sluice")));
+    header.encode(&mut buf, key.request_header_version(version))?;
+    request.encode(&mut buf, version)?;
+    let size = (buf.len() - 4) as u32;
+    buf[0..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+/// Decodes a response frame's body (after the size) for `key` at `version`.
+pub fn decode_response(key: ApiKey, version: i16, body: Vec<u8>) -> anyhow::Result<ResponseKind> {
+    let mut body = Bytes::from(body);
+    ResponseHeader::decode(&mut body, key.response_header_version(version))?;
+    ResponseKind::decode(key, &mut body, version)
+}
+
+/// A request frame's body (after the size) split into key, version, header and body.
+fn decode_request(mut body: Bytes) -> anyhow::Result<(ApiKey, i16, RequestHeader, RequestKind)> {
+    if body.len() < 4 {
+        anyhow::bail!("request shorter than a header");
+    }
+    let key = ApiKey::try_from(i16::from_be_bytes([body[0], body[1]]))
+        .map_err(|_| anyhow::anyhow!("unknown API key"))?;
+    let version = i16::from_be_bytes([body[2], body[3]]);
+    let header = RequestHeader::decode(&mut body, key.request_header_version(version))?;
+    let request = RequestKind::decode(key, &mut body, version)?;
+    Ok((key, version, header, request))
+}
+
+/// Answers one request frame of the CONTROLLER listener; `None` closes the connection.
+pub async fn answer(node: &Rc<ClusterNode>, frame: Bytes) -> Option<Bytes> {
+    // ApiVersions at a version this listener does not know: answered with v0 and
+    // UNSUPPORTED_VERSION and the versions it does know (KIP-511), so the client asks again.
+    if frame.len() >= 8 {
+        let key = i16::from_be_bytes([frame[0], frame[1]]);
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        if key == ApiKey::ApiVersions as i16
+            && !answered(CONTROLLER_APIS, ApiKey::ApiVersions, version)
+        {
+            let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+            let mut response = api_versions();
+            response.error_code = ResponseError::UnsupportedVersion.code();
+            return crate::handlers::encode_response(
+                ApiKey::ApiVersions,
+                0,
+                correlation_id,
+                &ResponseKind::ApiVersions(response),
+            )
+            .ok();
+        }
+    }
+    let raw = frame.clone();
+    let (key, version, header, request) = match decode_request(frame) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "malformed request on the CONTROLLER listener; closing the connection");
+            return None;
+        }
+    };
+    if !answered(CONTROLLER_APIS, key, version) {
+        tracing::warn!(
+            ?key,
+            version,
+            "the CONTROLLER listener does not answer this API; closing the connection"
+        );
+        return None;
+    }
+    let response = match request {
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions()),
+        // Only the leader knows every replica's log end: a follower asks it.
+        RequestKind::DescribeQuorum(_) if !node.is_quorum_leader() => {
+            if let Some(answer) = node.ask_leader(&raw).await {
+                return Some(answer);
+            }
+            ResponseKind::DescribeQuorum(describe_quorum(node, version))
+        }
+        RequestKind::DescribeQuorum(_) => {
+            ResponseKind::DescribeQuorum(describe_quorum(node, version))
+        }
+        RequestKind::DescribeCluster(r) => {
+            ResponseKind::DescribeCluster(describe_controllers(node, &r))
+        }
+        RequestKind::Envelope(r) => ResponseKind::Envelope(envelope(node, r).await),
+        other => match controller_request(&other) {
+            Some(request) => {
+                let response = node.submit(request).await;
+                controller_response(response)?
+            }
+            None => return None,
+        },
+    };
+    crate::handlers::encode_response(key, version, header.correlation_id, &response).ok()
+}
+
+fn api_versions() -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.api_keys = CONTROLLER_APIS
+        .iter()
+        .map(|&(k, min, max)| {
+            ApiVersion::default()
+                .with_api_key(k as i16)
+                .with_min_version(min)
+                .with_max_version(max)
+        })
+        .collect();
+    r
+}
+
+/// DescribeQuorum: the metadata partition's leader, epoch, high watermark, voters and observers
+/// with their log end offsets (known on the leader), as `kafka-metadata-quorum` shows them.
+pub fn describe_quorum(node: &ClusterNode, version: i16) -> DescribeQuorumResponse {
+    let status = node.quorum_status();
+    let replica = |r: &sluice_replication::quorum::ReplicaState| {
+        ReplicaState::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(r.replica_id as i32))
+            .with_log_end_offset(r.log_end_offset)
+            .with_last_fetch_timestamp(-1)
+            .with_last_caught_up_timestamp(-1)
+    };
+    let partition = PartitionData::default()
+        .with_partition_index(0)
+        .with_leader_id(kafka_protocol::messages::BrokerId(status.leader_id as i32))
+        .with_leader_epoch(status.leader_epoch as i32)
+        .with_high_watermark(status.high_watermark)
+        .with_current_voters(status.voters.iter().map(replica).collect())
+        .with_observers(status.observers.iter().map(replica).collect());
+    let mut response = DescribeQuorumResponse::default().with_topics(vec![TopicData::default()
+        .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+        .with_partitions(vec![partition])]);
+    if version >= 2 {
+        response.nodes = node
+            .voter_endpoints()
+            .into_iter()
+            .map(|(id, host, port)| {
+                kafka_protocol::messages::describe_quorum_response::Node::default()
+                    .with_node_id(kafka_protocol::messages::BrokerId(id as i32))
+                    .with_listeners(vec![
+                        kafka_protocol::messages::describe_quorum_response::Listener::default()
+                            .with_name(StrBytes::from_static_str("CONTROLLER"))
+                            .with_host(StrBytes::from_string(host))
+                            .with_port(port),
+                    ])
+            })
+            .collect();
+    }
+    response
+}
+
+/// DescribeCluster on the CONTROLLER listener: the controllers, with their controller
+/// endpoints, and the active one as the controller (Kafka answers endpoint type 2 so).
+fn describe_controllers(
+    node: &ClusterNode,
+    request: &DescribeClusterRequest,
+) -> DescribeClusterResponse {
+    use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+    let mut response = DescribeClusterResponse::default()
+        .with_endpoint_type(request.endpoint_type)
+        .with_cluster_id(StrBytes::from_string(node.cluster_id().to_string()))
+        .with_controller_id(kafka_protocol::messages::BrokerId(
+            node.leader_id().map_or(-1, |l| l as i32),
+        ));
+    // Endpoint type 1 asks for brokers, which a controller listener does not list.
+    if request.endpoint_type == 1 {
+        response.error_code = ResponseError::UnsupportedEndpointType.code();
+        return response;
+    }
+    response.brokers = node
+        .voter_endpoints()
+        .into_iter()
+        .map(|(id, host, port)| {
+            DescribeClusterBroker::default()
+                .with_broker_id(kafka_protocol::messages::BrokerId(id as i32))
+                .with_host(StrBytes::from_string(host))
+                .with_port(port as i32)
+        })
+        .collect();
+    response
+}
+
+/// Runs a forwarded admin request and wraps its response.
+async fn envelope(node: &Rc<ClusterNode>, request: EnvelopeRequest) -> EnvelopeResponse {
+    let inner = match decode_request(request.request_data.clone()) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "a forwarded request does not decode");
+            return EnvelopeResponse::default()
+                .with_error_code(ResponseError::InvalidRequest.code());
+        }
+    };
+    let (key, version, header, request) = inner;
+    if !answered(FORWARDED_APIS, key, version) {
+        return EnvelopeResponse::default().with_error_code(ResponseError::InvalidRequest.code());
+    }
+    let response = admin(node, request, version).await;
+    match crate::handlers::encode_response(key, version, header.correlation_id, &response) {
+        Ok(frame) => EnvelopeResponse::default().with_response_data(Some(frame.slice(4..))),
+        Err(e) => {
+            tracing::error!(error = %e, "encoding a forwarded response failed");
+            EnvelopeResponse::default().with_error_code(ResponseError::UnknownServerError.code())
+        }
+    }
+}
+
+/// An admin request at the active controller (or the NOT_CONTROLLER answer when it is not).
+pub async fn admin(node: &Rc<ClusterNode>, request: RequestKind, version: i16) -> ResponseKind {
+    let Some(core_request) = controller_request(&request) else {
+        unreachable!("only forwarded admin APIs reach here");
+    };
+    let response = node.submit(core_request).await;
+    admin_response(response, version)
+}
+
+fn name(s: &StrBytes) -> String {
+    s.to_string()
+}
+
+fn broker_ids(ids: &[kafka_protocol::messages::BrokerId]) -> Vec<BrokerId> {
+    ids.iter().map(|b| BrokerId(b.0)).collect()
+}
+
+/// Kafka's request as the controller core's, for the APIs the controller answers.
+pub fn controller_request(request: &RequestKind) -> Option<core::ControllerRequest> {
+    use core::ControllerRequest as C;
+    Some(match request {
+        RequestKind::CreateTopics(r) => C::CreateTopics(core::CreateTopicsRequest {
+            validate_only: r.validate_only,
+            topics: r
+                .topics
+                .iter()
+                .map(|t| core::CreatableTopic {
+                    name: name(&t.name.0),
+                    num_partitions: t.num_partitions,
+                    replication_factor: t.replication_factor,
+                    assignments: t
+                        .assignments
+                        .iter()
+                        .map(|a| (a.partition_index, broker_ids(&a.broker_ids)))
+                        .collect(),
+                    configs: t
+                        .configs
+                        .iter()
+                        .map(|c| (name(&c.name), c.value.as_ref().map(name)))
+                        .collect(),
+                })
+                .collect(),
+        }),
+        RequestKind::DeleteTopics(r) => {
+            let mut topics: Vec<core::TopicRef> = r
+                .topic_names
+                .iter()
+                .map(|n| core::TopicRef::Name(name(&n.0)))
+                .collect();
+            topics.extend(r.topics.iter().map(|t| match &t.name {
+                Some(n) => core::TopicRef::Name(name(&n.0)),
+                None => core::TopicRef::Id(TopicId(t.topic_id)),
+            }));
+            C::DeleteTopics(core::DeleteTopicsRequest { topics })
+        }
+        RequestKind::CreatePartitions(r) => C::CreatePartitions(core::CreatePartitionsRequest {
+            validate_only: r.validate_only,
+            topics: r
+                .topics
+                .iter()
+                .map(|t| core::CreatePartitionsTopic {
+                    name: name(&t.name.0),
+                    count: t.count,
+                    assignments: t
+                        .assignments
+                        .as_ref()
+                        .map(|a| a.iter().map(|a| broker_ids(&a.broker_ids)).collect()),
+                })
+                .collect(),
+        }),
+        RequestKind::IncrementalAlterConfigs(r) => {
+            C::IncrementalAlterConfigs(core::IncrementalAlterConfigsRequest {
+                validate_only: r.validate_only,
+                resources: r
+                    .resources
+                    .iter()
+                    .map(|res| core::AlterConfigsResource {
+                        resource_type: res.resource_type,
+                        resource_name: name(&res.resource_name),
+                        configs: res
+                            .configs
+                            .iter()
+                            .map(|c| core::AlterableConfig {
+                                name: name(&c.name),
+                                op: match c.config_operation {
+                                    1 => core::AlterConfigOp::Delete,
+                                    2 => core::AlterConfigOp::Append,
+                                    3 => core::AlterConfigOp::Subtract,
+                                    _ => core::AlterConfigOp::Set,
+                                },
+                                value: c.value.as_ref().map(name),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+        }
+        RequestKind::BrokerRegistration(r) => {
+            C::BrokerRegistration(core::BrokerRegistrationRequest {
+                broker_id: BrokerId(r.broker_id.0),
+                cluster_id: name(&r.cluster_id),
+                incarnation_id: r.incarnation_id,
+                listeners: r
+                    .listeners
+                    .iter()
+                    .map(|l| Endpoint {
+                        name: name(&l.name),
+                        host: name(&l.host),
+                        port: l.port,
+                        security_protocol: l.security_protocol,
+                    })
+                    .collect(),
+                rack: r.rack.as_ref().map(name),
+                previous_broker_epoch: r.previous_broker_epoch,
+            })
+        }
+        RequestKind::BrokerHeartbeat(r) => C::BrokerHeartbeat(core::BrokerHeartbeatRequest {
+            broker_id: BrokerId(r.broker_id.0),
+            broker_epoch: BrokerEpoch(r.broker_epoch),
+            current_metadata_offset: Offset(r.current_metadata_offset),
+            wants_fence: r.want_fence,
+            wants_shut_down: r.want_shut_down,
+        }),
+        RequestKind::AllocateProducerIds(r) => {
+            C::AllocateProducerIds(core::AllocateProducerIdsRequest {
+                broker_id: BrokerId(r.broker_id.0),
+                broker_epoch: BrokerEpoch(r.broker_epoch),
+            })
+        }
+        _ => return None,
+    })
+}
+
+/// The controller core's answer to an inter-node request, as Kafka's response.
+fn controller_response(response: core::ControllerResponse) -> Option<ResponseKind> {
+    use core::ControllerResponse as R;
+    Some(match response {
+        R::BrokerRegistration(r) => ResponseKind::BrokerRegistration(
+            BrokerRegistrationResponse::default()
+                .with_error_code(r.error_code)
+                .with_broker_epoch(r.broker_epoch),
+        ),
+        R::BrokerHeartbeat(r) => ResponseKind::BrokerHeartbeat(
+            BrokerHeartbeatResponse::default()
+                .with_error_code(r.error_code)
+                .with_is_caught_up(r.is_caught_up)
+                .with_is_fenced(r.is_fenced)
+                .with_should_shut_down(r.should_shut_down),
+        ),
+        R::AllocateProducerIds(r) => ResponseKind::AllocateProducerIds(
+            AllocateProducerIdsResponse::default()
+                .with_error_code(r.error_code)
+                .with_producer_id_start(ProducerId(r.producer_id_start))
+                .with_producer_id_len(r.producer_id_len),
+        ),
+        _ => return None,
+    })
+}
+
+/// Kafka's response to an inter-node request as the controller core's (the broker's side).
+pub fn core_response(response: &ResponseKind) -> Option<core::ControllerResponse> {
+    use core::ControllerResponse as R;
+    Some(match response {
+        ResponseKind::BrokerRegistration(r) => {
+            R::BrokerRegistration(core::BrokerRegistrationResponse {
+                error_code: r.error_code,
+                broker_epoch: r.broker_epoch,
+            })
+        }
+        ResponseKind::BrokerHeartbeat(r) => R::BrokerHeartbeat(core::BrokerHeartbeatResponse {
+            error_code: r.error_code,
+            is_caught_up: r.is_caught_up,
+            is_fenced: r.is_fenced,
+            should_shut_down: r.should_shut_down,
+        }),
+        ResponseKind::AllocateProducerIds(r) => {
+            R::AllocateProducerIds(core::AllocateProducerIdsResponse {
+                error_code: r.error_code,
+                producer_id_start: r.producer_id_start.0,
+                producer_id_len: r.producer_id_len,
+            })
+        }
+        _ => return None,
+    })
+}
+
+/// The core's request as Kafka's, to send to the active controller.
+pub fn kafka_request(request: &core::ControllerRequest) -> Option<(ApiKey, i16, RequestKind)> {
+    use core::ControllerRequest as C;
+    Some(match request {
+        C::BrokerRegistration(r) => (
+            ApiKey::BrokerRegistration,
+            4,
+            RequestKind::BrokerRegistration(
+                BrokerRegistrationRequest::default()
+                    .with_broker_id(kafka_protocol::messages::BrokerId(r.broker_id.0))
+                    .with_cluster_id(StrBytes::from_string(r.cluster_id.clone()))
+                    .with_incarnation_id(r.incarnation_id)
+                    .with_listeners(
+                        r.listeners
+                            .iter()
+                            .map(|l| {
+                                broker_registration_request::Listener::default()
+                                    .with_name(StrBytes::from_string(l.name.clone()))
+                                    .with_host(StrBytes::from_string(l.host.clone()))
+                                    .with_port(l.port)
+                                    .with_security_protocol(l.security_protocol)
+                            })
+                            .collect(),
+                    )
+                    .with_rack(r.rack.clone().map(StrBytes::from_string))
+                    .with_previous_broker_epoch(r.previous_broker_epoch),
+            ),
+        ),
+        C::BrokerHeartbeat(r) => (
+            ApiKey::BrokerHeartbeat,
+            1,
+            RequestKind::BrokerHeartbeat(
+                BrokerHeartbeatRequest::default()
+                    .with_broker_id(kafka_protocol::messages::BrokerId(r.broker_id.0))
+                    .with_broker_epoch(r.broker_epoch.0)
+                    .with_current_metadata_offset(r.current_metadata_offset.0)
+                    .with_want_fence(r.wants_fence)
+                    .with_want_shut_down(r.wants_shut_down),
+            ),
+        ),
+        C::AllocateProducerIds(r) => (
+            ApiKey::AllocateProducerIds,
+            0,
+            RequestKind::AllocateProducerIds(
+                AllocateProducerIdsRequest::default()
+                    .with_broker_id(kafka_protocol::messages::BrokerId(r.broker_id.0))
+                    .with_broker_epoch(r.broker_epoch.0),
+            ),
+        ),
+        _ => return None,
+    })
+}
+
+fn message(m: Option<String>) -> Option<StrBytes> {
+    m.map(StrBytes::from_string)
+}
+
+/// The core's answer to an admin request, as Kafka's response at `version`.
+pub fn admin_response(response: core::ControllerResponse, version: i16) -> ResponseKind {
+    use core::ControllerResponse as R;
+    match response {
+        R::CreateTopics(results) => {
+            let mut r = CreateTopicsResponse::default();
+            r.topics = results
+                .into_iter()
+                .map(|t| {
+                    let mut out = CreatableTopicResult::default()
+                        .with_name(TopicName(StrBytes::from_string(t.name)))
+                        .with_error_code(t.error_code)
+                        .with_error_message(message(t.error_message));
+                    if version >= 5 {
+                        out.num_partitions = t.num_partitions;
+                        out.replication_factor = t.replication_factor;
+                    }
+                    if version >= 7 {
+                        out.topic_id = t.topic_id.map_or(uuid::Uuid::nil(), |id| id.0);
+                    }
+                    out
+                })
+                .collect();
+            ResponseKind::CreateTopics(r)
+        }
+        R::DeleteTopics(results) => {
+            let mut r = DeleteTopicsResponse::default();
+            r.responses = results
+                .into_iter()
+                .map(|t| {
+                    DeletableTopicResult::default()
+                        .with_name(t.name.map(|n| TopicName(StrBytes::from_string(n))))
+                        .with_topic_id(t.topic_id.map_or(uuid::Uuid::nil(), |id| id.0))
+                        .with_error_code(t.error_code)
+                        .with_error_message(message(t.error_message))
+                })
+                .collect();
+            ResponseKind::DeleteTopics(r)
+        }
+        R::CreatePartitions(results) => {
+            let mut r = CreatePartitionsResponse::default();
+            r.results = results
+                .into_iter()
+                .map(|t| {
+                    CreatePartitionsTopicResult::default()
+                        .with_name(TopicName(StrBytes::from_string(t.name)))
+                        .with_error_code(t.error_code)
+                        .with_error_message(message(t.error_message))
+                })
+                .collect();
+            ResponseKind::CreatePartitions(r)
+        }
+        R::IncrementalAlterConfigs(results) => {
+            let mut r = IncrementalAlterConfigsResponse::default();
+            r.responses = results
+                .into_iter()
+                .map(|c| {
+                    AlterConfigsResourceResponse::default()
+                        .with_resource_type(c.resource_type)
+                        .with_resource_name(StrBytes::from_string(c.resource_name))
+                        .with_error_code(c.error_code)
+                        .with_error_message(message(c.error_message))
+                })
+                .collect();
+            ResponseKind::IncrementalAlterConfigs(r)
+        }
+        other => unreachable!("not an admin response: {other:?}"),
+    }
+}

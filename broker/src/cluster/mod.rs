@@ -1,0 +1,347 @@
+//! The broker's side of the cluster: what ties the sans-IO core in `sluice-replication` to
+//! disks, sockets and timers. `meta_properties` is a data directory's identity;
+//! `metadata_log` keeps `__cluster_metadata` in the engine; `transport` carries raft messages
+//! over the CONTROLLER listener; `driver` runs the metadata node on shard 0.
+
+pub mod controller_api;
+pub mod meta_properties;
+pub mod metadata_log;
+pub mod node;
+pub mod transport;
+pub mod view;
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+
+use crate::metadata::MetadataImage;
+use crate::shard::Shard;
+
+/// How long a node waits after a committed change for its own shards to see it, so that a
+/// client's next request to this broker finds what it just created.
+pub const APPLIED_WAIT: Duration = Duration::from_secs(5);
+
+/// Shard 0's metadata node, waiting for it during start-up (client listeners open on every
+/// shard while shard 0 may still be starting it).
+async fn metadata_node(shard0: &Rc<Shard>) -> Option<Rc<node::ClusterNode>> {
+    for _ in 0..500 {
+        if let Some(node) = shard0.cluster_node() {
+            return Some(node);
+        }
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Runs an admin request at the active controller, from any shard (`ClusterNode::admin`), then
+/// waits until this node's image satisfies `applied` (at most [`APPLIED_WAIT`]).
+pub async fn admin<P>(
+    shard: &Rc<Shard>,
+    key: ApiKey,
+    version: i16,
+    request: RequestKind,
+    applied: P,
+) -> ResponseKind
+where
+    P: Fn(&ResponseKind, &MetadataImage) -> bool + Send + 'static,
+{
+    shard
+        .invoke_on(0, move |s0| async move {
+            let Some(node) = metadata_node(&s0).await else {
+                let core = controller_api::controller_request(&request).expect("an admin request");
+                return controller_api::admin_response(
+                    core.error_response(sluice_replication::error_code::REQUEST_TIMED_OUT),
+                    version,
+                );
+            };
+            let response = node.admin(key, version, request).await;
+            if !node
+                .wait_for_image(&s0, APPLIED_WAIT, |image| applied(&response, image))
+                .await
+            {
+                tracing::warn!(
+                    ?key,
+                    "a committed metadata change did not reach this node's shards in time"
+                );
+            }
+            response
+        })
+        .await
+}
+
+/// CreateTopics in a cluster: at the controller, then until this node has the topics.
+pub async fn create_topics(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::CreateTopicsRequest,
+    version: i16,
+) -> kafka_protocol::messages::CreateTopicsResponse {
+    let validate_only = request.validate_only;
+    let response = admin(
+        shard,
+        ApiKey::CreateTopics,
+        version,
+        RequestKind::CreateTopics(request),
+        move |response, image| match response {
+            ResponseKind::CreateTopics(r) => {
+                validate_only
+                    || r.topics
+                        .iter()
+                        .filter(|t| t.error_code == 0)
+                        .all(|t| image.topics.contains_key(t.name.0.as_str()))
+            }
+            _ => true,
+        },
+    )
+    .await;
+    let ResponseKind::CreateTopics(r) = response else {
+        unreachable!("CreateTopics answers CreateTopics")
+    };
+    for t in r.topics.iter().filter(|t| t.error_code != 0) {
+        tracing::info!(topic = %t.name.0, error_code = t.error_code, message = ?t.error_message, "CreateTopics refused");
+    }
+    r
+}
+
+/// DeleteTopics in a cluster: at the controller, then until this node no longer has them.
+pub async fn delete_topics(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::DeleteTopicsRequest,
+    version: i16,
+) -> kafka_protocol::messages::DeleteTopicsResponse {
+    let response = admin(
+        shard,
+        ApiKey::DeleteTopics,
+        version,
+        RequestKind::DeleteTopics(request),
+        |response, image| match response {
+            ResponseKind::DeleteTopics(r) => {
+                r.responses
+                    .iter()
+                    .filter(|t| t.error_code == 0)
+                    .all(|t| match &t.name {
+                        Some(n) => !image.topics.contains_key(n.0.as_str()),
+                        None => image.topic_by_id(t.topic_id).is_none(),
+                    })
+            }
+            _ => true,
+        },
+    )
+    .await;
+    let ResponseKind::DeleteTopics(r) = response else {
+        unreachable!("DeleteTopics answers DeleteTopics")
+    };
+    r
+}
+
+/// CreatePartitions in a cluster: at the controller, then until this node has the partitions.
+pub async fn create_partitions(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::CreatePartitionsRequest,
+    version: i16,
+) -> kafka_protocol::messages::CreatePartitionsResponse {
+    let counts: std::collections::HashMap<String, usize> = request
+        .topics
+        .iter()
+        .map(|t| (t.name.0.to_string(), t.count.max(0) as usize))
+        .collect();
+    let validate_only = request.validate_only;
+    let response = admin(
+        shard,
+        ApiKey::CreatePartitions,
+        version,
+        RequestKind::CreatePartitions(request),
+        move |response, image| match response {
+            ResponseKind::CreatePartitions(r) => {
+                validate_only
+                    || r.results.iter().filter(|t| t.error_code == 0).all(|t| {
+                        let want = counts.get(t.name.0.as_str()).copied().unwrap_or(0);
+                        image
+                            .topics
+                            .get(t.name.0.as_str())
+                            .is_some_and(|m| m.shards.len() >= want)
+                    })
+            }
+            _ => true,
+        },
+    )
+    .await;
+    let ResponseKind::CreatePartitions(r) = response else {
+        unreachable!("CreatePartitions answers CreatePartitions")
+    };
+    r
+}
+
+/// IncrementalAlterConfigs in a cluster, at the controller.
+pub async fn incremental_alter_configs(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::IncrementalAlterConfigsRequest,
+    version: i16,
+) -> kafka_protocol::messages::IncrementalAlterConfigsResponse {
+    let response = admin(
+        shard,
+        ApiKey::IncrementalAlterConfigs,
+        version,
+        RequestKind::IncrementalAlterConfigs(request),
+        |_, _| true,
+    )
+    .await;
+    let ResponseKind::IncrementalAlterConfigs(r) = response else {
+        unreachable!("IncrementalAlterConfigs answers IncrementalAlterConfigs")
+    };
+    r
+}
+
+/// Creates a topic through the controller (auto-creation, the offsets topic), as
+/// `create_topics::create_topic` does on a single node.
+pub async fn create_topic(
+    shard: &Rc<Shard>,
+    name: &str,
+    partitions: i32,
+    configs: std::collections::BTreeMap<String, String>,
+    validate_only: bool,
+) -> Result<(), crate::handlers::create_topics::CreateError> {
+    use crate::handlers::create_topics::CreateError;
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::protocol::StrBytes;
+    let topic = CreatableTopic::default()
+        .with_name(kafka_protocol::messages::TopicName(StrBytes::from_string(
+            name.to_string(),
+        )))
+        .with_num_partitions(partitions)
+        .with_replication_factor(-1)
+        .with_configs(
+            configs
+                .into_iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string(k))
+                        .with_value(Some(StrBytes::from_string(v)))
+                })
+                .collect(),
+        );
+    let request = kafka_protocol::messages::CreateTopicsRequest::default()
+        .with_topics(vec![topic])
+        .with_validate_only(validate_only)
+        .with_timeout_ms(30_000);
+    let response = create_topics(shard, request, 7).await;
+    let Some(result) = response.topics.first() else {
+        return Err(CreateError::Storage("the controller gave no answer".into()));
+    };
+    let message = result
+        .error_message
+        .as_ref()
+        .map_or_else(String::new, |m| m.to_string());
+    use sluice_replication::error_code as e;
+    match result.error_code {
+        0 => Ok(()),
+        e::TOPIC_ALREADY_EXISTS => Err(CreateError::Exists),
+        e::INVALID_TOPIC_EXCEPTION => Err(CreateError::InvalidName(message)),
+        e::INVALID_PARTITIONS => Err(CreateError::InvalidPartitions(message)),
+        e::INVALID_CONFIG => Err(CreateError::InvalidConfig(message)),
+        e::INVALID_REPLICATION_FACTOR => Err(CreateError::InvalidReplicationFactor(message)),
+        code => Err(CreateError::Storage(format!("error {code}: {message}"))),
+    }
+}
+
+/// Starts creating `__consumer_offsets` through the controller (the first FindCoordinator
+/// of a new cluster does, as in Kafka). Concurrent attempts are harmless: all but one get
+/// TOPIC_ALREADY_EXISTS.
+pub fn ensure_offsets_topic(shard: &Rc<Shard>) {
+    let shard = shard.clone();
+    glommio::spawn_local(async move {
+        let mut configs = std::collections::BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
+        let partitions = shard.config().offsets_topic_partitions;
+        match create_topic(&shard, crate::group::offsets_topic::OFFSETS_TOPIC, partitions, configs, false).await {
+            Ok(()) => tracing::info!(partitions, "created the offsets topic"),
+            Err(crate::handlers::create_topics::CreateError::Exists) => {}
+            Err(e) => tracing::warn!(error = ?e, "creating the offsets topic failed; the next FindCoordinator tries again"),
+        }
+    })
+    .detach();
+}
+
+/// The next idempotent producer id, from shard 0's block (`ClusterNode::next_producer_id`).
+pub async fn next_producer_id(shard: &Rc<Shard>) -> Option<i64> {
+    shard
+        .invoke_on(0, |s0| async move {
+            let node = metadata_node(&s0).await?;
+            node.next_producer_id().await
+        })
+        .await
+}
+
+/// AlterConfigs in a cluster: Kafka's legacy call replaces a resource's whole set of dynamic
+/// configs, so it becomes IncrementalAlterConfigs setting what it names and deleting what the
+/// resource has and it does not name.
+pub async fn alter_configs(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::AlterConfigsRequest,
+) -> kafka_protocol::messages::AlterConfigsResponse {
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    let image = shard.image();
+    let resources = request
+        .resources
+        .iter()
+        .map(|r| {
+            let name = r.resource_name.to_string();
+            let current: Vec<String> = match r.resource_type {
+                2 => image
+                    .topics
+                    .get(&name)
+                    .map(|t| t.configs.keys().cloned().collect()),
+                4 => image
+                    .broker_configs
+                    .get(&name)
+                    .map(|c| c.keys().cloned().collect()),
+                _ => None,
+            }
+            .unwrap_or_default();
+            let mut configs: Vec<AlterableConfig> = r
+                .configs
+                .iter()
+                .map(|c| {
+                    AlterableConfig::default()
+                        .with_name(c.name.clone())
+                        .with_config_operation(0)
+                        .with_value(c.value.clone())
+                })
+                .collect();
+            for key in current {
+                if !r.configs.iter().any(|c| c.name.as_str() == key) {
+                    configs.push(
+                        AlterableConfig::default()
+                            .with_name(kafka_protocol::protocol::StrBytes::from_string(key))
+                            .with_config_operation(1),
+                    );
+                }
+            }
+            AlterConfigsResource::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone())
+                .with_configs(configs)
+        })
+        .collect();
+    let incremental = kafka_protocol::messages::IncrementalAlterConfigsRequest::default()
+        .with_resources(resources)
+        .with_validate_only(request.validate_only);
+    let answer = incremental_alter_configs(shard, incremental, 1).await;
+    let mut response = kafka_protocol::messages::AlterConfigsResponse::default();
+    response.responses = answer
+        .responses
+        .into_iter()
+        .map(|r| {
+            AlterConfigsResourceResponse::default()
+                .with_error_code(r.error_code)
+                .with_error_message(r.error_message)
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name)
+        })
+        .collect();
+    response
+}

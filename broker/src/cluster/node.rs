@@ -1,0 +1,586 @@
+//! The metadata node of this process, on shard 0: raft-rs and the controller core driven by
+//! real time, disk (`metadata_log`) and sockets (`transport`), and the broker's side of the
+//! cluster: registration and heartbeats, publishing each committed image to every shard, and
+//! sending admin requests to the active controller.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, EnvelopeRequest, RequestKind, ResponseKind};
+use sluice_replication::controller::{self as core, ControllerConfig};
+use sluice_replication::error_code;
+use sluice_replication::image::MetadataImage as ClusterImage;
+use sluice_replication::quorum::{MetadataNode, QuorumConfig, QuorumStatus, RequestId};
+use sluice_replication::records::{BrokerEpoch, BrokerId, ConfigResourceType, Endpoint, Offset};
+
+use super::controller_api::{self, decode_response, encode_request};
+use super::metadata_log::MetadataStore;
+use super::transport::{self, Inbound, Transport};
+use crate::config::BrokerConfig;
+use crate::shard::Shard;
+
+/// How long one inter-node request may take (Kafka's `controller.quorum.request.timeout.ms`).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long an admin request keeps looking for an active controller before it fails.
+const ADMIN_RETRY_FOR: Duration = Duration::from_secs(5);
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// The driver's longest sleep between two looks at raft (it ticks every 100 ms).
+const DRIVER_PERIOD: Duration = Duration::from_millis(10);
+
+pub struct ClusterNode {
+    pub node_id: i32,
+    config: BrokerConfig,
+    shards: usize,
+    node: RefCell<MetadataNode>,
+    store: RefCell<Option<MetadataStore>>,
+    transport: Rc<Transport>,
+    started: Instant,
+    wake: event_listener::Event,
+    replies:
+        RefCell<HashMap<RequestId, futures_channel::oneshot::Sender<core::ControllerResponse>>>,
+    next_request: Cell<RequestId>,
+    /// The newest committed image not yet handed to the shards.
+    unpublished: RefCell<Option<ClusterImage>>,
+    publish: event_listener::Event,
+    /// The metadata offset every shard has applied, and its event.
+    published: Cell<i64>,
+    published_event: event_listener::Event,
+    last_leader: Cell<Option<u64>>,
+    broker_epoch: Cell<i64>,
+    /// Whether this broker is unfenced (its last heartbeat said so).
+    unfenced: Cell<bool>,
+    /// Set by a clean shutdown: the driver stops before its next Ready.
+    closed: Cell<bool>,
+    /// The producer-id block this broker hands out from (next, end), from AllocateProducerIds.
+    producer_ids: Cell<(i64, i64)>,
+    producer_ids_lock: async_lock::Mutex<()>,
+}
+
+fn validate_config(
+    resource: ConfigResourceType,
+    configs: &std::collections::BTreeMap<String, String>,
+) -> Result<(), String> {
+    match resource {
+        ConfigResourceType::Topic => crate::metadata::log_config(configs).map(|_| ()),
+        _ => Ok(()),
+    }
+}
+
+impl ClusterNode {
+    /// Opens the metadata log and starts the node: the raft driver, the CONTROLLER listener
+    /// (on controllers), connections to the other voters, the image publisher and (on brokers)
+    /// registration and heartbeats.
+    pub async fn start(shard0: &Rc<Shard>) -> anyhow::Result<Rc<ClusterNode>> {
+        let config = shard0.config().clone();
+        let (store, persisted) =
+            MetadataStore::open(&config.data_dir, shard0.cache.clone()).await?;
+        let voters: Vec<u64> = config
+            .controller_quorum_voters
+            .iter()
+            .map(|v| v.id as u64)
+            .collect();
+        let mut quorum =
+            QuorumConfig::new(config.node_id as u64, voters, vec![], &config.cluster_id);
+        quorum.seed = uuid::Uuid::new_v4().as_u64_pair().0;
+        let mut controller =
+            ControllerConfig::new(BrokerId(config.node_id), config.cluster_id.clone());
+        controller.broker_session_timeout_ms = config.broker_session_timeout_ms;
+        controller.num_partitions = config.num_partitions;
+        controller.config_validator = Some(validate_config);
+        controller.seed = uuid::Uuid::new_v4().as_u64_pair().1;
+        quorum.controller = controller;
+        let node = MetadataNode::new(quorum, persisted)
+            .map_err(|e| anyhow::anyhow!("starting the metadata node: {e}"))?;
+        let transport = Transport::new(
+            config.node_id as u64,
+            config.cluster_id.clone(),
+            config
+                .controller_quorum_voters
+                .iter()
+                .map(|v| (v.id as u64, format!("{}:{}", v.host, v.port)))
+                .collect(),
+        );
+        let me = Rc::new(ClusterNode {
+            node_id: config.node_id,
+            shards: shard0.shared.shards,
+            config: config.clone(),
+            node: RefCell::new(node),
+            store: RefCell::new(Some(store)),
+            transport,
+            started: Instant::now(),
+            wake: event_listener::Event::new(),
+            replies: RefCell::new(HashMap::new()),
+            next_request: Cell::new(1),
+            unpublished: RefCell::new(None),
+            publish: event_listener::Event::new(),
+            published: Cell::new(-1),
+            published_event: event_listener::Event::new(),
+            last_leader: Cell::new(None),
+            broker_epoch: Cell::new(-1),
+            unfenced: Cell::new(false),
+            closed: Cell::new(false),
+            producer_ids: Cell::new((0, 0)),
+            producer_ids_lock: async_lock::Mutex::new(()),
+        });
+        if let Some(addr) = config.controller_listener {
+            let listener = glommio::net::TcpListener::bind(addr)
+                .map_err(|e| anyhow::anyhow!("binding the CONTROLLER listener {addr}: {e}"))?;
+            glommio::spawn_local(me.transport.clone().serve(listener, me.clone())).detach();
+            tracing::info!(listener = %addr, "serving the controller quorum");
+        }
+        me.transport.connect_to_voters(me.clone());
+        glommio::spawn_local(me.clone().drive()).detach();
+        glommio::spawn_local(me.clone().publish_images(shard0.clone())).detach();
+        if config.process_roles.broker {
+            glommio::spawn_local(me.clone().heartbeats()).detach();
+        }
+        Ok(me)
+    }
+
+    /// Closes the metadata log (clean shutdown), waiting for a persist in progress.
+    pub async fn close(&self) {
+        self.closed.set(true);
+        for _ in 0..300 {
+            let store = self.store.borrow_mut().take();
+            if let Some(store) = store {
+                store.close().await;
+                return;
+            }
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        tracing::warn!("the metadata log was busy at shutdown; it will be recovered on start");
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.config.cluster_id
+    }
+
+    pub fn quorum_status(&self) -> QuorumStatus {
+        self.node.borrow().quorum_status()
+    }
+
+    pub fn voter_endpoints(&self) -> Vec<(u64, String, u16)> {
+        self.config
+            .controller_quorum_voters
+            .iter()
+            .map(|v| (v.id as u64, v.host.clone(), v.port))
+            .collect()
+    }
+
+    pub fn is_quorum_leader(&self) -> bool {
+        self.node.borrow().role() == sluice_replication::quorum::StateRole::Leader
+    }
+
+    /// Sends a request frame body (no size prefix) to the quorum leader's CONTROLLER listener
+    /// as it is and returns the leader's response frame, size prefix included.
+    pub async fn ask_leader(&self, body: &[u8]) -> Option<Bytes> {
+        let leader = self.leader_id().filter(|&l| l != self.node_id as u64)?;
+        let addr = self.transport.voter_address(leader)?.to_string();
+        let mut frame = Vec::with_capacity(body.len() + 4);
+        frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        frame.extend_from_slice(body);
+        let response = transport::call(&addr, Bytes::from(frame), REQUEST_TIMEOUT)
+            .await
+            .ok()?;
+        let mut out = Vec::with_capacity(response.len() + 4);
+        out.extend_from_slice(&(response.len() as u32).to_be_bytes());
+        out.extend_from_slice(&response);
+        Some(Bytes::from(out))
+    }
+
+    pub fn is_active_controller(&self) -> bool {
+        self.node.borrow().is_active_controller()
+    }
+
+    pub fn leader_id(&self) -> Option<u64> {
+        self.node.borrow().leader_id()
+    }
+
+    /// Submits a request to this node's controller; NOT_CONTROLLER when it is not active.
+    pub async fn submit(&self, request: core::ControllerRequest) -> core::ControllerResponse {
+        let id = self.next_request.get();
+        self.next_request.set(id + 1);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        self.replies.borrow_mut().insert(id, tx);
+        let fallback = request.error_response(error_code::NOT_CONTROLLER);
+        self.node.borrow_mut().submit(id, request);
+        self.wake.notify(1);
+        rx.await.unwrap_or(fallback)
+    }
+
+    /// The raft driver: ticks, steps, persists, sends, answers and publishes.
+    async fn drive(self: Rc<Self>) {
+        while !self.closed.get() {
+            let woken = self.wake.listen();
+            self.node.borrow_mut().tick(self.now_ms());
+            self.process_ready().await;
+            let leader = self.node.borrow().leader_id();
+            if leader != self.last_leader.get() {
+                self.last_leader.set(leader);
+                tracing::info!(leader = ?leader, term = self.node.borrow().term(), "metadata quorum leader");
+                // Metadata names the controller: publish again even without a commit.
+                self.queue_publish();
+            }
+            futures_lite::future::or(woken, glommio::timer::sleep(DRIVER_PERIOD)).await;
+        }
+    }
+
+    async fn process_ready(&self) {
+        while !self.closed.get() {
+            let ready = self.node.borrow_mut().ready();
+            let Some(mut ready) = ready else { return };
+            self.transport.send(std::mem::take(&mut ready.messages));
+            if ready.must_persist() {
+                let mut store = self
+                    .store
+                    .borrow_mut()
+                    .take()
+                    .expect("one persist at a time");
+                let result = store.persist(&ready).await;
+                *self.store.borrow_mut() = Some(store);
+                if let Err(e) = result {
+                    // The metadata log cannot be trusted past a failed write or fsync; Kafka
+                    // exits too. Restarting recovers from what is on disk.
+                    tracing::error!(error = %e, "the metadata log failed; stopping the node");
+                    std::process::abort();
+                }
+            }
+            self.transport
+                .send(std::mem::take(&mut ready.persisted_messages));
+            for (id, response) in ready.replies.drain(..) {
+                if let Some(tx) = self.replies.borrow_mut().remove(&id) {
+                    let _ = tx.send(response);
+                }
+            }
+            let moved = !ready.committed.is_empty() || ready.installed_snapshot.is_some();
+            self.node.borrow_mut().advance();
+            if moved {
+                self.queue_publish();
+            }
+        }
+    }
+
+    fn queue_publish(&self) {
+        *self.unpublished.borrow_mut() = Some(self.node.borrow().image().clone());
+        self.publish.notify(1);
+    }
+
+    /// The controller Metadata names: the raft leader when it is a registered broker, else
+    /// the lowest live broker (Kafka names a random one; clients only need a broker that
+    /// forwards admin requests).
+    fn controller_for_clients(&self, image: &ClusterImage) -> i32 {
+        let leader = self.node.borrow().leader_id().map(|l| l as i32);
+        match leader {
+            Some(l) if image.broker(BrokerId(l)).is_some_and(|b| !b.fenced) => l,
+            _ => image.unfenced_brokers().map(|b| b.id.0).min().unwrap_or(-1),
+        }
+    }
+
+    /// Hands each new image to every shard, newest first: images that arrive while one is being
+    /// applied are coalesced into the latest.
+    async fn publish_images(self: Rc<Self>, shard0: Rc<Shard>) {
+        loop {
+            let listener = self.publish.listen();
+            let next = self.unpublished.borrow_mut().take();
+            let Some(cluster) = next else {
+                listener.await;
+                continue;
+            };
+            let controller = self.controller_for_clients(&cluster);
+            let image = Arc::new(super::view::broker_image(
+                &cluster,
+                self.node_id,
+                self.shards,
+                controller,
+            ));
+            let offset = cluster.offset().0;
+            let results = shard0
+                .invoke_on_all(move |shard| {
+                    let image = image.clone();
+                    async move { shard.apply_image(image).await }
+                })
+                .await;
+            for r in results {
+                if let Err(e) = r {
+                    tracing::error!(offset, error = %e, "applying a metadata image failed on a shard");
+                }
+            }
+            self.published.set(offset);
+            self.published_event.notify(usize::MAX);
+        }
+    }
+
+    /// Waits until every shard has an image that satisfies `done`, or `timeout` passes.
+    pub async fn wait_for_image(
+        &self,
+        shard0: &Rc<Shard>,
+        timeout: Duration,
+        done: impl Fn(&crate::metadata::MetadataImage) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let listener = self.published_event.listen();
+            if done(&shard0.image()) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            futures_lite::future::or(listener, glommio::timer::sleep(deadline - now)).await;
+        }
+    }
+
+    /// Sends an inter-node request to the active controller: this node's own when it is the
+    /// one, else over the network to the quorum leader. `None` when there is none to ask.
+    async fn controller_call(
+        &self,
+        request: core::ControllerRequest,
+    ) -> Option<core::ControllerResponse> {
+        if self.is_active_controller() {
+            return Some(self.submit(request).await);
+        }
+        let leader = self.leader_id()?;
+        let addr = self.transport.voter_address(leader)?.to_string();
+        let (key, version, kafka) = controller_api::kafka_request(&request)?;
+        let frame = encode_request(key, version, 1, &kafka).ok()?;
+        let body = match transport::call(&addr, frame, REQUEST_TIMEOUT).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::debug!(leader, error = %e, ?key, "controller call failed");
+                return None;
+            }
+        };
+        let response = decode_response(key, version, body).ok()?;
+        controller_api::core_response(&response)
+    }
+
+    /// Registers this broker, then heartbeats every `broker.heartbeat.interval.ms`; registers
+    /// again whenever the controller has forgotten it.
+    async fn heartbeats(self: Rc<Self>) {
+        let incarnation = uuid::Uuid::new_v4();
+        let interval = Duration::from_millis(self.config.broker_heartbeat_interval_ms);
+        loop {
+            let request =
+                core::ControllerRequest::BrokerRegistration(core::BrokerRegistrationRequest {
+                    broker_id: BrokerId(self.node_id),
+                    cluster_id: self.config.cluster_id.clone(),
+                    incarnation_id: incarnation,
+                    listeners: vec![Endpoint {
+                        name: "PLAINTEXT".into(),
+                        host: self.config.advertised_host.clone(),
+                        port: self.config.advertised_port,
+                        security_protocol: 0,
+                    }],
+                    rack: self.config.broker_rack.clone(),
+                    previous_broker_epoch: -1,
+                });
+            match self.controller_call(request).await {
+                Some(core::ControllerResponse::BrokerRegistration(r)) if r.error_code == 0 => {
+                    self.broker_epoch.set(r.broker_epoch);
+                    tracing::info!(
+                        broker_epoch = r.broker_epoch,
+                        "registered with the controller"
+                    );
+                }
+                Some(core::ControllerResponse::BrokerRegistration(r)) => {
+                    if r.error_code == error_code::INCONSISTENT_CLUSTER_ID {
+                        tracing::error!("the controller belongs to another cluster; this broker cannot register");
+                    }
+                    glommio::timer::sleep(RETRY_BACKOFF * 5).await;
+                    continue;
+                }
+                _ => {
+                    glommio::timer::sleep(RETRY_BACKOFF).await;
+                    continue;
+                }
+            }
+            // Heartbeat until the controller says the registration is gone.
+            loop {
+                let request =
+                    core::ControllerRequest::BrokerHeartbeat(core::BrokerHeartbeatRequest {
+                        broker_id: BrokerId(self.node_id),
+                        broker_epoch: BrokerEpoch(self.broker_epoch.get()),
+                        current_metadata_offset: Offset(self.published.get().max(0)),
+                        wants_fence: false,
+                        wants_shut_down: false,
+                    });
+                let started = Instant::now();
+                match self.controller_call(request).await {
+                    Some(core::ControllerResponse::BrokerHeartbeat(r)) if r.error_code == 0 => {
+                        if self.unfenced.get() == r.is_fenced {
+                            tracing::info!(fenced = r.is_fenced, "broker state changed");
+                        }
+                        self.unfenced.set(!r.is_fenced);
+                    }
+                    Some(core::ControllerResponse::BrokerHeartbeat(r))
+                        if r.error_code == error_code::STALE_BROKER_EPOCH
+                            || r.error_code == error_code::BROKER_ID_NOT_REGISTERED =>
+                    {
+                        tracing::warn!(
+                            error_code = r.error_code,
+                            "the controller no longer knows this broker; registering again"
+                        );
+                        self.unfenced.set(false);
+                        break;
+                    }
+                    _ => {
+                        // No controller, or it is busy: try again soon, within the session.
+                        glommio::timer::sleep(RETRY_BACKOFF).await;
+                        continue;
+                    }
+                }
+                let elapsed = started.elapsed();
+                if elapsed < interval {
+                    glommio::timer::sleep(interval - elapsed).await;
+                }
+            }
+        }
+    }
+
+    /// The next idempotent producer id: from this broker's block, which the controller hands
+    /// out (AllocateProducerIds) so that no two brokers ever give out the same id. `None`
+    /// when no block can be had now (no controller, or this broker is not registered).
+    pub async fn next_producer_id(&self) -> Option<i64> {
+        let _one = self.producer_ids_lock.lock().await;
+        let (next, end) = self.producer_ids.get();
+        if next < end {
+            self.producer_ids.set((next + 1, end));
+            return Some(next);
+        }
+        let epoch = self.broker_epoch.get();
+        if epoch < 0 {
+            return None;
+        }
+        let request =
+            core::ControllerRequest::AllocateProducerIds(core::AllocateProducerIdsRequest {
+                broker_id: BrokerId(self.node_id),
+                broker_epoch: BrokerEpoch(epoch),
+            });
+        match self.controller_call(request).await {
+            Some(core::ControllerResponse::AllocateProducerIds(r))
+                if r.error_code == 0 && r.producer_id_len > 0 =>
+            {
+                let start = r.producer_id_start;
+                self.producer_ids
+                    .set((start + 1, start + r.producer_id_len as i64));
+                tracing::info!(
+                    start,
+                    len = r.producer_id_len,
+                    "got a block of producer ids"
+                );
+                Some(start)
+            }
+            other => {
+                tracing::warn!(answer = ?other, "no block of producer ids from the controller");
+                None
+            }
+        }
+    }
+
+    /// An admin request (CreateTopics, DeleteTopics, CreatePartitions,
+    /// IncrementalAlterConfigs) at the active controller: run here when this node is it, else
+    /// forwarded inside an Envelope to the quorum leader, retrying while no controller answers
+    /// (an election) for a few seconds, then failed with REQUEST_TIMED_OUT.
+    pub async fn admin(
+        self: &Rc<Self>,
+        key: ApiKey,
+        version: i16,
+        request: RequestKind,
+    ) -> ResponseKind {
+        let deadline = Instant::now() + ADMIN_RETRY_FOR;
+        loop {
+            let response = if self.is_active_controller() {
+                Some(controller_api::admin(self, request.clone(), version).await)
+            } else {
+                self.forward(key, version, &request).await
+            };
+            let retry = match &response {
+                None => true,
+                Some(r) => all_not_controller(r),
+            };
+            if !retry {
+                return response.expect("an answer");
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(?key, "no active controller answered; failing the request");
+                let core = controller_api::controller_request(&request).expect("an admin request");
+                return controller_api::admin_response(
+                    core.error_response(error_code::REQUEST_TIMED_OUT),
+                    version,
+                );
+            }
+            glommio::timer::sleep(RETRY_BACKOFF).await;
+        }
+    }
+
+    async fn forward(
+        &self,
+        key: ApiKey,
+        version: i16,
+        request: &RequestKind,
+    ) -> Option<ResponseKind> {
+        let leader = self.leader_id()?;
+        let addr = self.transport.voter_address(leader)?.to_string();
+        let inner = encode_request(key, version, 0, request).ok()?;
+        let envelope = RequestKind::Envelope(
+            EnvelopeRequest::default()
+                .with_request_data(inner.slice(4..))
+                .with_client_host_address(Bytes::from_static(&[127, 0, 0, 1])),
+        );
+        let frame = encode_request(ApiKey::Envelope, 0, 1, &envelope).ok()?;
+        let body = transport::call(&addr, frame, REQUEST_TIMEOUT).await.ok()?;
+        let ResponseKind::Envelope(outer) = decode_response(ApiKey::Envelope, 0, body).ok()? else {
+            return None;
+        };
+        if outer.error_code != 0 {
+            tracing::debug!(
+                error_code = outer.error_code,
+                "the controller refused a forwarded request"
+            );
+            return None;
+        }
+        // The inner response whole: header and body, without a size prefix.
+        let data = outer.response_data?;
+        decode_response(key, version, data.to_vec()).ok()
+    }
+}
+
+/// Whether every part of an admin response says NOT_CONTROLLER (so it is worth retrying).
+fn all_not_controller(response: &ResponseKind) -> bool {
+    let nc = error_code::NOT_CONTROLLER;
+    match response {
+        ResponseKind::CreateTopics(r) => {
+            !r.topics.is_empty() && r.topics.iter().all(|t| t.error_code == nc)
+        }
+        ResponseKind::DeleteTopics(r) => {
+            !r.responses.is_empty() && r.responses.iter().all(|t| t.error_code == nc)
+        }
+        ResponseKind::CreatePartitions(r) => {
+            !r.results.is_empty() && r.results.iter().all(|t| t.error_code == nc)
+        }
+        ResponseKind::IncrementalAlterConfigs(r) => {
+            !r.responses.is_empty() && r.responses.iter().all(|t| t.error_code == nc)
+        }
+        _ => false,
+    }
+}
+
+impl Inbound for ClusterNode {
+    fn raft_message(&self, message: sluice_replication::quorum::Message) {
+        self.node.borrow_mut().step(message);
+        self.wake.notify(1);
+    }
+
+    fn request(self: Rc<Self>, frame: Bytes) -> futures_lite::future::BoxedLocal<Option<Bytes>> {
+        Box::pin(async move { controller_api::answer(&self, frame).await })
+    }
+}

@@ -1,0 +1,353 @@
+//! The CONTROLLER listener and the connections between nodes.
+//!
+//! Every frame is a Kafka request or response frame (4-byte size, then header and body). Two
+//! kinds travel on these connections:
+//!
+//! - **Raft messages**, Sluice's own API key [`RAFT_API_KEY`] (never a Kafka one): a request
+//!   header whose client id is the sender's cluster id, then the protobuf-encoded raft message.
+//!   One way, no response; a receiver drops the connection of a peer from another cluster
+//!   with an error line.
+//! - **Kafka requests** for the controller (ApiVersions, DescribeQuorum, BrokerRegistration,
+//!   BrokerHeartbeat, Envelope with forwarded admin requests), answered in order.
+//!
+//! A node keeps one outbound connection per other voter (reconnecting with backoff) and sends
+//! its raft messages there; it reads what comes back on it, so a connection works both ways.
+//! Messages to a node that is not a voter go back over the connection that node opened.
+//! Raft messages are dropped when a peer's queue is full or its connection is down: raft
+//! retransmits, and must never wait on a slow peer.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use glommio::net::{TcpListener, TcpStream};
+use sluice_replication::quorum::{codec, Message};
+
+/// Sluice's API key for raft messages between controllers: outside Kafka's range.
+pub const RAFT_API_KEY: i16 = 32_000;
+/// The largest frame accepted on the CONTROLLER listener (a snapshot travels in one message).
+pub const FRAME_MAX: usize = 256 << 20;
+/// Raft messages queued for one peer before new ones are dropped.
+const PEER_QUEUE: usize = 4_096;
+const RECONNECT_MIN: Duration = Duration::from_millis(50);
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the transport hands to the node: raft messages, and controller requests to answer.
+pub trait Inbound {
+    fn raft_message(&self, message: Message);
+    /// Answers one Kafka request frame (header included), or `None` to close the connection.
+    fn request(self: Rc<Self>, frame: Bytes) -> futures_lite::future::BoxedLocal<Option<Bytes>>;
+}
+
+/// Encodes a raft message as a frame.
+pub fn raft_frame(cluster_id: &str, message: &Message) -> Bytes {
+    let body = codec::encode_message(message);
+    let mut buf = BytesMut::with_capacity(14 + cluster_id.len() + body.len());
+    buf.put_u32(0);
+    buf.put_i16(RAFT_API_KEY);
+    buf.put_i16(0);
+    buf.put_i32(0);
+    buf.put_i16(cluster_id.len() as i16);
+    buf.put_slice(cluster_id.as_bytes());
+    buf.put_slice(&body);
+    let size = (buf.len() - 4) as u32;
+    buf[0..4].copy_from_slice(&size.to_be_bytes());
+    buf.freeze()
+}
+
+/// Splits a raft frame's body (after the size) into the sender's cluster id and its message.
+pub fn parse_raft_frame(body: &[u8]) -> Result<(String, Message), String> {
+    if body.len() < 10 {
+        return Err("raft frame shorter than its header".into());
+    }
+    let len = i16::from_be_bytes([body[8], body[9]]);
+    let len = usize::try_from(len).map_err(|_| "raft frame without a cluster id".to_string())?;
+    let id = body
+        .get(10..10 + len)
+        .ok_or("raft frame's cluster id runs past it")?;
+    let cluster_id = String::from_utf8(id.to_vec()).map_err(|_| "cluster id is not UTF-8")?;
+    let message = codec::decode_message(&body[10 + len..])?;
+    Ok((cluster_id, message))
+}
+
+pub struct Transport {
+    pub node_id: u64,
+    pub cluster_id: String,
+    /// Voters' CONTROLLER addresses, `host:port`.
+    voters: HashMap<u64, String>,
+    /// Queues of frames to each peer's connection.
+    routes: RefCell<HashMap<u64, Rc<LocalSender<Bytes>>>>,
+}
+
+impl Transport {
+    pub fn new(node_id: u64, cluster_id: String, voters: HashMap<u64, String>) -> Rc<Transport> {
+        Rc::new(Transport {
+            node_id,
+            cluster_id,
+            voters,
+            routes: RefCell::new(HashMap::new()),
+        })
+    }
+
+    pub fn voter_address(&self, id: u64) -> Option<&str> {
+        self.voters.get(&id).map(String::as_str)
+    }
+
+    /// Sends raft messages, dropping what cannot be queued.
+    pub fn send(&self, messages: Vec<Message>) {
+        for message in messages {
+            let to = message.to;
+            let frame = raft_frame(&self.cluster_id, &message);
+            let routes = self.routes.borrow();
+            match routes.get(&to) {
+                Some(queue) => {
+                    if queue.try_send(frame).is_err() {
+                        tracing::debug!(
+                            to,
+                            "raft queue full or connection gone; dropping a message"
+                        );
+                    }
+                }
+                None => tracing::debug!(to, "no route to node; dropping a raft message"),
+            }
+        }
+    }
+
+    /// Starts the outbound connection to every other voter.
+    pub fn connect_to_voters<I: Inbound + 'static>(self: &Rc<Self>, inbound: Rc<I>) {
+        for (&id, addr) in &self.voters {
+            if id == self.node_id {
+                continue;
+            }
+            let (tx, rx) = local_channel::new_bounded::<Bytes>(PEER_QUEUE);
+            let rx = Rc::new(rx);
+            self.routes.borrow_mut().insert(id, Rc::new(tx));
+            let addr = addr.clone();
+            let inbound = inbound.clone();
+            let me = self.clone();
+            glommio::spawn_local(async move {
+                let mut backoff = RECONNECT_MIN;
+                loop {
+                    match connect(&addr).await {
+                        Ok(stream) => {
+                            backoff = RECONNECT_MIN;
+                            tracing::debug!(peer = id, %addr, "connected to controller");
+                            let why = run_connection(&me, stream, inbound.clone(), Some(&rx)).await;
+                            tracing::debug!(peer = id, %addr, why, "controller connection ended");
+                        }
+                        Err(e) => tracing::trace!(peer = id, %addr, error = %e, "cannot connect to controller"),
+                    }
+                    // What queued while disconnected goes out after the reconnect: late raft
+                    // messages are ones raft ignores.
+                    glommio::timer::sleep(backoff).await;
+                    backoff = (backoff * 2).min(RECONNECT_MAX);
+                }
+            })
+            .detach();
+        }
+    }
+
+    /// Serves the CONTROLLER listener.
+    pub async fn serve<I: Inbound + 'static>(
+        self: Rc<Self>,
+        listener: TcpListener,
+        inbound: Rc<I>,
+    ) {
+        loop {
+            match listener.accept().await {
+                Ok(stream) => {
+                    let me = self.clone();
+                    let inbound = inbound.clone();
+                    glommio::spawn_local(async move {
+                        let why = run_connection(&me, stream, inbound, None).await;
+                        tracing::debug!(why, "controller listener connection ended");
+                    })
+                    .detach();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "CONTROLLER listener accept failed; retrying");
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn connect(addr: &str) -> std::io::Result<TcpStream> {
+    let addr: SocketAddr = match addr.parse() {
+        Ok(a) => a,
+        Err(_) => std::net::ToSocketAddrs::to_socket_addrs(addr)?
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("{addr} does not resolve")))?,
+    };
+    let stream = futures_lite::future::or(
+        async { TcpStream::connect(addr).await.map_err(std::io::Error::from) },
+        async {
+            glommio::timer::sleep(CONNECT_TIMEOUT).await;
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timed out",
+            ))
+        },
+    )
+    .await?;
+    stream.set_nodelay(true).map_err(std::io::Error::from)?;
+    Ok(stream)
+}
+
+/// Reads one frame's body (after its size).
+async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
+    reader: &mut R,
+) -> std::io::Result<Vec<u8>> {
+    let mut size = [0u8; 4];
+    reader.read_exact(&mut size).await?;
+    let size = i32::from_be_bytes(size);
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|&s| s <= FRAME_MAX)
+        .ok_or_else(|| std::io::Error::other(format!("frame size {size} out of bounds")))?;
+    let mut body = vec![0u8; size];
+    reader.read_exact(&mut body).await?;
+    Ok(body)
+}
+
+/// One connection, either direction: a writer task drains `outbound` (a peer queue, for our
+/// own outbound connections) and the connection's own queue (responses, and raft messages to
+/// a non-voter that connected here); the reader steps raft messages and answers requests.
+async fn run_connection<I: Inbound + 'static>(
+    transport: &Rc<Transport>,
+    stream: TcpStream,
+    inbound: Rc<I>,
+    outbound: Option<&Rc<LocalReceiver<Bytes>>>,
+) -> &'static str {
+    let (mut reader, mut writer) = futures_lite::io::split(stream);
+    let (tx, rx) = local_channel::new_bounded::<Bytes>(PEER_QUEUE);
+    let tx = Rc::new(tx);
+    let writer_task = glommio::spawn_local(async move {
+        while let Some(frame) = rx.recv().await {
+            if writer.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+        let _ = writer.close().await;
+    });
+    // Our own connection to a voter: its peer queue feeds the writer too.
+    let forwarder = outbound.map(|queue| {
+        let queue = queue.clone();
+        let tx = tx.clone();
+        glommio::spawn_local(async move {
+            while let Some(frame) = queue.recv().await {
+                if tx.send(frame).await.is_err() {
+                    break;
+                }
+            }
+        })
+    });
+    let mut registered: Option<u64> = None;
+    let why = loop {
+        let frame = read_frame(&mut reader).await;
+        let body = match frame {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break "closed by the peer",
+            Err(e) => {
+                tracing::debug!(error = %e, "controller connection read failed");
+                break "read failed";
+            }
+        };
+        if body.len() >= 2 && i16::from_be_bytes([body[0], body[1]]) == RAFT_API_KEY {
+            match parse_raft_frame(&body) {
+                Ok((cluster_id, message)) => {
+                    if cluster_id != transport.cluster_id {
+                        tracing::error!(
+                            from = message.from,
+                            their_cluster = %cluster_id,
+                            our_cluster = %transport.cluster_id,
+                            "a node of another cluster sent a raft message; closing its connection \
+                             (a node never joins a cluster other than the one it was formatted for)"
+                        );
+                        break "another cluster";
+                    }
+                    let from = message.from;
+                    if !transport.voters.contains_key(&from) && registered != Some(from) {
+                        // A node that is not a voter gets its messages back over this connection.
+                        transport.routes.borrow_mut().insert(from, tx.clone());
+                        registered = Some(from);
+                    }
+                    inbound.raft_message(message);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "malformed raft frame; closing the connection");
+                    break "malformed raft frame";
+                }
+            }
+            continue;
+        }
+        match inbound.clone().request(Bytes::from(body)).await {
+            Some(response) => {
+                if tx.send(response).await.is_err() {
+                    break "writer gone";
+                }
+            }
+            None => break "bad request",
+        }
+    };
+    if let Some(id) = registered {
+        transport.routes.borrow_mut().remove(&id);
+    }
+    if let Some(f) = forwarder {
+        f.cancel().await;
+    }
+    drop(tx);
+    writer_task.await;
+    why
+}
+
+/// Sends one Kafka request frame to `addr` on a fresh connection and returns the response
+/// frame's body (after the size), within `timeout`.
+pub async fn call(addr: &str, frame: Bytes, timeout: Duration) -> std::io::Result<Vec<u8>> {
+    futures_lite::future::or(
+        async {
+            let stream = connect(addr).await?;
+            let (mut reader, mut writer) = futures_lite::io::split(stream);
+            writer.write_all(&frame).await?;
+            writer.flush().await?;
+            read_frame(&mut reader).await
+        },
+        async {
+            glommio::timer::sleep(timeout).await;
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from {addr} within {timeout:?}"),
+            ))
+        },
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raft_frames_round_trip_with_their_cluster_id() {
+        let message = Message {
+            from: 2,
+            to: 3,
+            term: 9,
+            ..Default::default()
+        };
+        let frame = raft_frame("abc", &message);
+        let size = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+        assert_eq!(size, frame.len() - 4);
+        let (cluster, back) = parse_raft_frame(&frame[4..]).unwrap();
+        assert_eq!(cluster, "abc");
+        assert_eq!(back, message);
+        assert!(parse_raft_frame(&frame[4..10]).is_err());
+    }
+}

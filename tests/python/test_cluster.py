@@ -1,0 +1,410 @@
+"""Several Sluice processes as one cluster: three combined nodes on 127.0.0.1 (`--cores 1`
+each) form a controller quorum from their flags, spread a topic's partitions over all three,
+take 100,000 keyed messages with acks=all through librdkafka on the right leaders and read them
+back complete and in order; the metadata survives a full restart and the loss of the active
+controller; a node formatted for another cluster is refused."""
+
+from __future__ import annotations
+
+import collections
+import json
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from cluster import Cluster, Node, format_storage
+from harness import CLIENT_DEFAULTS, SLUICE_BIN, admin, consumer, read_to_end, watermarks
+
+MESSAGES = 100_000
+KEYS = 1_000
+PARTITIONS = 12
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    c = Cluster(3, name="cluster")
+    failed_before = request.session.testsfailed
+    try:
+        c.start()
+    except BaseException:
+        print(c.log_tails())
+        c.stop()
+        raise
+    yield c
+    failed = request.session.testsfailed > failed_before
+    if failed:
+        print(c.log_tails())
+    c.stop()
+    for n in c.nodes:
+        panics = [line for line in n.log_text().splitlines() if "panicked" in line]
+        assert not panics, f"node {n.node_id} panicked:\n" + "\n".join(panics)
+        if not failed:
+            n.remove()
+
+
+def metadata(bootstrap: str, topic: str | None = None):
+    return admin(bootstrap).list_topics(topic=topic, timeout=10)
+
+
+def wait_for(what: str, check, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def create(bootstrap: str, name: str, partitions: int) -> None:
+    client = admin(bootstrap)  # kept alive until the answer is in
+    futures = client.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1)], operation_timeout=10, request_timeout=20
+    )
+    futures[name].result(timeout=30)
+
+
+def test_three_nodes_form_one_cluster_from_their_flags(cluster):
+    want = {n.node_id: ("127.0.0.1", n.port) for n in cluster.nodes}
+    controllers = set()
+    for node in cluster.nodes:
+        md = wait_for(
+            f"node {node.node_id} to list every broker",
+            lambda: (m := metadata(node.bootstrap)) and len(m.brokers) == 3 and m,
+        )
+        assert {b.id: (b.host, b.port) for b in md.brokers.values()} == want
+        assert md.cluster_id == cluster.cluster_id
+        controllers.add(md.controller_id)
+    assert len(controllers) == 1 and controllers <= set(want), controllers
+
+
+def test_a_topic_spreads_over_the_brokers_and_reads_back_complete_and_in_order(cluster):
+    # Created through the node that is not the controller, so the request is forwarded.
+    controller = metadata(cluster.nodes[0].bootstrap).controller_id
+    entry = next(n for n in cluster.nodes if n.node_id != controller)
+    create(entry.bootstrap, "spread", PARTITIONS)
+    leaders = {}
+    for node in cluster.nodes:
+        md = wait_for(
+            f"node {node.node_id} to list the topic",
+            lambda: (m := metadata(node.bootstrap, "spread")) and m.topics["spread"].error is None
+            and len(m.topics["spread"].partitions) == PARTITIONS and m,
+        )
+        seen = {p: meta.leader for p, meta in md.topics["spread"].partitions.items()}
+        for p, meta in md.topics["spread"].partitions.items():
+            assert meta.replicas == [meta.leader] and meta.isrs == [meta.leader], meta
+        if leaders:
+            assert seen == leaders, "every node names the same leaders"
+        leaders = seen
+    assert collections.Counter(leaders.values()) == {1: 4, 2: 4, 3: 4}, leaders
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5,
+                         "enable.idempotence": True, **CLIENT_DEFAULTS})
+    acked = {}
+    failures = []
+
+    def report(err, msg):
+        if err is not None:
+            failures.append(err)
+        else:
+            acked[int(msg.value())] = (msg.partition(), msg.offset())
+
+    for i in range(MESSAGES):
+        while True:
+            try:
+                producer.produce("spread", key=f"key-{i % KEYS}", value=str(i), on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    assert not failures, failures[:5]
+    assert len(acked) == MESSAGES
+
+    # Each leader holds exactly its partitions' data.
+    for node in cluster.nodes:
+        held = {p for p in range(PARTITIONS) if (node.data_dir / f"spread-{p}").exists()}
+        assert held == {p for p, leader in leaders.items() if leader == node.node_id}, node.node_id
+
+    c = consumer(cluster.bootstrap)
+    try:
+        ends = {("spread", p): hi for p, (lo, hi) in watermarks(c, "spread", PARTITIONS).items()}
+        assert sum(ends.values()) == MESSAGES
+        c.assign([TopicPartition("spread", p, 0) for p in range(PARTITIONS)])
+        messages = read_to_end(c, ends, timeout=120)
+    finally:
+        c.close()
+    assert len(messages) == MESSAGES
+    partition_of_key = {}
+    last_value = {}
+    next_offset = collections.defaultdict(int)
+    for m in messages:
+        key, value, p = m.key().decode(), int(m.value()), m.partition()
+        assert m.offset() == next_offset[p], f"partition {p} skipped from {next_offset[p]} to {m.offset()}"
+        next_offset[p] += 1
+        assert acked[value] == (p, m.offset()), f"message {value} read at {(p, m.offset())}, acknowledged at {acked[value]}"
+        assert partition_of_key.setdefault(key, p) == p, f"{key} in two partitions"
+        assert last_value.get(key, -1) < value, f"{key} out of order"
+        last_value[key] = value
+
+
+def test_the_metadata_survives_a_restart_of_every_node(cluster):
+    create(cluster.nodes[0].bootstrap, "kept", 3)
+    before = metadata(cluster.nodes[0].bootstrap, "kept").topics["kept"]
+    leaders = {p: m.leader for p, m in before.partitions.items()}
+    for n in cluster.nodes:
+        n.stop_cleanly()
+    cluster.start()
+    for node in cluster.nodes:
+        md = wait_for(
+            f"node {node.node_id} to list the topics again",
+            lambda: (m := metadata(node.bootstrap)) and len(m.brokers) == 3
+            and "kept" in m.topics and "spread" in m.topics and m,
+        )
+        assert {p: m.leader for p, m in md.topics["kept"].partitions.items()} == leaders
+        assert len(md.topics["spread"].partitions) == PARTITIONS
+    c = consumer(cluster.bootstrap)
+    try:
+        total = sum(hi for lo, hi in watermarks(c, "spread", PARTITIONS).values())
+    finally:
+        c.close()
+    assert total == MESSAGES
+
+
+def test_losing_the_active_controller_elects_another_and_creation_works_again(cluster):
+    controller = metadata(cluster.nodes[0].bootstrap).controller_id
+    victim = cluster.node(controller)
+    victim.kill()
+    survivors = [n for n in cluster.nodes if n is not victim]
+    started = time.monotonic()
+    # A new controller answers: topic creation works again within seconds.
+    wait_for("a topic to be created without the old controller", lambda: _try_create(survivors[0].bootstrap, "after-failover"), 30)
+    elapsed = time.monotonic() - started
+    md = metadata(survivors[1].bootstrap, "after-failover")
+    assert md.controller_id != controller and md.controller_id in {n.node_id for n in survivors}
+    assert "spread" in metadata(survivors[1].bootstrap).topics, "nothing already created is lost"
+    print(f"creation worked again {elapsed:.1f} s after the controller was killed")
+    victim.start(wait=False)
+    victim.wait_ready(wait_for_partitions=False)
+    wait_for("the restarted node to be listed again", lambda: len(metadata(survivors[0].bootstrap).brokers) == 3, 30)
+
+
+def _try_create(bootstrap: str, name: str) -> bool:
+    try:
+        create(bootstrap, name, 2)
+        return True
+    except Exception as e:
+        if "already exists" in str(e).lower() or "TOPIC_ALREADY_EXISTS" in str(e):
+            return True
+        return False
+
+
+def test_a_node_formatted_for_another_cluster_is_refused(cluster, tmp_path):
+    stranger = Node(4, "stranger")
+    other = uuid.uuid4().hex[:22]
+    assert format_storage(stranger.data_dir, other, 4).returncode == 0
+    # It names itself and node 1 as the voters: its vote requests reach node 1, which refuses
+    # them for their cluster id.
+    one = cluster.node(1)
+    stranger.extra_args = ["--node-id", "4", "--controller-quorum-voters",
+                           f"4@127.0.0.1:{stranger.controller_port},1@127.0.0.1:{one.controller_port}"]
+    stranger.start(wait=False)
+    try:
+        wait_for("node 1 to refuse the stranger", lambda: "a node of another cluster" in one.current_log(), 20)
+        assert len(metadata(one.bootstrap).brokers) == 3
+    finally:
+        stranger.stop(signal.SIGKILL)
+        stranger.remove()
+
+
+def test_storage_is_formatted_once_and_a_node_checks_it(tmp_path):
+    node = Node(7, "formatting")
+    try:
+        first = format_storage(node.data_dir, "cluster-A", 7)
+        assert first.returncode == 0, first.stderr
+        again = format_storage(node.data_dir, "cluster-B", 7)
+        assert again.returncode != 0 and "already formatted" in again.stderr, again.stderr
+        props = (node.data_dir / "meta.properties").read_text()
+        assert "cluster.id=cluster-A" in props and "node.id=7" in props and "version=1" in props
+        # Started as another node id: refused, with the reason.
+        voters = f"8@127.0.0.1:{node.controller_port}"
+        run = subprocess.run([str(SLUICE_BIN), "--node-id", "8", "--data-dir", str(node.data_dir),
+                              "--listeners", node.listeners(), "--controller-quorum-voters", voters, "--cores", "1"],
+                             capture_output=True, text=True, timeout=30)
+        assert run.returncode != 0 and "belongs to node 7" in run.stderr, run.stderr
+        # A cluster node on an unformatted directory: refused, saying how to format it.
+        fresh = Node(9, "unformatted")
+        run = subprocess.run([str(SLUICE_BIN), "--node-id", "9", "--data-dir", str(fresh.data_dir),
+                              "--listeners", fresh.listeners(),
+                              "--controller-quorum-voters", f"9@127.0.0.1:{fresh.controller_port}", "--cores", "1"],
+                             capture_output=True, text=True, timeout=30)
+        assert run.returncode != 0 and "sluice storage format" in run.stderr, run.stderr
+        fresh.remove()
+    finally:
+        node.remove()
+
+
+# ---- Kafka's Java client and tools against the cluster ------------------------------------------
+
+def java(*args, stdin=None, timeout=180) -> subprocess.CompletedProcess:
+    from reference import DEPS, ensure_jars
+
+    ensure_jars()
+    return subprocess.run(
+        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{DEPS}/*", *args],
+        input=stdin, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_the_java_client_produces_keyed_messages_to_the_right_leaders(cluster):
+    create(cluster.nodes[0].bootstrap, "java-spread", PARTITIONS)
+    lines = "".join(f"key-{i % KEYS}:{i}\n" for i in range(MESSAGES))
+    done = java("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", cluster.bootstrap,
+                "--topic", "java-spread", "--property", "parse.key=true", "--property", "key.separator=:",
+                "--producer-property", "acks=all", "--producer-property", "linger.ms=5",
+                "--producer-property", "batch.size=65536", stdin=lines)
+    assert done.returncode == 0, done.stderr[-3000:]
+    c = consumer(cluster.bootstrap)
+    try:
+        ends = {("java-spread", p): hi for p, (lo, hi) in watermarks(c, "java-spread", PARTITIONS).items()}
+        assert sum(ends.values()) == MESSAGES, ends
+        c.assign([TopicPartition("java-spread", p, 0) for p in range(PARTITIONS)])
+        messages = read_to_end(c, ends, timeout=120)
+    finally:
+        c.close()
+    values = sorted(int(m.value()) for m in messages)
+    assert values == list(range(MESSAGES)), "every message once"
+    partition_of_key, last = {}, {}
+    for m in messages:
+        key, value = m.key().decode(), int(m.value())
+        assert partition_of_key.setdefault(key, m.partition()) == m.partition(), f"{key} in two partitions"
+        assert last.get(key, -1) < value, f"{key} out of order"
+        last[key] = value
+    md = metadata(cluster.bootstrap, "java-spread")
+    leaders = collections.Counter(p.leader for p in md.topics["java-spread"].partitions.values())
+    assert leaders == {1: 4, 2: 4, 3: 4}, leaders
+
+
+def test_kafkas_tools_describe_the_cluster(cluster):
+    ids = {n.node_id for n in cluster.nodes}
+    topics = java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", cluster.nodes[1].bootstrap,
+                  "--describe", "--topic", "spread")
+    assert topics.returncode == 0, topics.stderr[-2000:]
+    rows = [line for line in topics.stdout.splitlines() if "\tPartition: " in line or line.strip().startswith("Topic: spread\tPartition")]
+    assert len(rows) == PARTITIONS, topics.stdout
+    assert "PartitionCount: 12" in topics.stdout, topics.stdout
+    described_leaders = collections.Counter(int(r.split("Leader: ")[1].split()[0]) for r in rows)
+    assert described_leaders == {1: 4, 2: 4, 3: 4}, topics.stdout
+
+    cluster_id = java("org.apache.kafka.tools.ClusterTool", "cluster-id", "--bootstrap-server", cluster.nodes[2].bootstrap)
+    assert cluster_id.returncode == 0 and f"Cluster ID: {cluster.cluster_id}" in cluster_id.stdout, cluster_id
+
+    versions = java("org.apache.kafka.tools.BrokerApiVersionsCommand", "--bootstrap-server", cluster.bootstrap)
+    assert versions.returncode == 0, versions.stderr[-2000:]
+    for n in cluster.nodes:
+        assert f"127.0.0.1:{n.port} (id: {n.node_id} rack: null" in versions.stdout, versions.stdout[:2000]
+
+    controller = cluster.nodes[0]
+    status = java("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-controller",
+                  f"127.0.0.1:{controller.controller_port}", "describe", "--status")
+    assert status.returncode == 0, status.stderr[-2000:]
+    fields = {k.strip(): v.strip() for k, v in
+              (line.split(":", 1) for line in status.stdout.splitlines() if ":" in line)}
+    assert fields["ClusterId"] == cluster.cluster_id, status.stdout
+    assert int(fields["LeaderId"]) in ids, status.stdout
+    assert int(fields["LeaderEpoch"]) >= 1, status.stdout
+    assert int(fields["HighWatermark"]) > 0, status.stdout
+    voters = json.loads(fields["CurrentVoters"])
+    assert sorted(v["id"] for v in voters) == sorted(ids), status.stdout
+    for v in voters:
+        assert v["endpoints"] == [f"CONTROLLER://127.0.0.1:{cluster.node(v['id']).controller_port}"], status.stdout
+    assert fields["CurrentObservers"] == "[]", status.stdout
+    replication = java("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-controller",
+                       f"127.0.0.1:{controller.controller_port}", "describe", "--replication")
+    assert replication.returncode == 0, replication.stderr[-2000:]
+    rows = [line.split() for line in replication.stdout.splitlines() if line[:1].isdigit()]
+    assert sorted(int(r[0]) for r in rows) == sorted(ids), replication.stdout
+    assert [r[-1] for r in rows].count("Leader") == 1, replication.stdout
+    assert all(r[-1] in ("Leader", "Follower") for r in rows), replication.stdout
+    high_watermark = int(fields["HighWatermark"])
+    assert all(int(r[2]) >= high_watermark - 1 for r in rows), replication.stdout
+
+
+def test_sluice_cluster_shows_the_brokers_and_the_quorum(cluster):
+    brokers = subprocess.run([str(SLUICE_BIN), "cluster", "--bootstrap-server", cluster.nodes[0].bootstrap],
+                             capture_output=True, text=True, timeout=30)
+    assert brokers.returncode == 0, brokers.stderr
+    assert f"Cluster ID: {cluster.cluster_id}" in brokers.stdout
+    assert "Brokers: 3" in brokers.stdout, brokers.stdout
+    for n in cluster.nodes:
+        assert f"  {n.node_id}\t127.0.0.1:{n.port}" in brokers.stdout, brokers.stdout
+    quorum = subprocess.run([str(SLUICE_BIN), "cluster", "--bootstrap-controller",
+                             f"127.0.0.1:{cluster.nodes[1].controller_port}"],
+                            capture_output=True, text=True, timeout=30)
+    assert quorum.returncode == 0, quorum.stderr
+    lines = dict(line.split(": ", 1) for line in quorum.stdout.splitlines() if ": " in line)
+    assert int(lines["LeaderId"]) in {1, 2, 3}, quorum.stdout
+    assert int(lines["HighWatermark"]) > 0
+    assert lines["CurrentVoters"] == "[1, 2, 3]", quorum.stdout
+    rows = [line.split("\t") for line in quorum.stdout.splitlines() if line[:1].isdigit()]
+    assert sorted(int(r[0]) for r in rows) == [1, 2, 3]
+    assert [r[3] for r in rows].count("Leader") == 1, quorum.stdout
+
+
+def test_without_a_majority_live_leaders_serve_and_creation_fails_clearly(cluster):
+    """Two of the three nodes (and so two of the three controllers) stopped: the partitions the
+    third one leads keep taking and serving records; CreateTopics fails within seconds with a
+    retriable error rather than hanging; with the two back, creation works again."""
+    from confluent_kafka import KafkaException
+
+    survivor = cluster.node(1)
+    md = metadata(survivor.bootstrap, "spread")
+    own = sorted(p for p, m in md.topics["spread"].partitions.items() if m.leader == survivor.node_id)
+    assert own, md.topics["spread"].partitions
+    c = consumer(survivor.bootstrap)
+    try:
+        before = {p: hi for p, (lo, hi) in watermarks(c, "spread", PARTITIONS).items()}
+    finally:
+        c.close()
+    stopped = [n for n in cluster.nodes if n is not survivor]
+    for n in stopped:
+        n.stop_cleanly()
+    try:
+        producer = Producer({"bootstrap.servers": survivor.bootstrap, "acks": "all", **CLIENT_DEFAULTS})
+        acked = []
+        for i in range(200):
+            producer.produce("spread", partition=own[i % len(own)], value=f"alone-{i}",
+                             on_delivery=lambda err, msg: acked.append(err is None))
+        assert producer.flush(30) == 0
+        assert acked.count(True) == 200, acked.count(False)
+        c = consumer(survivor.bootstrap)
+        try:
+            ends = {("spread", p): before[p] + sum(1 for i in range(200) if own[i % len(own)] == p) for p in own}
+            c.assign([TopicPartition("spread", p, before[p]) for p in own])
+            fresh = read_to_end(c, ends, timeout=60)
+        finally:
+            c.close()
+        assert sorted(m.value().decode() for m in fresh) == sorted(f"alone-{i}" for i in range(200))
+        started = time.monotonic()
+        client = admin(survivor.bootstrap)
+        futures = client.create_topics(
+            [NewTopic("no-quorum", num_partitions=1, replication_factor=1)], operation_timeout=5, request_timeout=30)
+        with pytest.raises(KafkaException) as refused:
+            futures["no-quorum"].result(timeout=60)
+        elapsed = time.monotonic() - started
+        error = refused.value.args[0]
+        assert error.retriable() or "timed out" in error.str().lower(), error
+        assert elapsed < 40, f"CreateTopics took {elapsed:.1f} s to fail"
+    finally:
+        for n in stopped:
+            n.start(wait=False)
+        for n in stopped:
+            n.wait_ready(wait_for_partitions=False)
+    wait_for("creation to work again", lambda: _try_create(survivor.bootstrap, "quorum-back"), 30)
+    wait_for("every broker to be listed again", lambda: len(metadata(survivor.bootstrap).brokers) == 3, 30)
