@@ -273,15 +273,19 @@ impl ClusterNode {
         self.publish.notify(1);
     }
 
-    /// The controller Metadata names: the raft leader when it is a registered broker, else
-    /// the lowest live broker (Kafka names a random one; clients only need a broker that
-    /// forwards admin requests).
+    /// The controller Metadata and DescribeCluster name: this broker itself while it is
+    /// registered and unfenced, else the lowest live broker. Kafka's brokers name a random live
+    /// broker, as clients cannot reach controllers; any broker forwards admin requests to the
+    /// active controller. Naming the one the client is talking to means a client never sends
+    /// them to a controller that has just died and waits out its request timeout there.
     fn controller_for_clients(&self, image: &ClusterImage) -> i32 {
-        let leader = self.node.borrow().leader_id().map(|l| l as i32);
-        match leader {
-            Some(l) if image.broker(BrokerId(l)).is_some_and(|b| !b.fenced) => l,
-            _ => image.unfenced_brokers().map(|b| b.id.0).min().unwrap_or(-1),
+        if image
+            .broker(BrokerId(self.node_id))
+            .is_some_and(|b| !b.fenced)
+        {
+            return self.node_id;
         }
+        image.unfenced_brokers().map(|b| b.id.0).min().unwrap_or(-1)
     }
 
     /// Hands each new image to every shard, newest first: images that arrive while one is being

@@ -40,8 +40,8 @@ pub struct ClusterView {
     pub brokers: BTreeMap<i32, BrokerInfo>,
     /// Partitions by topic name, by index.
     pub partitions: HashMap<String, Vec<PartitionInfo>>,
-    /// The active controller as this node knows it (-1 when unknown). Clients send admin
-    /// requests to it; any broker forwards them anyway.
+    /// The controller clients are told of (-1 when none): this broker, which forwards admin
+    /// requests to the active controller (`ClusterNode::controller_for_clients`).
     pub controller_id: i32,
 }
 
