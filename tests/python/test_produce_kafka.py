@@ -79,9 +79,21 @@ def create_on(name: str, bootstrap: str, topic: str, partitions: int, config: di
     while True:
         md = client.list_topics(topic=topic, timeout=10).topics[topic]
         if md.error is None and len(md.partitions) == partitions:
-            return
+            break
         assert time.monotonic() < deadline, md.error
         time.sleep(0.1)
+    # Listed is not yet led: Kafka's broker may answer NOT_LEADER_OR_FOLLOWER a moment longer
+    # (seen once in CI), so wait until every partition answers ListOffsets.
+    while True:
+        futures = client.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
+                                      request_timeout=10)
+        try:
+            for f in futures.values():
+                f.result(timeout=15)
+            return
+        except KafkaException as e:
+            assert time.monotonic() < deadline, e
+            time.sleep(0.1)
 
 
 # ---- raw requests ---------------------------------------------------------------------------
