@@ -246,7 +246,7 @@ def _try_create(bootstrap: str, name: str) -> bool:
         return False
 
 
-def test_a_node_formatted_for_another_cluster_is_refused(cluster, tmp_path):
+def test_a_node_formatted_for_another_cluster_is_refused(cluster):
     stranger = Node(4, "stranger")
     other = uuid.uuid4().hex[:22]
     assert format_storage(stranger.data_dir, other, 4).returncode == 0
@@ -264,7 +264,7 @@ def test_a_node_formatted_for_another_cluster_is_refused(cluster, tmp_path):
         stranger.remove()
 
 
-def test_storage_is_formatted_once_and_a_node_checks_it(tmp_path):
+def test_storage_is_formatted_once_and_a_node_checks_it():
     node = Node(7, "formatting")
     try:
         first = format_storage(node.data_dir, "cluster-A", 7)

@@ -306,13 +306,7 @@ impl ClusterNode {
                 controller,
             ));
             let offset = cluster.offset().0;
-            let results = shard0
-                .invoke_on_all(move |shard| {
-                    let image = image.clone();
-                    async move { shard.apply_image(image).await }
-                })
-                .await;
-            for r in results {
+            for r in shard0.apply_image_everywhere(image).await {
                 if let Err(e) = r {
                     tracing::error!(offset, error = %e, "applying a metadata image failed on a shard");
                 }

@@ -28,17 +28,22 @@ impl Shard {
             image
                 .store(&shard0.config().data_dir)
                 .map_err(|e| format!("persisting metadata: {e}"))?;
-            let image = Arc::new(image);
-            let results = shard0
-                .invoke_on_all(move |shard| {
-                    let image = image.clone();
-                    async move { shard.apply_image(image).await }
-                })
-                .await;
-            for r in results {
+            for r in shard0.apply_image_everywhere(Arc::new(image)).await {
                 r?;
             }
             Ok(value)
+        })
+        .await
+    }
+
+    /// Has every shard, this one included, apply `image`; each shard's result in shard order.
+    pub async fn apply_image_everywhere(
+        self: &Rc<Self>,
+        image: Arc<MetadataImage>,
+    ) -> Vec<Result<(), String>> {
+        self.invoke_on_all(move |shard| {
+            let image = image.clone();
+            async move { shard.apply_image(image).await }
         })
         .await
     }
