@@ -342,19 +342,30 @@ def test_offsets_for_times_and_max_timestamp_land_inside_compressed_batches(brok
     targets = [t0 - 1, t0, t0 + 205, t0 + 505, t0 + 865, t0 + 875, t0 + 990, t0 + 4_999, t0 + 5_001]
     answers = {}
     for name, bootstrap in both(broker, kafka_reference).items():
-        topic = f"by-time-{codec}"
-        create_on(name, bootstrap, topic, 1)
-        p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 500,
-                      "enable.idempotence": False, **CLIENT_DEFAULTS})
-        errors = []
-        for i, ts in enumerate(stamps):
-            p.produce(topic, partition=0, value=b"record %d" % i, timestamp=ts,
-                      on_delivery=lambda err, _m: err and errors.append(err))
-        assert p.flush(30) == 0
-        assert not errors, (name, errors[:3])
-        batches = stored_batches(bootstrap, topic, 0)
-        # The lookups must fall inside batches, not on their first offsets.
-        assert len(batches) < count // 4, batches
+        # The lookups must fall inside batches, not on their first offsets, so the records must
+        # reach the broker in a few batches. librdkafka once sent these 100 records one per batch
+        # (seen once in CI, side unknown): that is the client's choice, not the broker's, so a
+        # split is produced again into a fresh topic, at most three times.
+        for attempt in range(3):
+            topic = f"by-time-{codec}-{attempt}"
+            create_on(name, bootstrap, topic, 1)
+            p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 500,
+                          "enable.idempotence": False, **CLIENT_DEFAULTS})
+            # The partition's leader known first, so the records queue on it and linger together.
+            p.list_topics(topic, timeout=10)
+            errors = []
+            for i, ts in enumerate(stamps):
+                p.produce(topic, partition=0, value=b"record %d" % i, timestamp=ts,
+                          on_delivery=lambda err, _m: err and errors.append(err))
+            assert p.flush(30) == 0
+            assert not errors, (name, errors[:3])
+            batches = stored_batches(bootstrap, topic, 0)
+            assert sum(b["records"] for b in batches) == count, (name, batches)
+            if len(batches) < count // 4:
+                break
+            print(f"{name}: the client sent {count} records in {len(batches)} batches; producing again")
+        else:
+            pytest.fail(f"{name}: the client split {count} records into {len(batches)} batches three times")
         c = consumer(bootstrap)
         # One lookup per call: librdkafka answers -1 for a partition named twice in one call.
         found = [c.offsets_for_times([TopicPartition(topic, 0, t)], timeout=15)[0] for t in targets]
