@@ -133,6 +133,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
         appended: (0..shards).map(|_| event_listener::Event::new()).collect(),
         drained: std::sync::atomic::AtomicUsize::new(0),
         opened: std::sync::atomic::AtomicUsize::new(0),
+        handed_over: std::sync::atomic::AtomicBool::new(false),
     });
     let meshes = mesh_builders(shards);
     tracing::info!(shards, node_id = config.node_id, roles = %config.process_roles, cluster_id = %config.cluster_id, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
@@ -211,6 +212,20 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 };
                 while !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(100)).await;
+                }
+                // A cluster broker hands its leaderships over before it stops serving (Kafka's
+                // controlled shutdown): shard 0 asks the controller, the others keep serving.
+                if cluster && shared.config.process_roles.broker {
+                    if let Some(node) = shard.cluster_node() {
+                        node.controlled_shutdown().await;
+                        shared.handed_over.store(true, Ordering::SeqCst);
+                    }
+                    // Bounded: shard 0's handover gives up after the session timeout.
+                    let waited = std::time::Instant::now();
+                    let most = Duration::from_millis(shared.config.broker_session_timeout_ms) + SHUTDOWN_DRAIN_MAX;
+                    while !shared.handed_over.load(Ordering::SeqCst) && waited.elapsed() < most {
+                        glommio::timer::sleep(Duration::from_millis(10)).await;
+                    }
                 }
                 // Stop accepting, let requests in flight finish (they may need other shards, which
                 // keep serving jobs), then close the logs once every shard has drained.

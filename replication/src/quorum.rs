@@ -18,6 +18,11 @@
 //!
 //! Voters are the controllers (`controller.quorum.voters`); brokers that are not controllers
 //! are raft-rs learners (Kafka's observers): they replicate and apply the log but never vote.
+//! A broker becomes a learner when it registers: the active controller proposes a raft
+//! configuration change adding it (one at a time, as raft-rs allows) for every registered
+//! broker the configuration lacks, and every node takes a snapshot right after applying one,
+//! so that the snapshot a leader sends a new learner names it (raft-rs refuses a snapshot whose
+//! configuration lacks the node). A learner is never removed: a broker keeps its id.
 //! Only the raft leader's controller is active, and only once its first batch (a LeaderChange
 //! record) has committed, so it has applied everything committed before it; every other node
 //! answers NOT_CONTROLLER.
@@ -28,7 +33,9 @@
 
 use std::collections::VecDeque;
 
-use raft::eraftpb::{ConfState, EntryType, MessageType, SnapshotMetadata};
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfState, EntryType, MessageType, SnapshotMetadata,
+};
 use raft::{GetEntriesContext, RaftState, RawNode, SnapshotStatus, Storage, StorageError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -365,6 +372,8 @@ pub struct MetadataNode {
     inbox: VecDeque<Input>,
     out: Ready,
     snapshots_sent: Vec<u64>,
+    /// A configuration change was applied since the last snapshot: take one at once.
+    conf_changed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -450,6 +459,7 @@ impl MetadataNode {
             inbox: VecDeque::new(),
             out: Ready::default(),
             snapshots_sent: Vec::new(),
+            conf_changed: false,
         })
     }
 
@@ -506,7 +516,35 @@ impl MetadataNode {
             if !records.is_empty() {
                 self.propose(records, None, None);
             }
+            self.add_learners();
         }
+    }
+
+    /// Proposes adding the first registered broker that is neither a voter nor a learner as a
+    /// learner, unless a configuration change is still pending.
+    fn add_learners(&mut self) {
+        if self.raw.raft.has_pending_conf() {
+            return;
+        }
+        let conf = self.raw.raft.prs().conf().to_conf_state();
+        let missing = self
+            .image
+            .brokers()
+            .map(|b| b.id.0 as u64)
+            .find(|id| !conf.voters.contains(id) && !conf.learners.contains(id));
+        let Some(id) = missing else { return };
+        let change = ConfChange {
+            change_type: ConfChangeType::AddLearnerNode as i32,
+            node_id: id,
+            ..Default::default()
+        };
+        // Dropped only when leadership is moving; the next leader proposes it again.
+        let _ = self.raw.propose_conf_change(vec![], change);
+    }
+
+    /// The voters and learners of the applied configuration.
+    pub fn conf_state(&self) -> ConfState {
+        self.raw.raft.prs().conf().to_conf_state()
     }
 
     /// Hands a raft message from a peer to this node.
@@ -746,9 +784,14 @@ impl MetadataNode {
                     Ok(records) => records,
                     Err(e) => panic!("committed batch at {offset:?} does not decode: {e}"),
                 },
-                // Membership changes are not proposed yet (voters and observers are fixed
-                // by configuration); applying one is a programmer error.
-                other => panic!("unexpected {other:?} entry at {offset:?}"),
+                EntryType::EntryConfChange => {
+                    self.apply_conf_change(offset, &entry.data);
+                    vec![]
+                }
+                // Only single changes (version 1) are ever proposed.
+                EntryType::EntryConfChangeV2 => {
+                    panic!("unexpected joint configuration change at {offset:?}")
+                }
             };
             if records.is_empty() {
                 self.image
@@ -799,12 +842,34 @@ impl MetadataNode {
         }
     }
 
+    /// Applies a committed configuration change (adding a learner). One that raft-rs refuses
+    /// is refused on every node alike, so it is skipped, with a line.
+    fn apply_conf_change(&mut self, offset: Offset, data: &[u8]) {
+        use prost::Message as _;
+        let change = match ConfChange::decode(data) {
+            Ok(c) => c,
+            Err(e) => panic!("committed configuration change at {offset:?} does not decode: {e}"),
+        };
+        match self.raw.apply_conf_change(&change) {
+            Ok(conf_state) => {
+                self.raw.mut_store().conf_state = conf_state;
+                self.conf_changed = true;
+            }
+            Err(e) => {
+                tracing::warn!(?offset, node = change.node_id, error = %e, "configuration change refused")
+            }
+        }
+    }
+
     fn maybe_compact(&mut self) {
         let applied = self.raw.raft.raft_log.applied;
         let store = self.raw.store();
-        if applied < store.snapshot_index() + self.config.snapshot_interval_entries {
+        let due = applied >= store.snapshot_index() + self.config.snapshot_interval_entries;
+        let forced = self.conf_changed && applied > store.snapshot_index();
+        if !due && !forced {
             return;
         }
+        self.conf_changed = false;
         assert_eq!(
             self.image.offset(),
             Offset(applied as i64),

@@ -1,6 +1,6 @@
 //! Deterministic simulation of the controller quorum (DESIGN.md, testing layer 3).
 //!
-//! N controller nodes (voters) and two broker nodes (raft observers) run in one process on a
+//! N controller nodes (voters) and two broker nodes (raft observers, added as learners when they register) run in one process on a
 //! simulated clock and network: messages are delayed, reordered, dropped and cut by
 //! partitions; nodes crash (losing whatever they had not persisted, including a Ready caught
 //! half-way) and restart from their simulated disk. Each broker registers, heartbeats, asks for
@@ -148,7 +148,8 @@ impl Sim {
         let voters: Vec<u64> = (1..=voter_count).collect();
         let mut nodes = BTreeMap::new();
         for &id in voters.iter().chain(BROKERS.iter()) {
-            let mut config = QuorumConfig::new(id, voters.clone(), BROKERS.to_vec(), CLUSTER_ID);
+            // Brokers join as learners when they register (a configuration change), as real ones do.
+            let mut config = QuorumConfig::new(id, voters.clone(), vec![], CLUSTER_ID);
             config.snapshot_interval_entries = SNAPSHOT_INTERVAL_ENTRIES;
             config.seed = rng.gen();
             config.controller.seed = rng.gen();
@@ -780,6 +781,21 @@ impl Sim {
             );
         }
         let image = images[0].1;
+        // Every registered broker became a learner, on every node alike.
+        for (id, n) in &self.nodes {
+            let conf = n.node.as_ref().unwrap().conf_state();
+            let mut voters = conf.voters.clone();
+            voters.sort();
+            assert_eq!(voters, self.voters, "node {id}'s voters");
+            for b in image.brokers() {
+                assert!(
+                    conf.learners.contains(&(b.id.0 as u64)),
+                    "node {id} lacks registered broker {} among its learners {:?}",
+                    b.id,
+                    conf.learners
+                );
+            }
+        }
         // Nothing acknowledged is lost.
         let mut created = BTreeSet::new();
         let mut registered = BTreeMap::new();

@@ -1,4 +1,5 @@
-"""A Sluice cluster of combined nodes (broker and controller) on 127.0.0.1, for the cluster tests.
+"""A Sluice cluster on 127.0.0.1, for the cluster tests: combined nodes (broker and controller),
+or controllers and brokers as separate processes.
 
 Each node is a `harness.Broker` with a CONTROLLER listener and the cluster's
 `--controller-quorum-voters`, its data directory formatted first with `sluice storage format`,
@@ -8,9 +9,12 @@ so `Cluster.start` starts every process before it waits for any.
 
 from __future__ import annotations
 
+import signal
+import socket
 import subprocess
+import time
 
-from harness import SLUICE_BIN, Broker, free_port
+from harness import KILLED_PORT_CLOSES_S, SLUICE_BIN, START_TIMEOUT_S, Broker, BrokerError, free_port
 
 CORES_PER_NODE = 1
 
@@ -29,30 +33,108 @@ def format_storage(data_dir, cluster_id: str, node_id: int) -> subprocess.Comple
 
 
 class Node(Broker):
-    def __init__(self, node_id: int, name: str, extra_args=()):
+    """One node: `roles` is its `--process-roles` (a combined node by default)."""
+
+    def __init__(self, node_id: int, name: str, extra_args=(), roles: str = "broker,controller"):
         super().__init__(cores=CORES_PER_NODE, num_partitions=1, name=f"{name}-n{node_id}", extra_args=extra_args)
         self.node_id = node_id
+        self.roles = roles
         self.controller_port = free_port()
 
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles.split(",")
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles.split(",")
+
     def listeners(self) -> str:
-        return f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{self.controller_port}"
+        out = []
+        if self.is_broker:
+            out.append(f"PLAINTEXT://{self.bootstrap}")
+        if self.is_controller:
+            out.append(f"CONTROLLER://127.0.0.1:{self.controller_port}")
+        return ",".join(out)
+
+    def wait_ready(self, wait_for_partitions: bool = True) -> None:
+        if self.is_broker:
+            super().wait_ready(wait_for_partitions)
+            return
+        # A controller serves no Kafka clients: it is ready once its CONTROLLER port answers.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise BrokerError(f"sluice exited with {code} while starting\n{self.log_tail()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.controller_port), timeout=0.5).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise BrokerError(f"the controller did not listen within {START_TIMEOUT_S} s\n{self.log_tail()}")
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        if self.is_broker:
+            super().kill()
+            return
+        code = self.stop(signal.SIGKILL)
+        assert code == -signal.SIGKILL, f"expected death by SIGKILL, got exit {code}"
+        # As for a broker's port (harness.Broker.kill): wait until the CONTROLLER port refuses.
+        deadline = time.monotonic() + KILLED_PORT_CLOSES_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.controller_port), timeout=0.2).close()
+            except OSError:
+                return
+            assert time.monotonic() < deadline, f"port {self.controller_port} still accepts after the kill"
+            time.sleep(0.005)
 
 
 class Cluster:
-    def __init__(self, nodes: int = 3, name: str = "cluster", extra_args=(), cluster_id: str | None = None):
+    """`nodes` combined nodes; or, with `brokers`, `nodes` controllers (ids 1..) and `brokers`
+    broker-only nodes (ids after them)."""
+
+    def __init__(self, nodes: int = 3, name: str = "cluster", extra_args=(), cluster_id: str | None = None,
+                 brokers: int = 0):
         self.cluster_id = cluster_id or random_cluster_id()
-        self.nodes = [Node(i, name) for i in range(1, nodes + 1)]
+        self.name = name
+        self.extra_args = [str(a) for a in extra_args]
+        controller_roles = "controller" if brokers else "broker,controller"
+        self.nodes = [Node(i, name, roles=controller_roles) for i in range(1, nodes + 1)]
         self.voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        for i in range(brokers):
+            self.nodes.append(Node(nodes + 1 + i, name, roles="broker"))
         for n in self.nodes:
-            n.extra_args = ["--node-id", str(n.node_id), "--controller-quorum-voters", self.voters,
-                            "--broker-heartbeat-interval-ms", "500", "--broker-session-timeout-ms", "3000",
-                            *map(str, extra_args)]
-            done = format_storage(n.data_dir, self.cluster_id, n.node_id)
-            assert done.returncode == 0, done.stderr
+            self._configure(n)
+
+    def _configure(self, n: Node) -> None:
+        n.extra_args = ["--node-id", str(n.node_id), "--process-roles", n.roles,
+                        "--controller-quorum-voters", self.voters,
+                        "--broker-heartbeat-interval-ms", "500", "--broker-session-timeout-ms", "3000",
+                        *self.extra_args]
+        done = format_storage(n.data_dir, self.cluster_id, n.node_id)
+        assert done.returncode == 0, done.stderr
+
+    def add_broker(self) -> Node:
+        """A new broker-only node, formatted for this cluster, not yet started."""
+        n = Node(max(m.node_id for m in self.nodes) + 1, self.name, roles="broker")
+        self._configure(n)
+        self.nodes.append(n)
+        return n
+
+    @property
+    def brokers(self) -> list[Node]:
+        return [n for n in self.nodes if n.is_broker]
+
+    @property
+    def controllers(self) -> list[Node]:
+        return [n for n in self.nodes if n.is_controller]
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes)
+        return ",".join(n.bootstrap for n in self.brokers)
 
     def node(self, node_id: int) -> Node:
         return next(n for n in self.nodes if n.node_id == node_id)

@@ -58,6 +58,10 @@ pub struct ClusterNode {
     /// The producer-id block this broker hands out from (next, end), from AllocateProducerIds.
     producer_ids: Cell<(i64, i64)>,
     producer_ids_lock: async_lock::Mutex<()>,
+    /// The voter to ask next while no leader is known.
+    next_voter: Cell<usize>,
+    /// Set by a controlled shutdown: the regular heartbeats stop.
+    shutting_down: Cell<bool>,
 }
 
 fn validate_config(
@@ -125,6 +129,8 @@ impl ClusterNode {
             closed: Cell::new(false),
             producer_ids: Cell::new((0, 0)),
             producer_ids_lock: async_lock::Mutex::new(()),
+            next_voter: Cell::new(0),
+            shutting_down: Cell::new(false),
         });
         if let Some(addr) = config.controller_listener {
             let listener = glommio::net::TcpListener::bind(addr)
@@ -337,6 +343,33 @@ impl ClusterNode {
         }
     }
 
+    /// The CONTROLLER address of the node to ask for the active controller: the quorum leader
+    /// when this node knows one other than itself, else the other voters in turn. A broker-only
+    /// node learns the leader only once it replicates the log, which starts after it has
+    /// registered; a voter asks around during an election. A voter that is not the active
+    /// controller answers NOT_CONTROLLER, and the caller retries.
+    fn controller_address(&self) -> Option<String> {
+        if let Some(leader) = self.leader_id() {
+            if leader == self.node_id as u64 {
+                return None;
+            }
+            return self.transport.voter_address(leader).map(str::to_string);
+        }
+        let others: Vec<_> = self
+            .config
+            .controller_quorum_voters
+            .iter()
+            .filter(|v| v.id != self.node_id)
+            .collect();
+        if others.is_empty() {
+            return None;
+        }
+        let i = self.next_voter.get();
+        self.next_voter.set(i.wrapping_add(1));
+        let v = others[i % others.len()];
+        Some(format!("{}:{}", v.host, v.port))
+    }
+
     /// Sends an inter-node request to the active controller: this node's own when it is the
     /// one, else over the network to the quorum leader. `None` when there is none to ask.
     async fn controller_call(
@@ -346,14 +379,13 @@ impl ClusterNode {
         if self.is_active_controller() {
             return Some(self.submit(request).await);
         }
-        let leader = self.leader_id()?;
-        let addr = self.transport.voter_address(leader)?.to_string();
+        let addr = self.controller_address()?;
         let (key, version, kafka) = controller_api::kafka_request(&request)?;
         let frame = encode_request(key, version, 1, &kafka).ok()?;
         let body = match transport::call(&addr, frame, REQUEST_TIMEOUT).await {
             Ok(b) => b,
             Err(e) => {
-                tracing::debug!(leader, error = %e, ?key, "controller call failed");
+                tracing::debug!(%addr, error = %e, ?key, "controller call failed");
                 return None;
             }
         };
@@ -403,6 +435,9 @@ impl ClusterNode {
             }
             // Heartbeat until the controller says the registration is gone.
             loop {
+                if self.shutting_down.get() {
+                    return;
+                }
                 let request =
                     core::ControllerRequest::BrokerHeartbeat(core::BrokerHeartbeatRequest {
                         broker_id: BrokerId(self.node_id),
@@ -441,6 +476,52 @@ impl ClusterNode {
                     glommio::timer::sleep(interval - elapsed).await;
                 }
             }
+        }
+    }
+
+    /// Kafka's controlled shutdown, on SIGTERM: heartbeats ask to shut down until the active
+    /// controller answers that this broker may, which it does once the batch that moves its
+    /// leaderships away, takes it out of the ISRs and fences it has committed; clients then
+    /// find the partitions' new leaders in Metadata. Gives up after the broker session timeout
+    /// (by then the controller fences it anyway), e.g. when the quorum has no majority.
+    pub async fn controlled_shutdown(&self) {
+        let epoch = self.broker_epoch.get();
+        if epoch < 0 {
+            return;
+        }
+        self.shutting_down.set(true);
+        let started = Instant::now();
+        let most = Duration::from_millis(self.config.broker_session_timeout_ms);
+        loop {
+            let request = core::ControllerRequest::BrokerHeartbeat(core::BrokerHeartbeatRequest {
+                broker_id: BrokerId(self.node_id),
+                broker_epoch: BrokerEpoch(epoch),
+                current_metadata_offset: Offset(self.published.get().max(0)),
+                wants_fence: false,
+                wants_shut_down: true,
+            });
+            let answer = futures_lite::future::or(self.controller_call(request), async {
+                glommio::timer::sleep(most.saturating_sub(started.elapsed())).await;
+                None
+            })
+            .await;
+            if let Some(core::ControllerResponse::BrokerHeartbeat(r)) = answer {
+                if r.error_code == 0 && r.should_shut_down {
+                    tracing::info!(
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "controlled shutdown: leaderships handed over"
+                    );
+                    return;
+                }
+            }
+            if started.elapsed() >= most {
+                tracing::warn!(
+                    waited_ms = most.as_millis() as u64,
+                    "controlled shutdown: no controller confirmed it; stopping anyway"
+                );
+                return;
+            }
+            glommio::timer::sleep(RETRY_BACKOFF).await;
         }
     }
 
@@ -526,8 +607,7 @@ impl ClusterNode {
         version: i16,
         request: &RequestKind,
     ) -> Option<ResponseKind> {
-        let leader = self.leader_id()?;
-        let addr = self.transport.voter_address(leader)?.to_string();
+        let addr = self.controller_address()?;
         let inner = encode_request(key, version, 0, request).ok()?;
         let envelope = RequestKind::Envelope(
             EnvelopeRequest::default()

@@ -12,7 +12,10 @@
 //!
 //! A node keeps one outbound connection per other voter (reconnecting with backoff) and sends
 //! its raft messages there; it reads what comes back on it, so a connection works both ways.
-//! Messages to a node that is not a voter go back over the connection that node opened.
+//! Messages to a node that is not a voter (a broker-only node, a raft learner) go back over the
+//! connection that node opened; such a node opens every connection with a hello, a raft frame
+//! addressed to node 0 (no node), so that every voter can reach it before it has anything to
+//! say: a leader adding it as a learner sends first.
 //! Raft messages are dropped when a peer's queue is full or its connection is down: raft
 //! retransmits, and must never wait on a slow peer.
 
@@ -37,6 +40,8 @@ const PEER_QUEUE: usize = 4_096;
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The `to` of a hello frame: raft's "no node".
+const HELLO_TO: u64 = 0;
 
 /// What the transport hands to the node: raft messages, and controller requests to answer.
 pub trait Inbound {
@@ -121,6 +126,16 @@ impl Transport {
 
     /// Starts the outbound connection to every other voter.
     pub fn connect_to_voters<I: Inbound + 'static>(self: &Rc<Self>, inbound: Rc<I>) {
+        let hello = (!self.voters.contains_key(&self.node_id)).then(|| {
+            raft_frame(
+                &self.cluster_id,
+                &Message {
+                    from: self.node_id,
+                    to: HELLO_TO,
+                    ..Default::default()
+                },
+            )
+        });
         for (&id, addr) in &self.voters {
             if id == self.node_id {
                 continue;
@@ -131,6 +146,7 @@ impl Transport {
             let addr = addr.clone();
             let inbound = inbound.clone();
             let me = self.clone();
+            let hello = hello.clone();
             glommio::spawn_local(async move {
                 let mut backoff = RECONNECT_MIN;
                 loop {
@@ -138,7 +154,8 @@ impl Transport {
                         Ok(stream) => {
                             backoff = RECONNECT_MIN;
                             tracing::debug!(peer = id, %addr, "connected to controller");
-                            let why = run_connection(&me, stream, inbound.clone(), Some(&rx)).await;
+                            let why = run_connection(&me, stream, inbound.clone(), Some(&rx), hello.clone())
+                                .await;
                             tracing::debug!(peer = id, %addr, why, "controller connection ended");
                         }
                         Err(e) => tracing::trace!(peer = id, %addr, error = %e, "cannot connect to controller"),
@@ -165,7 +182,7 @@ impl Transport {
                     let me = self.clone();
                     let inbound = inbound.clone();
                     glommio::spawn_local(async move {
-                        let why = run_connection(&me, stream, inbound, None).await;
+                        let why = run_connection(&me, stream, inbound, None, None).await;
                         tracing::debug!(why, "controller listener connection ended");
                     })
                     .detach();
@@ -225,9 +242,13 @@ async fn run_connection<I: Inbound + 'static>(
     stream: TcpStream,
     inbound: Rc<I>,
     outbound: Option<&Rc<LocalReceiver<Bytes>>>,
+    hello: Option<Bytes>,
 ) -> &'static str {
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     let (tx, rx) = local_channel::new_bounded::<Bytes>(PEER_QUEUE);
+    if let Some(hello) = hello {
+        let _ = tx.try_send(hello);
+    }
     let tx = Rc::new(tx);
     let writer_task = glommio::spawn_local(async move {
         while let Some(frame) = rx.recv().await {
@@ -279,7 +300,9 @@ async fn run_connection<I: Inbound + 'static>(
                         transport.routes.borrow_mut().insert(from, tx.clone());
                         registered = Some(from);
                     }
-                    inbound.raft_message(message);
+                    if message.to != HELLO_TO {
+                        inbound.raft_message(message);
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "malformed raft frame; closing the connection");

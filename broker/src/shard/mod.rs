@@ -43,6 +43,9 @@ pub struct Shared {
     pub opened: std::sync::atomic::AtomicUsize,
     /// Shards that have stopped accepting and drained their requests (graceful shutdown).
     pub drained: std::sync::atomic::AtomicUsize,
+    /// Set once a cluster broker's controlled shutdown has handed its leaderships over (or
+    /// given up); shards keep serving until then.
+    pub handed_over: std::sync::atomic::AtomicBool,
 }
 
 pub struct RequestGuard {
