@@ -478,3 +478,70 @@ def test_a_broker_that_stops_heartbeating_is_fenced_and_registers_again_when_res
         metadata(observer.bootstrap, "spread").topics["spread"].partitions[p].leader == victim.node_id for p in its), 30)
     wait_healthy(cluster)
     print(f"fenced {fenced_after:.1f} s after SIGSTOP (broker.session.timeout.ms=3000)")
+
+
+def test_requests_for_a_partition_led_elsewhere_name_its_leader(cluster):
+    """KIP-951: Produce (v10+) and Fetch (v12+) for a partition another broker leads answer
+    NOT_LEADER_OR_FOLLOWER with that leader and its epoch, and (Produce v10+, Fetch v16+) its
+    endpoint, so clients move without a metadata round trip. Group requests sent to a broker
+    that is not the group's coordinator answer NOT_COORDINATOR, as Kafka's do."""
+    from kafka.protocol.consumer.fetch import FetchRequest
+    from kafka.protocol.consumer.group import HeartbeatRequest
+    from kafka.protocol.metadata.metadata import MetadataRequest
+    from kafka.protocol.producer.produce import ProduceRequest
+    from wire import Pipeline, batch, build
+
+    asked = cluster.node(1)
+    pipe = Pipeline(asked.bootstrap)
+    pipe.send(build(MetadataRequest, 12, topics=[{"topic_id": None, "name": "spread"}],
+                    allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    (md,) = pipe.responses()
+    (topic,) = md["topics"]
+    elsewhere = sorted((p["partition_index"], p["leader_id"], p["leader_epoch"])
+                       for p in topic["partitions"] if p["leader_id"] not in (-1, asked.node_id))
+    assert elsewhere, topic["partitions"]
+    partition, leader, epoch = elsewhere[0]
+    port = cluster.node(leader).port
+    pipe.send(build(ProduceRequest, 11, transactional_id=None, acks=-1, timeout_ms=10_000, topic_data=[{
+        "name": "spread", "partition_data": [{"index": partition, "records": batch([b"misdirected"])}]}]))
+    pipe.send(build(FetchRequest, 16, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                    isolation_level=0, session_id=0, session_epoch=-1, topics=[{
+                        "topic_id": topic["topic_id"], "partitions": [{
+                            "partition": partition, "current_leader_epoch": -1, "fetch_offset": 0,
+                            "last_fetched_epoch": -1, "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20}]}],
+                    forgotten_topics_data=[], rack_id=""))
+    produced, fetched = pipe.responses()
+    (p,) = produced["responses"][0]["partition_responses"]
+    assert p["error_code"] == 6, p
+    assert (p["current_leader"]["leader_id"], p["current_leader"]["leader_epoch"]) == (leader, epoch), p
+    assert [(e["node_id"], e["host"], e["port"]) for e in produced["node_endpoints"]] == [
+        (leader, "127.0.0.1", port)], produced
+    (f,) = fetched["responses"][0]["partitions"]
+    assert f["error_code"] == 6, f
+    assert (f["current_leader"]["leader_id"], f["current_leader"]["leader_epoch"]) == (leader, epoch), f
+    assert [(e["node_id"], e["host"], e["port"]) for e in fetched["node_endpoints"]] == [
+        (leader, "127.0.0.1", port)], fetched
+    # A group whose offsets partition another broker leads: NOT_COORDINATOR (16).
+    # The first FindCoordinator creates the offsets topic if no group has asked yet.
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
+    pipe.send(build(FindCoordinatorRequest, 4, key_type=0, coordinator_keys=["probe"]))
+    pipe.responses()
+    offsets = wait_for("the offsets topic with every partition led", lambda: (
+        t := metadata(asked.bootstrap, "__consumer_offsets").topics["__consumer_offsets"]).error is None
+        and t.partitions and all(p.leader >= 0 for p in t.partitions.values()) and t.partitions)
+    group = next(g for g in (f"group-{i}" for i in range(10_000))
+                 if offsets[_offsets_partition(g, len(offsets))].leader not in (-1, asked.node_id))
+    pipe.send(build(HeartbeatRequest, 4, group_id=group, generation_id=1, member_id="m", group_instance_id=None))
+    (hb,) = pipe.responses()
+    pipe.close()
+    assert hb["error_code"] == 16, hb
+
+
+def _offsets_partition(group: str, partitions: int) -> int:
+    """Kafka's partition for a group: its Java String.hashCode, sign bit cleared, modulo the
+    partitions (ASCII names: one UTF-16 unit per character)."""
+    h = 0
+    for ch in group:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return (h & 0x7FFFFFFF) % partitions

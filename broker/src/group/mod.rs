@@ -1311,6 +1311,23 @@ impl Shard {
 }
 
 /// The shard that coordinates `group_id`: the owner of its `__consumer_offsets` partition.
+/// The error for a group request when this broker has no coordinator for the group: in a
+/// cluster whose offsets partition for the group is led by another broker, NOT_COORDINATOR (the
+/// client asks FindCoordinator again and moves, as with Kafka); else COORDINATOR_NOT_AVAILABLE
+/// (the offsets topic is not there yet, or its partition has no leader).
+pub fn no_coordinator(shard: &Shard, group_id: &str) -> i16 {
+    let p = offsets_topic::partition_for(group_id, shard.config().offsets_topic_partitions);
+    let image = shard.image();
+    if image
+        .leader_of(OFFSETS_TOPIC, p)
+        .is_some_and(|(info, _)| info.leader >= 0 && info.leader != shard.config().node_id)
+    {
+        ResponseError::NotCoordinator.code()
+    } else {
+        ResponseError::CoordinatorNotAvailable.code()
+    }
+}
+
 pub fn coordinator_shard(shard: &Shard, group_id: &str) -> Option<usize> {
     let p = offsets_topic::partition_for(group_id, shard.config().offsets_topic_partitions);
     shard.image().owner(OFFSETS_TOPIC, p, shard.shared.shards)

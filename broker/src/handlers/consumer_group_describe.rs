@@ -14,7 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::group::consumer::Tp;
-use crate::group::coordinator_shard;
+use crate::group::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 fn assignment(
@@ -57,7 +57,7 @@ pub async fn handle(
         let Some(owner) = coordinator_shard(shard, &id) else {
             response
                 .groups
-                .push(described.with_error_code(ResponseError::CoordinatorNotAvailable.code()));
+                .push(described.with_error_code(no_coordinator(shard, &id)));
             continue;
         };
         let names = names.clone();

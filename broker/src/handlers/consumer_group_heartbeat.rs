@@ -10,7 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::group::consumer::HeartbeatRequest;
-use crate::group::coordinator_shard;
+use crate::group::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 pub async fn handle(
@@ -24,7 +24,7 @@ pub async fn handle(
     let mut response = ConsumerGroupHeartbeatResponse::default()
         .with_heartbeat_interval_ms(i32::try_from(interval_ms).unwrap_or(i32::MAX));
     let Some(owner) = coordinator_shard(shard, &group_id) else {
-        return response.with_error_code(ResponseError::CoordinatorNotAvailable.code());
+        return response.with_error_code(no_coordinator(shard, &group_id));
     };
     if request
         .subscribed_topic_regex

@@ -31,7 +31,9 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -409,6 +411,50 @@ fn assemble(
     topics
 }
 
+/// KIP-951: each partition answered NOT_LEADER_OR_FOLLOWER names its leader and epoch (from
+/// version 12), and the response the leaders' endpoints (from 16), so that the client moves
+/// without a metadata round trip. Walks the response in `assemble`'s order.
+fn leader_hints(
+    image: &MetadataImage,
+    version: i16,
+    wanted: &[Wanted],
+    keep: &[bool],
+    response: &mut FetchResponse,
+) {
+    let not_leader = ResponseError::NotLeaderOrFollower.code();
+    let mut kept = wanted.iter().zip(keep).filter(|(_, &k)| k).map(|(w, _)| w);
+    let mut endpoints: Vec<NodeEndpoint> = Vec::new();
+    for t in &mut response.responses {
+        for pd in &mut t.partitions {
+            let Some(w) = kept.next() else { return };
+            if pd.error_code != not_leader {
+                continue;
+            }
+            let Some((p, leader)) = image
+                .leader_of(&w.topic, w.partition)
+                .filter(|(p, _)| p.leader >= 0)
+            else {
+                continue;
+            };
+            pd.current_leader = LeaderIdAndEpoch::default()
+                .with_leader_id(p.leader.into())
+                .with_leader_epoch(p.leader_epoch);
+            if let Some(b) = leader.filter(|b| !b.fenced && version >= 16) {
+                if !endpoints.iter().any(|e| e.node_id.0 == b.id) {
+                    endpoints.push(
+                        NodeEndpoint::default()
+                            .with_node_id(b.id.into())
+                            .with_host(StrBytes::from_string(b.host.clone()))
+                            .with_port(b.port as i32)
+                            .with_rack(b.rack.clone().map(StrBytes::from_string)),
+                    );
+                }
+            }
+        }
+    }
+    response.node_endpoints = endpoints;
+}
+
 /// Waits until any of the listeners fires or the deadline passes.
 async fn wait_any(listeners: Vec<Pin<Box<event_listener::EventListener>>>, timeout: Duration) {
     let mut listeners = listeners;
@@ -529,6 +575,9 @@ pub async fn handle(
         vec![true; wanted.len()]
     };
     response.responses = assemble(version, &wanted, results, &keep, splices, &mut work);
+    if version >= 12 {
+        leader_hints(&image, version, &wanted, &keep, &mut response);
+    }
     for (id, partitions) in unknown_ids {
         let parts = partitions
             .into_iter()

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::group::{coordinator_shard, GroupState};
+use crate::group::{coordinator_shard, no_coordinator, GroupState};
 use crate::shard::Shard;
 
 pub async fn list(shard: &Rc<Shard>, request: ListGroupsRequest) -> ListGroupsResponse {
@@ -83,7 +83,7 @@ pub async fn describe(
         let id = group_id.0.to_string();
         let mut described = DescribedGroup::default().with_group_id(group_id.clone());
         match coordinator_shard(shard, &id) {
-            None => described.error_code = ResponseError::CoordinatorNotAvailable.code(),
+            None => described.error_code = no_coordinator(shard, &id),
             Some(owner) => {
                 let found = shard
                     .invoke_on(owner, move |s| async move {
@@ -157,7 +157,7 @@ pub async fn delete(shard: &Rc<Shard>, request: DeleteGroupsRequest) -> DeleteGr
     for group_id in request.groups_names {
         let id = group_id.0.to_string();
         let code = match coordinator_shard(shard, &id) {
-            None => ResponseError::CoordinatorNotAvailable.code(),
+            None => no_coordinator(shard, &id),
             Some(owner) => {
                 shard
                     .invoke_on(owner, move |s| async move {
@@ -206,7 +206,7 @@ pub async fn offset_delete(
         })
         .collect();
     let code = match coordinator_shard(shard, &id) {
-        None => ResponseError::CoordinatorNotAvailable.code(),
+        None => no_coordinator(shard, &id),
         Some(owner) => {
             let keys = keys.clone();
             shard

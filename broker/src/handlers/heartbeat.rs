@@ -3,15 +3,14 @@
 use std::rc::Rc;
 
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
-use kafka_protocol::ResponseError;
 
-use crate::group::coordinator_shard;
+use crate::group::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 pub async fn handle(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatResponse {
     let group_id = request.group_id.0.to_string();
     let code = match coordinator_shard(shard, &group_id) {
-        None => ResponseError::CoordinatorNotAvailable.code(),
+        None => no_coordinator(shard, &group_id),
         Some(owner) => {
             let member_id = request.member_id.to_string();
             let instance_id = request.group_instance_id.map(|i| i.to_string());

@@ -5,9 +5,8 @@ use std::rc::Rc;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 
-use crate::group::{coordinator_shard, JoinRequest, JoinResult};
+use crate::group::{coordinator_shard, no_coordinator, JoinRequest, JoinResult};
 use crate::shard::Shard;
 
 pub async fn handle(
@@ -20,7 +19,7 @@ pub async fn handle(
     let group_id = request.group_id.0.to_string();
     let result = match coordinator_shard(shard, &group_id) {
         None => JoinResult {
-            error: ResponseError::CoordinatorNotAvailable.code(),
+            error: no_coordinator(shard, &group_id),
             generation: -1,
             ..Default::default()
         },

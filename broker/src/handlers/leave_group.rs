@@ -4,9 +4,8 @@ use std::rc::Rc;
 
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
-use kafka_protocol::ResponseError;
 
-use crate::group::coordinator_shard;
+use crate::group::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 pub async fn handle(
@@ -30,7 +29,7 @@ pub async fn handle(
         vec![(request.member_id.to_string(), None)]
     };
     let (error, codes) = match coordinator_shard(shard, &group_id) {
-        None => (ResponseError::CoordinatorNotAvailable.code(), vec![]),
+        None => (no_coordinator(shard, &group_id), vec![]),
         Some(owner) => {
             let l = leaving.clone();
             shard

@@ -9,7 +9,7 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 use kafka_protocol::ResponseError;
 
-use crate::group::{coordinator_shard, Committed};
+use crate::group::{coordinator_shard, no_coordinator, Committed};
 use crate::shard::Shard;
 
 pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCommitResponse {
@@ -39,7 +39,7 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCo
         }
     }
     let code = match coordinator_shard(shard, &group_id) {
-        None => ResponseError::CoordinatorNotAvailable.code(),
+        None => no_coordinator(shard, &group_id),
         Some(owner) => {
             let member_id = request.member_id.to_string();
             let instance_id = request.group_instance_id.as_ref().map(|i| i.to_string());

@@ -8,9 +8,8 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 
-use crate::group::coordinator_shard;
+use crate::group::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 /// (partition, offset, leader epoch, metadata)
@@ -24,7 +23,7 @@ async fn fetch(
     wanted: Option<Vec<(String, Vec<i32>)>>,
 ) -> GroupOffsets {
     let Some(owner) = coordinator_shard(shard, &group_id) else {
-        return Err(ResponseError::CoordinatorNotAvailable.code());
+        return Err(no_coordinator(shard, &group_id));
     };
     shard
         .invoke_on(owner, move |s| async move {

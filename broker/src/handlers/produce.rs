@@ -8,7 +8,8 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
+    TopicProduceResponse,
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -143,6 +144,7 @@ pub async fn handle(
     }
     turn.in_order();
     let mut response = ProduceResponse::default();
+    let image = shard.image();
     for (name, index, task) in tasks {
         let outcome = match task {
             Some(t) => t.await,
@@ -170,6 +172,29 @@ pub async fn handle(
                         .with_batch_index_error_message(Some(StrBytes::from_string(message)))
                 })
                 .collect();
+        }
+        // KIP-951: a partition led elsewhere names its leader, so the client moves there
+        // without a metadata round trip.
+        if version >= 10 && outcome.error_code == ResponseError::NotLeaderOrFollower.code() {
+            if let Some((p, leader)) = image
+                .leader_of(&name.0, index)
+                .filter(|(p, _)| p.leader >= 0)
+            {
+                pr.current_leader = LeaderIdAndEpoch::default()
+                    .with_leader_id(p.leader.into())
+                    .with_leader_epoch(p.leader_epoch);
+                if let Some(b) = leader.filter(|b| !b.fenced) {
+                    if !response.node_endpoints.iter().any(|e| e.node_id.0 == b.id) {
+                        response.node_endpoints.push(
+                            NodeEndpoint::default()
+                                .with_node_id(b.id.into())
+                                .with_host(StrBytes::from_string(b.host.clone()))
+                                .with_port(b.port as i32)
+                                .with_rack(b.rack.clone().map(StrBytes::from_string)),
+                        );
+                    }
+                }
+            }
         }
         match response.responses.iter_mut().find(|t| t.name == name) {
             Some(t) => t.partition_responses.push(pr),

@@ -4,9 +4,8 @@ use std::rc::Rc;
 
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 
-use crate::group::{coordinator_shard, SyncResult};
+use crate::group::{coordinator_shard, no_coordinator, SyncResult};
 use crate::shard::Shard;
 
 pub async fn handle(
@@ -17,7 +16,7 @@ pub async fn handle(
     let group_id = request.group_id.0.to_string();
     let result = match coordinator_shard(shard, &group_id) {
         None => SyncResult {
-            error: ResponseError::CoordinatorNotAvailable.code(),
+            error: no_coordinator(shard, &group_id),
             ..Default::default()
         },
         Some(owner) => {
