@@ -149,14 +149,8 @@ impl MetadataImage {
     /// Writes the image durably (temp file, fsync, rename, directory fsync). Runs on shard 0
     /// only when topics change, never on the produce or fetch path.
     pub fn store(&self, data_dir: &Path) -> std::io::Result<()> {
-        let path = Self::path(data_dir);
-        let tmp = path.with_extension("tmp");
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(self).expect("metadata serializes"))?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(data_dir)?.sync_all()
+        let bytes = serde_json::to_vec_pretty(self).expect("metadata serializes");
+        write_durably(&Self::path(data_dir), &bytes)
     }
 
     pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<&TopicMeta> {
@@ -213,6 +207,22 @@ impl MetadataImage {
         let p = cluster.partition(topic, partition)?;
         Some((p, cluster.broker(p.leader)))
     }
+}
+
+/// Replaces `path` with `bytes` durably: a temporary file beside it, fsync, rename, fsync of
+/// the directory.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Kafka's topic name rules.

@@ -217,6 +217,12 @@ def test_sigterm_hands_a_brokers_leaderships_over_before_it_stops(cluster):
     print(f"controlled shutdown took {took} ms")
     victim.start()
     wait_brokers_listed(cluster, {4, 5})
+    # It noted its broker epoch at the clean shutdown, so it registered again at once as the
+    # same broker rather than waiting out its old session (DUPLICATE_BROKER_REGISTRATION).
+    restarted = victim.current_log()
+    previous = re.search(r"registered with the controller broker_epoch=\d+ previous_broker_epoch=(-?\d+)", restarted)
+    assert previous and int(previous.group(1)) >= 0, victim.log_tail()
+    assert "refused the registration" not in restarted, victim.log_tail()
     wait_for("it to lead its partitions again", lambda: all(
         metadata(other.bootstrap, "roles-spread").topics["roles-spread"].partitions[p].leader == victim.node_id
         for p in its))

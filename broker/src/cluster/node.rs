@@ -30,6 +30,35 @@ const ADMIN_RETRY_FOR: Duration = Duration::from_secs(5);
 const RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// The driver's longest sleep between two looks at raft (it ticks every 100 ms).
 const DRIVER_PERIOD: Duration = Duration::from_millis(10);
+/// Written in the data directory by a clean shutdown: the broker epoch it stopped with, so the
+/// next start registers at once as the same broker (`PreviousBrokerEpoch`) instead of waiting
+/// for the old session to expire (DUPLICATE_BROKER_REGISTRATION). Kafka keeps the same fact in
+/// `.kafka_cleanshutdown`, in the same form.
+pub const CLEAN_SHUTDOWN_FILE: &str = ".clean_shutdown";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CleanShutdown {
+    version: u32,
+    #[serde(rename = "brokerEpoch")]
+    broker_epoch: i64,
+}
+
+/// The broker epoch of the last clean shutdown, taken (the file is removed: a crash after this
+/// start must not claim it).
+fn take_clean_shutdown_epoch(data_dir: &std::path::Path) -> i64 {
+    let path = data_dir.join(CLEAN_SHUTDOWN_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return -1;
+    };
+    let _ = std::fs::remove_file(&path);
+    match serde_json::from_str::<CleanShutdown>(&text) {
+        Ok(c) if c.version == 0 => c.broker_epoch,
+        _ => {
+            tracing::warn!(path = %path.display(), "unreadable clean-shutdown file; registering as a new incarnation");
+            -1
+        }
+    }
+}
 
 pub struct ClusterNode {
     pub node_id: i32,
@@ -147,9 +176,22 @@ impl ClusterNode {
         Ok(me)
     }
 
-    /// Closes the metadata log (clean shutdown), waiting for a persist in progress.
+    /// Closes the metadata log (clean shutdown), waiting for a persist in progress, and notes
+    /// the broker epoch for the next start.
     pub async fn close(&self) {
         self.closed.set(true);
+        let epoch = self.broker_epoch.get();
+        if self.config.process_roles.broker && epoch >= 0 {
+            let path = self.config.data_dir.join(CLEAN_SHUTDOWN_FILE);
+            let text = serde_json::to_string(&CleanShutdown {
+                version: 0,
+                broker_epoch: epoch,
+            })
+            .expect("plain struct");
+            if let Err(e) = crate::metadata::write_durably(&path, text.as_bytes()) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot note the clean shutdown; the next start waits out the old session");
+            }
+        }
         for _ in 0..300 {
             let store = self.store.borrow_mut().take();
             if let Some(store) = store {
@@ -398,6 +440,7 @@ impl ClusterNode {
     async fn heartbeats(self: Rc<Self>) {
         let incarnation = uuid::Uuid::new_v4();
         let interval = Duration::from_millis(self.config.broker_heartbeat_interval_ms);
+        let mut previous_epoch = take_clean_shutdown_epoch(&self.config.data_dir);
         loop {
             let request =
                 core::ControllerRequest::BrokerRegistration(core::BrokerRegistrationRequest {
@@ -411,17 +454,25 @@ impl ClusterNode {
                         security_protocol: 0,
                     }],
                     rack: self.config.broker_rack.clone(),
-                    previous_broker_epoch: -1,
+                    previous_broker_epoch: previous_epoch,
                 });
             match self.controller_call(request).await {
                 Some(core::ControllerResponse::BrokerRegistration(r)) if r.error_code == 0 => {
                     self.broker_epoch.set(r.broker_epoch);
                     tracing::info!(
                         broker_epoch = r.broker_epoch,
+                        previous_broker_epoch = previous_epoch,
                         "registered with the controller"
                     );
+                    previous_epoch = r.broker_epoch;
                 }
                 Some(core::ControllerResponse::BrokerRegistration(r)) => {
+                    if r.error_code != error_code::NOT_CONTROLLER {
+                        tracing::info!(
+                            error_code = r.error_code,
+                            "the controller refused the registration; retrying"
+                        );
+                    }
                     if r.error_code == error_code::INCONSISTENT_CLUSTER_ID {
                         tracing::error!("the controller belongs to another cluster; this broker cannot register");
                     }
