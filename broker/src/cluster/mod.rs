@@ -245,11 +245,26 @@ pub async fn create_topic(
 }
 
 /// Starts creating `__consumer_offsets` through the controller (the first FindCoordinator
-/// of a new cluster does, as in Kafka). Concurrent attempts are harmless: all but one get
-/// TOPIC_ALREADY_EXISTS.
+/// of a new cluster does, as in Kafka). Attempts from different shards or brokers are
+/// harmless: all but one get TOPIC_ALREADY_EXISTS.
 pub fn ensure_offsets_topic(shard: &Rc<Shard>) {
+    thread_local! {
+        /// One creation in flight per shard: a burst of consumers asking FindCoordinator before
+        /// the topic exists sends the controller one CreateTopics, not one each.
+        static CREATING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if CREATING.with(|c| c.replace(true)) {
+        return;
+    }
     let shard = shard.clone();
     glommio::spawn_local(async move {
+        struct Done;
+        impl Drop for Done {
+            fn drop(&mut self) {
+                CREATING.with(|c| c.set(false));
+            }
+        }
+        let _done = Done;
         let mut configs = std::collections::BTreeMap::new();
         configs.insert("cleanup.policy".to_string(), "compact".to_string());
         configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
