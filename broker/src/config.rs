@@ -55,6 +55,9 @@ pub struct BrokerConfig {
     /// `fetch.max.bytes` (broker): the most record bytes one fetch response carries, whatever
     /// the client asks (its first batch always goes, so a consumer makes progress).
     pub fetch_max_bytes: usize,
+    /// `fetch.cold.max.bytes` (Sluice's own): of those, the most read from disk rather than
+    /// memory; the first batch of a response always goes.
+    pub fetch_cold_max_bytes: usize,
     /// `fetch.zero.copy` (Sluice's own): fetch responses splice records that are on disk from
     /// the segment files to the socket rather than copy them through the broker's memory.
     pub fetch_zero_copy: bool,
@@ -295,12 +298,18 @@ pub const LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
 /// and running that four times as often would cost reads for little gain.
 pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 60_000;
 
-/// Sluice's default broker `fetch.max.bytes`, 2 MiB (Kafka's is 55 MiB). A consumer catching up
+/// Sluice's default broker `fetch.max.bytes`, 8 MiB (Kafka's is 55 MiB): what one response
+/// carries at most. At 2 MiB a consumer of a producer at full rate fell behind (perf/README.md,
+/// workload (a): 71 of 456 MB/s); at 8 MiB it kept pace.
+pub const FETCH_MAX_BYTES_DEFAULT: usize = 8 << 20;
+
+/// Sluice's default `fetch.cold.max.bytes`, 2 MiB: of a response's records, the most that come
+/// from disk rather than memory (the batch cache, or not yet written). A consumer catching up
 /// then takes its backlog in 2 MiB responses rather than 16 MiB ones (16 partitions x 1 MiB),
 /// which measured on this project's 2-core test machine (perf/README.md, workload (e)) kept the
 /// p99 produce latency of a producer on the same shards near 6.5 ms instead of 17-22 ms, at the
 /// same catch-up rate.
-pub const FETCH_MAX_BYTES_DEFAULT: usize = 2 << 20;
+pub const FETCH_COLD_MAX_BYTES_DEFAULT: usize = 2 << 20;
 
 /// Kafka's default `max.connections` and `max.connections.per.ip`: no limit but the process's
 /// descriptors (`Int.MaxValue`).
@@ -342,6 +351,7 @@ impl Default for BrokerConfig {
             socket_request_max_bytes: 104_857_600,
             batch_cache_bytes: 256 << 20,
             fetch_max_bytes: FETCH_MAX_BYTES_DEFAULT,
+            fetch_cold_max_bytes: FETCH_COLD_MAX_BYTES_DEFAULT,
             fetch_zero_copy: true,
             group_initial_rebalance_delay_ms: 3000,
             group_consumer_session_timeout_ms: GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT,
@@ -399,6 +409,8 @@ struct FileConfig {
     batch_cache_bytes: Option<u64>,
     #[serde(rename = "fetch.max.bytes")]
     fetch_max_bytes: Option<usize>,
+    #[serde(rename = "fetch.cold.max.bytes")]
+    fetch_cold_max_bytes: Option<usize>,
     #[serde(rename = "fetch.zero.copy")]
     fetch_zero_copy: Option<bool>,
     #[serde(rename = "group.initial.rebalance.delay.ms")]
@@ -560,6 +572,9 @@ impl BrokerConfig {
         }
         if let Some(v) = file.batch_cache_bytes {
             self.batch_cache_bytes = v;
+        }
+        if let Some(v) = file.fetch_cold_max_bytes {
+            self.fetch_cold_max_bytes = v.max(1);
         }
         if let Some(v) = file.fetch_max_bytes {
             self.fetch_max_bytes = v.max(1);

@@ -105,9 +105,13 @@ struct ServeArgs {
     #[arg(long)]
     group_consumer_heartbeat_interval_ms: Option<u64>,
     /// The most record bytes in one fetch response, whatever the client asks
-    /// (`fetch.max.bytes`). Default 2 MiB.
+    /// (`fetch.max.bytes`). Default 8 MiB.
     #[arg(long)]
     fetch_max_bytes: Option<usize>,
+    /// Of those, the most read from disk rather than memory (`fetch.cold.max.bytes`), so that
+    /// a consumer catching up does not hold the disk behind producers. Default 2 MiB.
+    #[arg(long)]
+    fetch_cold_max_bytes: Option<usize>,
     /// Splice records on disk from segment files to the socket (`fetch.zero.copy`, default
     /// true); false copies them through memory.
     #[arg(long)]
@@ -189,6 +193,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.fetch_max_bytes {
         config.fetch_max_bytes = v.max(1);
+    }
+    if let Some(v) = args.fetch_cold_max_bytes {
+        config.fetch_cold_max_bytes = v.max(1);
     }
     if let Some(v) = args.fetch_zero_copy {
         config.fetch_zero_copy = v;

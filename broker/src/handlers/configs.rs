@@ -72,6 +72,7 @@ fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &
         ("default.replication.factor", "1".to_string(), "Replicas of new topics; one until replication exists."),
         ("min.insync.replicas", "1".to_string(), "In-sync replicas an acks=all produce needs; one until replication exists."),
         ("fetch.max.bytes", config.fetch_max_bytes.to_string(), "The most record bytes one fetch response carries, whatever the client asks; its first batch always goes."),
+        ("fetch.cold.max.bytes", config.fetch_cold_max_bytes.to_string(), "Of a fetch response's record bytes, the most read from disk rather than memory; its first batch always goes."),
         ("group.initial.rebalance.delay.ms", config.group_initial_rebalance_delay_ms.to_string(), "How long a new classic group waits for more members before its first assignment."),
         ("group.consumer.session.timeout.ms", config.group_consumer_session_timeout_ms.to_string(), "How long a group.protocol=consumer member may go without a heartbeat before it leaves its group."),
         ("group.consumer.heartbeat.interval.ms", config.group_consumer_heartbeat_interval_ms.to_string(), "How often group.protocol=consumer members are told to heartbeat."),

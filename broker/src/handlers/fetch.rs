@@ -629,6 +629,7 @@ mod tests {
                 high_watermark,
                 log_start_offset: 0,
                 records: Records::default(),
+                cold: false,
             })
             .collect()
     }
@@ -680,6 +681,7 @@ mod tests {
                 })
                 .collect::<Vec<_>>(),
             1 << 20,
+            usize::MAX,
             &mut work,
         );
         let keep = sessions.record(id, &applied.wanted, &results, true, &mut work);

@@ -65,6 +65,8 @@ pub struct ReadResult {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub records: Records,
+    /// Whether the records were read from disk rather than memory (`fetch.cold.max.bytes`).
+    pub cold: bool,
 }
 
 /// A partition's records: whole batches in memory (not yet concatenated, so that batches the
@@ -121,6 +123,7 @@ impl ReadResult {
             high_watermark: -1,
             log_start_offset: -1,
             records: Records::default(),
+            cold: false,
         }
     }
 
@@ -151,8 +154,12 @@ pub async fn read_local(
     response_max_bytes: usize,
 ) -> (Vec<ReadResult>, Work) {
     let zero_copy = shard.config().fetch_zero_copy && placeholder_range().is_some();
+    let cold_max = shard.config().fetch_cold_max_bytes;
     let mut results = Vec::with_capacity(reads.len());
     let mut total = 0usize;
+    // Bytes read from disk so far: a partition whose next batch is not in memory reads only
+    // while they are under `fetch.cold.max.bytes`.
+    let mut cold_total = 0usize;
     // One key for the partition map, its topic replaced only when the topic changes.
     let mut key: (String, i32) = (String::new(), 0);
     for (i, read) in reads.iter().enumerate() {
@@ -175,9 +182,14 @@ pub async fn read_local(
             high_watermark: hw.0,
             log_start_offset: log.log_start_offset().0,
             records: Records::default(),
+            cold: false,
         };
-        let budget = read.max_bytes.min(response_max_bytes.saturating_sub(total));
+        let mut budget = read.max_bytes.min(response_max_bytes.saturating_sub(total));
         let first = total == 0;
+        result.cold = !log.in_memory(read.fetch_offset);
+        if result.cold {
+            budget = budget.min(cold_max.saturating_sub(cold_total));
+        }
         let offset = read.fetch_offset;
         // Full, or between the high watermark and the log end (nothing visible yet): offsets only.
         if (budget == 0 && !first) || (offset > hw && offset <= log.log_end_offset()) {
@@ -196,6 +208,9 @@ pub async fn read_local(
             }
         }
         total += result.records.len();
+        if result.cold {
+            cold_total += result.records.len();
+        }
         results.push(result);
     }
     (results, Work(reads.len() as u64))
@@ -303,7 +318,13 @@ pub async fn read_partitions(
         .into_iter()
         .map(|r| r.expect("every partition is answered"))
         .collect();
-    fill_in_order(&mut results, reads, response_max_bytes, work);
+    fill_in_order(
+        &mut results,
+        reads,
+        response_max_bytes,
+        shard.config().fetch_cold_max_bytes,
+        work,
+    );
     results
 }
 
@@ -316,13 +337,19 @@ pub fn fill_in_order(
     results: &mut [ReadResult],
     reads: &[PartitionRead],
     response_max_bytes: usize,
+    cold_max_bytes: usize,
     work: &mut Work,
 ) {
     assert_eq!(results.len(), reads.len());
     let mut total = 0usize;
+    let mut cold_total = 0usize;
     for (result, read) in results.iter_mut().zip(reads) {
-        let room = read.max_bytes.min(response_max_bytes.saturating_sub(total));
+        let mut room = read.max_bytes.min(response_max_bytes.saturating_sub(total));
+        if result.cold {
+            room = room.min(cold_max_bytes.saturating_sub(cold_total));
+        }
         let first = total == 0;
+        let before = total;
         match &mut result.records {
             Records::Batches(batches) => {
                 let mut used = 0usize;
@@ -344,6 +371,9 @@ pub fn fill_in_order(
                     result.records = Records::default();
                 }
             }
+        }
+        if result.cold {
+            cold_total += total - before;
         }
     }
     work.add(reads.len());
@@ -368,6 +398,14 @@ mod tests {
             high_watermark: 10,
             log_start_offset: 0,
             records: Records::Batches(sizes.iter().map(|&n| Bytes::from(vec![0u8; n])).collect()),
+            cold: false,
+        }
+    }
+
+    fn cold(sizes: &[usize]) -> ReadResult {
+        ReadResult {
+            cold: true,
+            ..batches(sizes)
         }
     }
 
@@ -392,7 +430,7 @@ mod tests {
             batches(&[15, 5]),
         ];
         let mut work = Work::default();
-        fill_in_order(&mut results, &reads, 140, &mut work);
+        fill_in_order(&mut results, &reads, 140, usize::MAX, &mut work);
         // 80 + 50 = 130; partition 1's 30 no longer fits, partition 2's 10 does, then full.
         assert_eq!(
             sizes(&results),
@@ -404,10 +442,33 @@ mod tests {
     }
 
     #[test]
+    fn records_from_disk_stay_within_the_cold_limit_and_memory_fills_the_rest() {
+        let reads: Vec<_> = (0..5).map(|p| read(p, 1000)).collect();
+        let mut results = vec![
+            cold(&[60, 60]),
+            batches(&[100]),
+            cold(&[30, 20]),
+            batches(&[200, 100]),
+            cold(&[10]),
+        ];
+        fill_in_order(&mut results, &reads, 500, 100, &mut Work::default());
+        // Cold: 60 + 30 of the 100 allowed (the second 60 and the 20 would pass it, the 10
+        // still fits); memory takes the rest of the 500.
+        assert_eq!(
+            sizes(&results),
+            vec![vec![60], vec![100], vec![30], vec![200, 100], vec![10]]
+        );
+        // The first batch of a response goes even when cold and over the limit.
+        let mut results = vec![cold(&[150, 10]), cold(&[10])];
+        fill_in_order(&mut results, &reads[..2], 500, 100, &mut Work::default());
+        assert_eq!(sizes(&results), vec![vec![150], vec![]]);
+    }
+
+    #[test]
     fn the_first_batch_of_the_response_goes_whole_and_later_ones_must_fit() {
         let reads: Vec<_> = (0..3).map(|p| read(p, 100)).collect();
         let mut results = vec![batches(&[]), batches(&[500, 10]), batches(&[300])];
-        fill_in_order(&mut results, &reads, 200, &mut Work::default());
+        fill_in_order(&mut results, &reads, 200, usize::MAX, &mut Work::default());
         assert_eq!(sizes(&results), vec![vec![], vec![500], vec![]]);
     }
 
@@ -415,7 +476,13 @@ mod tests {
     fn the_partition_limit_applies_to_each_partition() {
         let reads = vec![read(0, 50), read(1, 50)];
         let mut results = vec![batches(&[30, 30]), batches(&[20, 20, 20])];
-        fill_in_order(&mut results, &reads, 1 << 20, &mut Work::default());
+        fill_in_order(
+            &mut results,
+            &reads,
+            1 << 20,
+            usize::MAX,
+            &mut Work::default(),
+        );
         assert_eq!(sizes(&results), vec![vec![30], vec![20, 20]]);
     }
 }

@@ -148,6 +148,14 @@ impl<S: Storage> Log<S> {
         Ok(out)
     }
 
+    /// Whether the batch holding `from` is served from memory (the batch cache, or not yet on
+    /// the device), so reading it costs no disk read. A fetch budgets the rest ("cold" bytes)
+    /// apart, to keep reads from holding the disk behind producers' fdatasyncs.
+    pub fn in_memory(&self, from: Offset) -> bool {
+        let written_end = self.state.borrow().written_end;
+        from >= written_end || self.cache.get(self.cache_id, from).is_some()
+    }
+
     /// For a zero-copy fetch: where on disk the whole batches from `from` lie, stopping before
     /// `max_offset` (exclusive), within `max_bytes` unless `first` (then one larger batch still
     /// goes), all in one segment. `None` when the bytes are better read than spliced: in the
