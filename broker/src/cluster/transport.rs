@@ -321,7 +321,12 @@ async fn run_connection<I: Inbound + 'static>(
         }
     };
     if let Some(id) = registered {
-        transport.routes.borrow_mut().remove(&id);
+        // Only our own route: the node may have connected again meanwhile (a restart, or a
+        // half-open connection noticed late), and its new connection's route must stay.
+        let mut routes = transport.routes.borrow_mut();
+        if routes.get(&id).is_some_and(|r| Rc::ptr_eq(r, &tx)) {
+            routes.remove(&id);
+        }
     }
     if let Some(f) = forwarder {
         f.cancel().await;
