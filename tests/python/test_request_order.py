@@ -204,6 +204,11 @@ def test_pipelined_mixed_requests_see_every_earlier_effect(broker, kafka_referen
         wait_for_coordinator(bootstrap, "pipelined-group")
         got, want = run_sequence(bootstrap, "pipelined", "pipelined-group")
         for i, (g, w) in enumerate(zip(got, want)):
+            if name == "kafka" and i == len(want) - 1 and g == [w[0], ("metadata", 0, 3)]:
+                # Kafka answers DeleteTopics once its controller has committed the deletion;
+                # its broker may list the topic a moment longer (seen once in CI). Sluice's
+                # answer comes after its own shards have the change, so it is held to it.
+                continue
             assert g == w, f"{name}, round {i}: " + "\n".join(
                 f"{'  ' if a == b else '!!'} got {a} want {b}" for a, b in zip(g, w))
 
