@@ -9,12 +9,11 @@ so `Cluster.start` starts every process before it waits for any.
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import time
 
-from harness import KILLED_PORT_CLOSES_S, SLUICE_BIN, START_TIMEOUT_S, Broker, BrokerError, free_port
+from harness import SLUICE_BIN, START_TIMEOUT_S, Broker, BrokerError, free_port
 
 CORES_PER_NODE = 1
 
@@ -76,20 +75,8 @@ class Node(Broker):
                 time.sleep(0.05)
 
     def kill(self) -> None:
-        if self.is_broker:
-            super().kill()
-            return
-        code = self.stop(signal.SIGKILL)
-        assert code == -signal.SIGKILL, f"expected death by SIGKILL, got exit {code}"
-        # As for a broker's port (harness.Broker.kill): wait until the CONTROLLER port refuses.
-        deadline = time.monotonic() + KILLED_PORT_CLOSES_S
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.controller_port), timeout=0.2).close()
-            except OSError:
-                return
-            assert time.monotonic() < deadline, f"port {self.controller_port} still accepts after the kill"
-            time.sleep(0.005)
+        # A controller-only node has no Kafka port: wait for its CONTROLLER port instead.
+        self.kill_and_wait_refused(self.port if self.is_broker else self.controller_port)
 
 
 class Cluster:

@@ -182,15 +182,19 @@ class Broker:
         listening socket with an accept still queued there keeps accepting for about 10 ms after
         the process was reaped; the next start's check would take that for another broker
         ("another process is listening there"). Kafka, without io_uring, has no such window."""
+        self.kill_and_wait_refused(self.port)
+
+    def kill_and_wait_refused(self, port: int) -> None:
+        """SIGKILL, then wait until `port` refuses connections (see `kill`)."""
         code = self.stop(signal.SIGKILL)
         assert code == -signal.SIGKILL, f"expected death by SIGKILL, got exit {code}"
         deadline = time.monotonic() + KILLED_PORT_CLOSES_S
         while True:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             except OSError:
                 return
-            assert time.monotonic() < deadline, f"port {self.port} still accepts connections {KILLED_PORT_CLOSES_S} s after the kill"
+            assert time.monotonic() < deadline, f"port {port} still accepts connections {KILLED_PORT_CLOSES_S} s after the kill"
             time.sleep(0.005)
 
     def restart(self, sig: int = signal.SIGTERM, new_port: bool = False) -> None:
