@@ -2,8 +2,9 @@
 //! each partition. Shard 0 owns the authoritative copy and persists it; every shard holds an
 //! immutable `Arc<MetadataImage>` replaced by message when it changes.
 //!
-//! Persisted as JSON in `<data>/.sluice-metadata.json`, replaced atomically. (The controller
-//! quorum will replace this file with the replicated `__cluster_metadata` log.)
+//! Built from the metadata log's committed image (`cluster/view.rs`). A single-node broker from
+//! before the metadata log kept it as JSON in `<data>/.sluice-metadata.json`; that file is read
+//! once, imported into the log, and retired (`server.rs`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -144,13 +145,6 @@ impl MetadataImage {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(MetadataImage::default()),
             Err(e) => Err(anyhow::anyhow!("reading {}: {e}", path.display())),
         }
-    }
-
-    /// Writes the image durably (temp file, fsync, rename, directory fsync). Runs on shard 0
-    /// only when topics change, never on the produce or fetch path.
-    pub fn store(&self, data_dir: &Path) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(self).expect("metadata serializes");
-        write_durably(&Self::path(data_dir), &bytes)
     }
 
     pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<&TopicMeta> {

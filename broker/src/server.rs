@@ -85,6 +85,60 @@ fn abort_on_panic() {
     }));
 }
 
+/// The single-node default's start on shard 0, once its quorum of one runs: wait until this
+/// broker is registered and unfenced (the metadata log replayed, every partition in it opened),
+/// import the metadata file of a broker from before the metadata log and retire it, create the
+/// offsets topic, and fail if any partition could not be opened.
+async fn standalone_start(
+    shard: &std::rc::Rc<crate::shard::Shard>,
+    node: &crate::cluster::node::ClusterNode,
+) -> anyhow::Result<()> {
+    let data_dir = shard.config().data_dir.clone();
+    let waited = std::time::Instant::now();
+    let mut noted = false;
+    while !node.is_unfenced() {
+        if STOP.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if !noted && waited.elapsed() > Duration::from_secs(10) {
+            tracing::warn!("still waiting for this broker to register with its own controller");
+            noted = true;
+        }
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    node.check_applied()?;
+    let file = MetadataImage::path(&data_dir);
+    if file.exists() {
+        let old = MetadataImage::load(&data_dir)?;
+        let imported = node.migrate(shard, &old).await?;
+        node.check_applied()?;
+        let retired = file.with_extension("json.migrated");
+        std::fs::rename(&file, &retired)
+            .and_then(|_| std::fs::File::open(&data_dir)?.sync_all())
+            .map_err(|e| anyhow::anyhow!("retiring {}: {e}", file.display()))?;
+        tracing::info!(
+            topics = old.topics.len(),
+            imported,
+            next_producer_id = old.next_producer_id,
+            retired = %retired.display(),
+            "imported the metadata file into the metadata log"
+        );
+    }
+    let offsets = crate::group::offsets_topic::OFFSETS_TOPIC;
+    if !shard.image().topics.contains_key(offsets) {
+        let mut configs = std::collections::BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
+        let partitions = shard.config().offsets_topic_partitions;
+        match crate::cluster::create_topic(shard, offsets, partitions, configs, false).await {
+            Ok(()) | Err(crate::cluster::CreateError::Exists) => {}
+            Err(e) => anyhow::bail!("creating the offsets topic: {e}"),
+        }
+        node.check_applied()?;
+    }
+    Ok(())
+}
+
 pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
     abort_on_panic();
     std::fs::create_dir_all(&config.data_dir)
@@ -99,20 +153,17 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
     } else {
         config.cores
     };
-    let mut image = if config.is_cluster() {
-        if MetadataImage::path(&config.data_dir).exists() {
-            anyhow::bail!(
-                "{} holds a single-node broker's metadata ({}); a cluster node starts from an \
-                 empty data directory",
-                config.data_dir.display(),
-                crate::metadata::METADATA_FILE
-            );
-        }
-        // Topics come from the metadata log once the quorum replays it.
-        MetadataImage::default()
-    } else {
-        MetadataImage::load(&config.data_dir)?
-    };
+    if config.is_cluster() && MetadataImage::path(&config.data_dir).exists() {
+        anyhow::bail!(
+            "{} holds a single-node broker's metadata ({}); a cluster node starts from an \
+             empty data directory",
+            config.data_dir.display(),
+            crate::metadata::METADATA_FILE
+        );
+    }
+    // Topics come from the metadata log once the quorum (on the single-node default, a quorum
+    // of one) replays it; a single-node broker's older metadata file is imported into it.
+    let mut image = MetadataImage::default();
     // Placement of new partitions spreads over the shards this process runs.
     image.shards = shards;
     let image = Arc::new(image);
@@ -134,6 +185,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
         drained: std::sync::atomic::AtomicUsize::new(0),
         opened: std::sync::atomic::AtomicUsize::new(0),
         handed_over: std::sync::atomic::AtomicBool::new(false),
+        metadata_ready: std::sync::atomic::AtomicBool::new(false),
     });
     let meshes = mesh_builders(shards);
     tracing::info!(shards, node_id = config.node_id, roles = %config.process_roles, cluster_id = %config.cluster_id, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
@@ -178,28 +230,36 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 shard.start_group_timers();
                 shard.start_housekeeping();
                 let cluster = shared.config.is_cluster();
-                if id == 0 && cluster {
-                    let node = crate::cluster::node::ClusterNode::start(&shard).await?;
-                    *shard.cluster.borrow_mut() = Some(node);
-                }
-                // In a cluster the offsets topic is created on the first FindCoordinator, once
-                // brokers have registered (as Kafka does).
-                if id == 0 && !cluster && !image.topics.contains_key(crate::group::offsets_topic::OFFSETS_TOPIC) {
-                    let mut configs = std::collections::BTreeMap::new();
-                    configs.insert("cleanup.policy".to_string(), "compact".to_string());
-                    configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
-                    let partitions = shared.config.offsets_topic_partitions;
-                    crate::handlers::create_topics::create_topic(&shard, crate::group::offsets_topic::OFFSETS_TOPIC, partitions, configs, false)
-                        .await
-                        .map_err(|e| anyhow::anyhow!("creating the offsets topic: {e:?}"))?;
-                }
-                // A cluster node serves clients once it has the cluster's metadata (the quorum's
-                // committed log replayed), never from an empty image that would name only itself.
-                while cluster && shard.image().cluster.is_none() {
-                    if STOP.load(Ordering::SeqCst) {
-                        break;
+                if id == 0 {
+                    let ready = async {
+                        let node = crate::cluster::node::ClusterNode::start(&shard).await?;
+                        *shard.cluster.borrow_mut() = Some(node.clone());
+                        if cluster {
+                            // A cluster node serves clients once it has the cluster's metadata
+                            // (the quorum's committed log replayed), never from an empty image
+                            // that would name only itself.
+                            while shard.image().cluster.is_none() && !STOP.load(Ordering::SeqCst) {
+                                glommio::timer::sleep(Duration::from_millis(20)).await;
+                            }
+                            Ok(())
+                        } else {
+                            standalone_start(&shard, &node).await
+                        }
                     }
-                    glommio::timer::sleep(Duration::from_millis(20)).await;
+                    .await;
+                    if let Err(e) = ready {
+                        STOP.store(true, Ordering::SeqCst);
+                        shared.metadata_ready.store(true, Ordering::SeqCst);
+                        shard.close_all().await;
+                        if let Some(node) = shard.cluster_node() {
+                            node.close().await;
+                        }
+                        return Err(e);
+                    }
+                    shared.metadata_ready.store(true, Ordering::SeqCst);
+                }
+                while !shared.metadata_ready.load(Ordering::SeqCst) && !STOP.load(Ordering::SeqCst) {
+                    glommio::timer::sleep(Duration::from_millis(5)).await;
                 }
                 let server = if shared.config.process_roles.broker && !STOP.load(Ordering::SeqCst) {
                     let listener = TcpListener::bind(shared.config.listener).map_err(|e| anyhow::anyhow!("shard {id}: binding: {e}"))?;
@@ -215,6 +275,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 }
                 // A cluster broker hands its leaderships over before it stops serving (Kafka's
                 // controlled shutdown): shard 0 asks the controller, the others keep serving.
+                // (A single node has nobody to hand them to.)
                 if cluster && shared.config.process_roles.broker {
                     if let Some(node) = shard.cluster_node() {
                         node.controlled_shutdown().await;

@@ -10,15 +10,35 @@ mod common;
 
 use common::{request, Broker};
 
-fn owners(dir: &std::path::Path, topic: &str) -> Vec<u64> {
-    let text = std::fs::read_to_string(dir.join(".sluice-metadata.json")).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    json["topics"][topic]["shards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect()
+/// The owner shard of each partition of `topic`, from the lines the broker logs as shards open
+/// partitions (`opened partitions topic=.. shard=.. partitions=[..]`), the latest start's.
+fn owners(log: &str, topic: &str) -> Vec<u64> {
+    let mut owners = std::collections::BTreeMap::new();
+    let start = log.rfind("starting sluice").unwrap_or(0);
+    for line in log[start..]
+        .lines()
+        .filter(|l| l.contains("opened partitions"))
+    {
+        let field = |name: &str| {
+            let at = line.find(&format!(" {name}="))? + name.len() + 2;
+            let rest = &line[at..];
+            let end = if rest.starts_with('[') {
+                rest.find(']')? + 1
+            } else {
+                rest.find(' ').unwrap_or(rest.len())
+            };
+            Some(rest[..end].to_string())
+        };
+        if field("topic").as_deref() != Some(topic) {
+            continue;
+        }
+        let shard: u64 = field("shard").unwrap().parse().unwrap();
+        let list = field("partitions").unwrap();
+        for p in list.trim_matches(|c| c == '[' || c == ']').split(", ") {
+            owners.insert(p.parse::<u64>().unwrap(), shard);
+        }
+    }
+    owners.into_values().collect()
 }
 
 #[test]
@@ -33,7 +53,7 @@ fn partitions_are_spread_over_shards_and_keep_their_owner() {
     let mut s = TcpStream::connect(("127.0.0.1", broker.port)).unwrap();
     let created: CreateTopicsResponse = request(&mut s, ApiKey::CreateTopics, 7, &create);
     assert_eq!(created.topics[0].error_code, 0);
-    let before = owners(&broker.data_dir(), "spread");
+    let before = owners(&broker.log_text(), "spread");
     assert_eq!(before.len(), 4);
     assert!(
         before.contains(&0) && before.contains(&1),
@@ -50,7 +70,7 @@ fn partitions_are_spread_over_shards_and_keep_their_owner() {
         "broker did not exit cleanly"
     );
     assert_eq!(
-        owners(&broker.data_dir(), "spread"),
+        owners(&broker.log_text(), "spread"),
         before,
         "placement changed across a restart"
     );

@@ -31,6 +31,8 @@ pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1_000;
 /// Most partitions one topic may have: a CreateTopics batch holds one record per partition,
 /// and each batch must stay well under the raft message size.
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+/// Kafka's internal topics, which DeleteTopics refuses.
+pub const INTERNAL_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];
 /// Kafka's topic name length limit.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Most brokers one partition may be placed on.
@@ -38,7 +40,11 @@ pub const REPLICATION_FACTOR_MAX: i16 = 64;
 
 /// Validates a resource's configs as they would be after a change; `Err` is the message for
 /// INVALID_CONFIG. The broker passes its own checks (it knows which values its logs accept).
-pub type ConfigValidator = fn(ConfigResourceType, &BTreeMap<String, String>) -> Result<(), String>;
+pub type ConfigValidator =
+    fn(ConfigResourceType, &BTreeMap<String, String>) -> Result<(), (i16, String)>;
+/// A config's value when a resource has none of its own (the broker's static or default
+/// value), which APPEND and SUBTRACT start from, as Kafka's do.
+pub type ConfigDefault = fn(ConfigResourceType, &str) -> Option<String>;
 
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
@@ -54,6 +60,7 @@ pub struct ControllerConfig {
     /// takes the ISR below it joins the eligible leader replicas (KIP-966).
     pub min_insync_replicas: usize,
     pub config_validator: Option<ConfigValidator>,
+    pub config_default: Option<ConfigDefault>,
     /// Seeds topic ids and placement; the simulator fixes it, the broker draws it at random.
     pub seed: u64,
 }
@@ -68,6 +75,7 @@ impl ControllerConfig {
             default_replication_factor: 1,
             min_insync_replicas: 1,
             config_validator: None,
+            config_default: None,
             seed: 0,
         }
     }
@@ -231,6 +239,37 @@ pub struct AllocateProducerIdsResponse {
     pub producer_id_len: i32,
 }
 
+/// A topic of a single-node broker's metadata file, as the migration hands it over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigratedTopic {
+    pub name: String,
+    pub id: TopicId,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The metadata of a single-node broker from before the metadata log (its JSON file), to be
+/// imported as it is: topics with their ids, their configs, dynamic broker configs, and the
+/// producer-id counter. The importing broker is the only replica of every partition; it must
+/// be registered and unfenced. Importing again is harmless: topics already there with the same
+/// id are left alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrateRequest {
+    pub broker_id: BrokerId,
+    pub topics: Vec<MigratedTopic>,
+    /// By resource name: "" for the cluster-wide default, a node id for one broker.
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    pub next_producer_id: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrateResponse {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    /// Topics this request added (the others were there already).
+    pub imported: usize,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ControllerRequest {
     CreateTopics(CreateTopicsRequest),
@@ -240,6 +279,7 @@ pub enum ControllerRequest {
     BrokerRegistration(BrokerRegistrationRequest),
     BrokerHeartbeat(BrokerHeartbeatRequest),
     AllocateProducerIds(AllocateProducerIdsRequest),
+    Migrate(MigrateRequest),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -251,6 +291,7 @@ pub enum ControllerResponse {
     BrokerRegistration(BrokerRegistrationResponse),
     BrokerHeartbeat(BrokerHeartbeatResponse),
     AllocateProducerIds(AllocateProducerIdsResponse),
+    Migrate(MigrateResponse),
 }
 
 impl ControllerRequest {
@@ -331,6 +372,11 @@ impl ControllerRequest {
                     producer_id_len: 0,
                 })
             }
+            ControllerRequest::Migrate(_) => ControllerResponse::Migrate(MigrateResponse {
+                error_code,
+                error_message: None,
+                imported: 0,
+            }),
         }
     }
 }
@@ -425,6 +471,7 @@ impl Controller {
             }
             ControllerRequest::BrokerHeartbeat(r) => self.heartbeat(now_ms, r),
             ControllerRequest::AllocateProducerIds(r) => self.allocate_producer_ids(r),
+            ControllerRequest::Migrate(r) => self.migrate(r),
         };
         ControllerResult { records, response }
     }
@@ -647,7 +694,7 @@ impl Controller {
             configs.insert(name.clone(), value.clone());
         }
         if let Some(validate) = self.config.config_validator {
-            validate(ConfigResourceType::Topic, &configs).map_err(|m| (INVALID_CONFIG, m))?;
+            validate(ConfigResourceType::Topic, &configs)?;
         }
         let assignments = if t.assignments.is_empty() {
             let num_partitions = if t.num_partitions == -1 {
@@ -831,6 +878,18 @@ impl Controller {
                 TopicRef::Id(id) => (None, Some(*id)),
             };
             match found {
+                Ok(topic) if INTERNAL_TOPICS.contains(&topic.name.as_str()) => {
+                    // Groups (and transactions) would lose their state.
+                    results.push(DeletableTopicResult {
+                        name: Some(topic.name.clone()),
+                        topic_id: Some(topic.id),
+                        error_code: INVALID_TOPIC_EXCEPTION,
+                        error_message: Some(format!(
+                            "Topic '{}' is an internal topic and cannot be deleted.",
+                            topic.name
+                        )),
+                    })
+                }
                 Ok(topic) => {
                     if deleted.insert(topic.id) {
                         records.push(Record::RemoveTopic(RemoveTopicRecord {
@@ -1038,7 +1097,11 @@ impl Controller {
                     configs.remove(&c.name);
                 }
                 AlterConfigOp::Append | AlterConfigOp::Subtract => {
-                    let mut items = list(configs.get(&c.name));
+                    let default = self
+                        .config
+                        .config_default
+                        .and_then(|d| d(resource_type, &c.name));
+                    let mut items = list(configs.get(&c.name).or(default.as_ref()));
                     let operand = list(c.value.as_ref());
                     if c.op == AlterConfigOp::Append {
                         items.extend(
@@ -1059,7 +1122,7 @@ impl Controller {
             }
         }
         if let Some(validate) = self.config.config_validator {
-            validate(resource_type, &configs).map_err(|m| (INVALID_CONFIG, m))?;
+            validate(resource_type, &configs)?;
         }
         let before = self
             .image()
@@ -1108,9 +1171,13 @@ impl Controller {
                 .sessions
                 .get(&r.broker_id)
                 .is_some_and(|&deadline| deadline >= now_ms);
+            // The broker of this controller's own node (a combined node) has no other live
+            // incarnation: a new one is this process, so the old one is gone.
+            let own_node = r.broker_id == self.config.node_id;
             if existing.incarnation_id != r.incarnation_id
                 && session_alive
                 && r.previous_broker_epoch != existing.epoch.0
+                && !own_node
             {
                 return fail(DUPLICATE_BROKER_REGISTRATION);
             }
@@ -1234,6 +1301,122 @@ impl Controller {
         });
         self.emit(&mut records, vec![block]);
         (records, reply(NONE, start, PRODUCER_ID_BLOCK_SIZE as i32))
+    }
+}
+
+impl Controller {
+    fn migrate(&mut self, r: &MigrateRequest) -> (Vec<Record>, ControllerResponse) {
+        let fail = |error_code, message: String| {
+            (
+                vec![],
+                ControllerResponse::Migrate(MigrateResponse {
+                    error_code,
+                    error_message: Some(message),
+                    imported: 0,
+                }),
+            )
+        };
+        let Some(broker) = self.image().broker(r.broker_id) else {
+            return fail(
+                BROKER_ID_NOT_REGISTERED,
+                format!("broker {} is not registered", r.broker_id.0),
+            );
+        };
+        if broker.fenced {
+            return fail(
+                BROKER_ID_NOT_REGISTERED,
+                format!("broker {} is fenced", r.broker_id.0),
+            );
+        }
+        let epoch = broker.epoch;
+        let mut batch = Vec::new();
+        let mut imported = 0;
+        for t in &r.topics {
+            match (self.image().topic(&t.name), self.image().topic_by_id(t.id)) {
+                (Some(a), Some(b)) if a.id == b.id => continue,
+                (None, None) => {}
+                _ => return fail(
+                    INVALID_REQUEST,
+                    format!(
+                        "topic {:?} ({}) is in the metadata log already under another name or id",
+                        t.name, t.id.0
+                    ),
+                ),
+            }
+            if validate_topic_name(&t.name).is_err()
+                || t.partitions <= 0
+                || t.partitions > PARTITIONS_PER_TOPIC_MAX
+            {
+                return fail(
+                    INVALID_REQUEST,
+                    format!(
+                        "topic {:?} with {} partitions cannot be imported",
+                        t.name, t.partitions
+                    ),
+                );
+            }
+            batch.push(Record::Topic(TopicRecord {
+                name: t.name.clone(),
+                topic_id: t.id,
+            }));
+            for (name, value) in &t.configs {
+                batch.push(Record::Config(ConfigRecord {
+                    resource_type: ConfigResourceType::Topic,
+                    resource_name: t.name.clone(),
+                    name: name.clone(),
+                    value: Some(value.clone()),
+                }));
+            }
+            imported += 1;
+        }
+        for (resource_name, configs) in &r.broker_configs {
+            let before = self
+                .image()
+                .configs(ConfigResourceType::Broker, resource_name)
+                .cloned()
+                .unwrap_or_default();
+            for (name, value) in configs {
+                if before.get(name) != Some(value) {
+                    batch.push(Record::Config(ConfigRecord {
+                        resource_type: ConfigResourceType::Broker,
+                        resource_name: resource_name.clone(),
+                        name: name.clone(),
+                        value: Some(value.clone()),
+                    }));
+                }
+            }
+        }
+        if r.next_producer_id > self.image().next_producer_id() {
+            batch.push(Record::ProducerIds(ProducerIdsRecord {
+                broker_id: r.broker_id,
+                broker_epoch: epoch,
+                next_producer_id: r.next_producer_id,
+            }));
+        }
+        // Topics first, so the partitions below are built against an image that has them.
+        let mut records = Vec::new();
+        self.emit(&mut records, batch);
+        let mut partitions = Vec::new();
+        for t in &r.topics {
+            let fresh = self
+                .image()
+                .topic_by_id(t.id)
+                .is_some_and(|topic| topic.partitions.is_empty());
+            if fresh {
+                for p in 0..t.partitions {
+                    partitions.push(self.new_partition(t.id, p, &[r.broker_id]));
+                }
+            }
+        }
+        self.emit(&mut records, partitions);
+        (
+            records,
+            ControllerResponse::Migrate(MigrateResponse {
+                error_code: NONE,
+                error_message: None,
+                imported,
+            }),
+        )
     }
 }
 
@@ -1444,6 +1627,131 @@ mod tests {
         assert_eq!(hb.error_code, STALE_BROKER_EPOCH);
         let hb = h.heartbeat(9, epoch, false);
         assert_eq!(hb.error_code, BROKER_ID_NOT_REGISTERED);
+    }
+
+    #[test]
+    fn a_new_incarnation_of_the_controllers_own_node_replaces_the_old_at_once() {
+        // Harness's controller is node 0: broker 0 is the broker of the same process.
+        let mut h = Harness::new();
+        let old = h.register(0, None);
+        h.create(topic("t", 2, 1), false);
+        let mut again = registration(0, None);
+        again.incarnation_id = uuid::Uuid::from_u128(99);
+        let ControllerResponse::BrokerRegistration(r) =
+            h.run(ControllerRequest::BrokerRegistration(again))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, NONE, "the old session had not expired, yet");
+        assert!(r.broker_epoch > old.0);
+        // Fenced until caught up, its partitions without a leader; then it leads them again.
+        let t = h.image.topic("t").unwrap();
+        assert!(t
+            .partitions
+            .values()
+            .all(|p| p.leader == BrokerId::NONE && p.isr == vec![BrokerId(0)]));
+        let hb = h.heartbeat(0, BrokerEpoch(r.broker_epoch), false);
+        assert!(!hb.is_fenced);
+        let t = h.image.topic("t").unwrap();
+        assert!(t.partitions.values().all(|p| p.leader == BrokerId(0)));
+        // Another node's broker still has to wait its old session out.
+        h.register(1, None);
+        let mut other = registration(1, None);
+        other.incarnation_id = uuid::Uuid::from_u128(98);
+        let ControllerResponse::BrokerRegistration(r) =
+            h.run(ControllerRequest::BrokerRegistration(other))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, DUPLICATE_BROKER_REGISTRATION);
+    }
+
+    #[test]
+    fn a_migration_imports_topics_with_their_ids_once() {
+        let mut h = Harness::new();
+        let id = TopicId(uuid::Uuid::from_u128(0xfeed));
+        let request = MigrateRequest {
+            broker_id: BrokerId(1),
+            topics: vec![MigratedTopic {
+                name: "old".into(),
+                id,
+                partitions: 3,
+                configs: BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]),
+            }],
+            broker_configs: BTreeMap::from([(
+                "1".to_string(),
+                BTreeMap::from([("log.retention.ms".to_string(), "5".to_string())]),
+            )]),
+            next_producer_id: 1234,
+        };
+        // Only a registered, unfenced broker can hold the partitions.
+        let ControllerResponse::Migrate(r) = h.run(ControllerRequest::Migrate(request.clone()))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, BROKER_ID_NOT_REGISTERED);
+        h.register(1, None);
+        let ControllerResponse::Migrate(r) = h.run(ControllerRequest::Migrate(request.clone()))
+        else {
+            panic!()
+        };
+        assert_eq!((r.error_code, r.imported), (NONE, 1));
+        let t = h.image.topic("old").unwrap();
+        assert_eq!(t.id, id);
+        assert_eq!(t.partitions.len(), 3);
+        assert!(t
+            .partitions
+            .values()
+            .all(|p| p.leader == BrokerId(1) && p.replicas == vec![BrokerId(1)]));
+        assert_eq!(
+            h.image
+                .topic_configs("old")
+                .unwrap()
+                .get("cleanup.policy")
+                .map(String::as_str),
+            Some("compact")
+        );
+        assert_eq!(
+            h.image
+                .configs(ConfigResourceType::Broker, "1")
+                .unwrap()
+                .get("log.retention.ms")
+                .map(String::as_str),
+            Some("5")
+        );
+        assert_eq!(h.image.next_producer_id(), 1234);
+        // Again (a crash before the file was retired): nothing changes.
+        let before = h.image.clone();
+        let ControllerResponse::Migrate(r) = h.run(ControllerRequest::Migrate(request.clone()))
+        else {
+            panic!()
+        };
+        assert_eq!((r.error_code, r.imported), (NONE, 0));
+        assert_eq!(h.image, before);
+        // A name taken by another topic id is refused, whole.
+        let mut clash = request;
+        clash.topics[0].id = TopicId(uuid::Uuid::from_u128(0xbeef));
+        let ControllerResponse::Migrate(r) = h.run(ControllerRequest::Migrate(clash)) else {
+            panic!()
+        };
+        assert_eq!(r.error_code, INVALID_REQUEST);
+        assert_eq!(h.image, before);
+    }
+
+    #[test]
+    fn internal_topics_cannot_be_deleted() {
+        let mut h = Harness::new();
+        h.register(1, None);
+        h.create(topic("__consumer_offsets", 1, 1), false);
+        let ControllerResponse::DeleteTopics(v) =
+            h.run(ControllerRequest::DeleteTopics(DeleteTopicsRequest {
+                topics: vec![TopicRef::Name("__consumer_offsets".into())],
+            }))
+        else {
+            panic!()
+        };
+        assert_eq!(v[0].error_code, INVALID_TOPIC_EXCEPTION);
+        assert!(h.image.topic("__consumer_offsets").is_some());
     }
 
     #[test]

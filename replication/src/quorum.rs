@@ -440,7 +440,14 @@ impl MetadataNode {
             ..Default::default()
         };
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let raw = RawNode::new(&raft_config, log, &logger)?;
+        let mut raw = RawNode::new(&raft_config, log, &logger)?;
+        // A quorum of one (the single-node default) has nobody to wait for: it elects itself
+        // now rather than after an election timeout.
+        if config.voters == [config.node_id]
+            && raw.raft.prs().conf().voters().contains(config.node_id)
+        {
+            raw.campaign()?;
+        }
         let rng = StdRng::seed_from_u64(config.seed);
         let controller = Controller::new(config.controller.clone());
         Ok(MetadataNode {
@@ -918,6 +925,10 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
         R::AllocateProducerIds(a) => {
             a.error_code = NOT_CONTROLLER;
             a.producer_id_start = -1;
+        }
+        R::Migrate(m) => {
+            m.error_code = NOT_CONTROLLER;
+            m.imported = 0;
         }
     }
     r

@@ -686,6 +686,7 @@ impl Sim {
             ControllerResponse::AllocateProducerIds(r) => {
                 r.error_code == error_code::NOT_CONTROLLER
             }
+            ControllerResponse::Migrate(r) => r.error_code == error_code::NOT_CONTROLLER,
         };
         if not_controller {
             self.acked.not_controller += 1;

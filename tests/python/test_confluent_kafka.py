@@ -4,7 +4,7 @@ ListOffsets."""
 
 from __future__ import annotations
 
-import json
+import re
 import time
 from collections import defaultdict
 
@@ -262,14 +262,18 @@ def test_compressed_batches_round_trip(broker, codec):
 
 
 def test_partitions_are_placed_round_robin_on_both_shards(broker):
-    """White-box: placement is only visible in the metadata file (`shards`: owner shard of each
-    partition). If that file changes shape, this test must follow it. (Before 4368a3f every
-    partition went to shard 0.)"""
+    """White-box: placement is only visible in the broker's log, where each shard names the
+    partitions it opens (`opened partitions topic=.. shard=.. partitions=[..]`). If that line
+    changes shape, this test must follow it. (Before 4368a3f every partition went to shard 0.)"""
     topic = "placement"
     create_topic(broker.bootstrap, topic, 4)
-    image = json.loads((broker.data_dir / ".sluice-metadata.json").read_text())
-    owners = image["topics"][topic]["shards"]
-    assert len(owners) == 4
+    owners = {}
+    for line in broker.log_text().splitlines():
+        m = re.search(r"opened partitions topic=(\S+) shard=(\d+) partitions=\[([\d, ]+)\]", line)
+        if m and m.group(1) == topic:
+            for p in m.group(3).split(", "):
+                owners[int(p)] = int(m.group(2))
+    owners = [owners.get(p) for p in range(4)]
     assert owners[0] != owners[1] and owners[2] != owners[3], f"owner shards {owners}"
     assert sorted(owners) == [0, 0, 1, 1], f"owner shards {owners}"
 

@@ -5,7 +5,8 @@
 //! - `log/`: an engine log holding one record batch per raft entry, at offset `index - 1`
 //!   (raft indexes start at 1), with the entry's term as the batch's partition leader epoch and
 //!   the protobuf-encoded entry as its one record's value;
-//! - `quorum-state`: the raft hard state (term, vote, commit) as JSON, replaced atomically;
+//! - `quorum-state`: the raft hard state (term, vote, commit), overwritten in place in one of two
+//!   checksummed slots (`QuorumStateFile`), so that it never needs a free block once created;
 //! - `<index>-<term>.checkpoint`: snapshots of the metadata image (the newest two are kept),
 //!   a magic, a CRC-32C and the protobuf-encoded raft snapshot.
 //!
@@ -48,6 +49,7 @@ pub struct MetadataStore {
     dir: PathBuf,
     log: Log<DmaStorage>,
     hard_state: HardState,
+    quorum_state: QuorumStateSlots,
 }
 
 fn log_config() -> LogConfig {
@@ -136,7 +138,7 @@ impl MetadataStore {
         let dir = Self::dir(data_dir);
         std::fs::create_dir_all(&dir)
             .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
-        let hard_state = read_quorum_state(&dir)?;
+        let (quorum_state, hard_state) = QuorumStateSlots::open(&dir)?;
         let snapshot = newest_snapshot(&dir)?;
         let log = Log::open(
             DmaStorage::new(),
@@ -151,6 +153,7 @@ impl MetadataStore {
             dir,
             log,
             hard_state: hard_state.clone(),
+            quorum_state,
         };
         let mut entries = store.read_entries().await?;
         if let Some(snap) = &snapshot {
@@ -284,23 +287,19 @@ impl MetadataStore {
         }
         if let Some(hs) = &ready.hard_state {
             if *hs != self.hard_state {
-                let file = QuorumStateFile {
-                    term: hs.term,
-                    vote: hs.vote,
-                    commit: hs.commit,
-                    data_version: 1,
-                };
-                write_durably(
-                    &self.dir,
-                    QUORUM_STATE,
-                    &serde_json::to_vec(&file).expect("serializes"),
-                )
-                .map_err(|e| anyhow::anyhow!("writing {QUORUM_STATE}: {e}"))?;
+                self.quorum_state
+                    .write(hs)
+                    .map_err(|e| anyhow::anyhow!("writing {QUORUM_STATE}: {e}"))?;
                 self.hard_state = hs.clone();
             }
         }
         if let Some(snapshot) = &ready.compacted {
-            self.write_snapshot(snapshot)?;
+            // A snapshot of this node's own is an optimisation: when it cannot be written (a
+            // full disk), the entries it would replace stay, and the node goes on.
+            if let Err(e) = self.write_snapshot(snapshot) {
+                tracing::warn!(error = %e, "could not write a metadata snapshot; the log keeps its entries");
+                return Ok(());
+            }
             let index = snapshot.get_metadata().index as i64;
             let to = Offset(index.min(self.log.log_end_offset().0));
             self.log
@@ -332,20 +331,119 @@ impl MetadataStore {
     }
 }
 
-fn read_quorum_state(dir: &Path) -> anyhow::Result<HardState> {
-    let path = dir.join(QUORUM_STATE);
-    match std::fs::read(&path) {
-        Ok(bytes) => {
-            let file: QuorumStateFile = serde_json::from_slice(&bytes)
+/// `quorum-state`: two slots of [`SLOT_BYTES`], each `SLQS`, a CRC-32C of what follows it in the
+/// slot, a sequence number (u64), the JSON's length (u16) and the hard state as JSON (term, vote,
+/// commit, data_version, as Kafka's file), zero padded (FORMAT.md). Each write overwrites the
+/// slot the last one did not use, then fdatasyncs: a write torn by a crash fails its checksum,
+/// and the other slot, the state before it, is read. The file is allocated once, when created,
+/// so a full disk cannot stop a vote or a term change (tests/python/test_disk_full.py).
+struct QuorumStateSlots {
+    file: std::fs::File,
+    /// The sequence number of the newest valid slot (0: none yet).
+    seq: u64,
+}
+
+const SLOT_BYTES: usize = 512;
+const SLOT_MAGIC: &[u8; 4] = b"SLQS";
+
+fn encode_slot(seq: u64, state: &QuorumStateFile) -> Vec<u8> {
+    let json = serde_json::to_vec(state).expect("serializes");
+    let mut body = Vec::with_capacity(SLOT_BYTES);
+    body.extend_from_slice(&seq.to_be_bytes());
+    body.extend_from_slice(&(json.len() as u16).to_be_bytes());
+    body.extend_from_slice(&json);
+    let mut slot = Vec::with_capacity(SLOT_BYTES);
+    slot.extend_from_slice(SLOT_MAGIC);
+    slot.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+    slot.extend_from_slice(&body);
+    assert!(slot.len() <= SLOT_BYTES, "the hard state fits a slot");
+    slot.resize(SLOT_BYTES, 0);
+    slot
+}
+
+/// A slot's sequence number and state, if it holds a whole one.
+fn decode_slot(slot: &[u8]) -> Option<(u64, QuorumStateFile)> {
+    if slot.len() < 18 || &slot[..4] != SLOT_MAGIC {
+        return None;
+    }
+    let crc = u32::from_be_bytes(slot[4..8].try_into().ok()?);
+    let seq = u64::from_be_bytes(slot[8..16].try_into().ok()?);
+    let len = u16::from_be_bytes(slot[16..18].try_into().ok()?) as usize;
+    let body = slot.get(8..18 + len)?;
+    if crc32c::crc32c(body) != crc {
+        return None;
+    }
+    Some((seq, serde_json::from_slice(&slot[18..18 + len]).ok()?))
+}
+
+impl QuorumStateSlots {
+    /// Opens `quorum-state`, creating it (both slots allocated) if missing, and converting the
+    /// whole-file JSON of earlier versions.
+    fn open(dir: &Path) -> anyhow::Result<(QuorumStateSlots, HardState)> {
+        let path = dir.join(QUORUM_STATE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => anyhow::bail!("reading {}: {e}", path.display()),
+        };
+        let slotted = !bytes.is_empty() && bytes[0] != b'{';
+        let (seq, state) = if bytes.is_empty() {
+            (0, QuorumStateFile::default())
+        } else if !slotted {
+            let state: QuorumStateFile = serde_json::from_slice(&bytes)
                 .map_err(|e| anyhow::anyhow!("{} is damaged: {e}", path.display()))?;
-            Ok(HardState {
-                term: file.term,
-                vote: file.vote,
-                commit: file.commit,
-            })
+            (0, state)
+        } else {
+            bytes
+                .chunks(SLOT_BYTES)
+                .take(2)
+                .filter_map(decode_slot)
+                .max_by_key(|(seq, _)| *seq)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{} is damaged: neither slot holds a hard state",
+                        path.display()
+                    )
+                })?
+        };
+        let mut seq = seq;
+        if !slotted || bytes.len() != 2 * SLOT_BYTES {
+            // New, or in the old format: written whole, once, with the state in both slots
+            // (sequence numbers 0 and 1), so that a torn first write still leaves one.
+            let mut whole = encode_slot(0, &state);
+            whole.extend_from_slice(&encode_slot(1, &state));
+            write_durably(dir, QUORUM_STATE, &whole)
+                .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+            seq = 1;
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HardState::default()),
-        Err(e) => Err(anyhow::anyhow!("reading {}: {e}", path.display())),
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| anyhow::anyhow!("opening {}: {e}", path.display()))?;
+        let hard_state = HardState {
+            term: state.term,
+            vote: state.vote,
+            commit: state.commit,
+        };
+        Ok((QuorumStateSlots { file, seq }, hard_state))
+    }
+
+    fn write(&mut self, hs: &HardState) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let seq = self.seq + 1;
+        let state = QuorumStateFile {
+            term: hs.term,
+            vote: hs.vote,
+            commit: hs.commit,
+            data_version: 1,
+        };
+        let slot = (seq % 2) as u64;
+        self.file
+            .write_all_at(&encode_slot(seq, &state), slot * SLOT_BYTES as u64)?;
+        self.file.sync_data()?;
+        self.seq = seq;
+        Ok(())
     }
 }
 
@@ -394,6 +492,48 @@ mod tests {
             .expect("executor")
             .join()
             .expect("executor thread");
+    }
+
+    #[test]
+    fn the_hard_state_survives_a_torn_write_and_old_files_convert() {
+        let dir = tempfile::tempdir().unwrap();
+        let hs = |term, vote, commit| HardState { term, vote, commit };
+        let (mut slots, first) = QuorumStateSlots::open(dir.path()).unwrap();
+        assert_eq!(first, HardState::default());
+        let len = std::fs::metadata(dir.path().join(QUORUM_STATE))
+            .unwrap()
+            .len();
+        assert_eq!(len, 2 * SLOT_BYTES as u64);
+        for t in 1..=5 {
+            slots.write(&hs(t, 1, t * 10)).unwrap();
+        }
+        drop(slots);
+        // Overwritten in place: the file never grows.
+        let path = dir.path().join(QUORUM_STATE);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+        assert_eq!(QuorumStateSlots::open(dir.path()).unwrap().1, hs(5, 1, 50));
+        // A crash in the middle of the next write: that slot fails its checksum and the state
+        // before it is read.
+        let (mut slots, _) = QuorumStateSlots::open(dir.path()).unwrap();
+        slots.write(&hs(6, 2, 60)).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let newest = (slots.seq % 2) as usize * SLOT_BYTES;
+        bytes[newest + 20] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(QuorumStateSlots::open(dir.path()).unwrap().1, hs(5, 1, 50));
+        // Both slots damaged: an error, never a silent reset to term 0.
+        let bytes = vec![7u8; 2 * SLOT_BYTES];
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(QuorumStateSlots::open(dir.path()).is_err());
+        // The whole-file JSON of earlier versions is read and rewritten as slots.
+        std::fs::write(
+            &path,
+            br#"{"term":9,"vote":3,"commit":77,"data_version":1}"#,
+        )
+        .unwrap();
+        assert_eq!(QuorumStateSlots::open(dir.path()).unwrap().1, hs(9, 3, 77));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+        assert_eq!(QuorumStateSlots::open(dir.path()).unwrap().1, hs(9, 3, 77));
     }
 
     fn entry(index: u64, term: u64) -> Entry {

@@ -192,16 +192,32 @@ pub async fn incremental_alter_configs(
     r
 }
 
-/// Creates a topic through the controller (auto-creation, the offsets topic), as
-/// `create_topics::create_topic` does on a single node.
+/// Why the broker's own creation of a topic (auto-creation, the offsets topic) failed.
+#[derive(Debug)]
+pub enum CreateError {
+    Exists,
+    /// The controller's error code and message.
+    Refused(i16, String),
+}
+
+impl std::fmt::Display for CreateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CreateError::Exists => f.write_str("the topic exists"),
+            CreateError::Refused(code, message) => write!(f, "error {code}: {message}"),
+        }
+    }
+}
+
+/// Creates a topic through the controller, from inside the broker: auto-creation and the
+/// offsets topic. Returns once this node's shards have it.
 pub async fn create_topic(
     shard: &Rc<Shard>,
     name: &str,
     partitions: i32,
     configs: std::collections::BTreeMap<String, String>,
     validate_only: bool,
-) -> Result<(), crate::handlers::create_topics::CreateError> {
-    use crate::handlers::create_topics::CreateError;
+) -> Result<(), CreateError> {
     use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
     use kafka_protocol::protocol::StrBytes;
     let topic = CreatableTopic::default()
@@ -226,21 +242,19 @@ pub async fn create_topic(
         .with_timeout_ms(30_000);
     let response = create_topics(shard, request, 7).await;
     let Some(result) = response.topics.first() else {
-        return Err(CreateError::Storage("the controller gave no answer".into()));
+        return Err(CreateError::Refused(
+            sluice_replication::error_code::UNKNOWN_SERVER_ERROR,
+            "the controller gave no answer".into(),
+        ));
     };
     let message = result
         .error_message
         .as_ref()
         .map_or_else(String::new, |m| m.to_string());
-    use sluice_replication::error_code as e;
     match result.error_code {
         0 => Ok(()),
-        e::TOPIC_ALREADY_EXISTS => Err(CreateError::Exists),
-        e::INVALID_TOPIC_EXCEPTION => Err(CreateError::InvalidName(message)),
-        e::INVALID_PARTITIONS => Err(CreateError::InvalidPartitions(message)),
-        e::INVALID_CONFIG => Err(CreateError::InvalidConfig(message)),
-        e::INVALID_REPLICATION_FACTOR => Err(CreateError::InvalidReplicationFactor(message)),
-        code => Err(CreateError::Storage(format!("error {code}: {message}"))),
+        sluice_replication::error_code::TOPIC_ALREADY_EXISTS => Err(CreateError::Exists),
+        code => Err(CreateError::Refused(code, message)),
     }
 }
 
@@ -271,8 +285,8 @@ pub fn ensure_offsets_topic(shard: &Rc<Shard>) {
         let partitions = shard.config().offsets_topic_partitions;
         match create_topic(&shard, crate::group::offsets_topic::OFFSETS_TOPIC, partitions, configs, false).await {
             Ok(()) => tracing::info!(partitions, "created the offsets topic"),
-            Err(crate::handlers::create_topics::CreateError::Exists) => {}
-            Err(e) => tracing::warn!(error = ?e, "creating the offsets topic failed; the next FindCoordinator tries again"),
+            Err(CreateError::Exists) => {}
+            Err(e) => tracing::warn!(error = %e, "creating the offsets topic failed; the next FindCoordinator tries again"),
         }
     })
     .detach();

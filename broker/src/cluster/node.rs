@@ -25,6 +25,8 @@ use crate::shard::Shard;
 
 /// How long one inter-node request may take (Kafka's `controller.quorum.request.timeout.ms`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the shards may take to open the partitions of an imported metadata file.
+const APPLIED_WAIT_MIGRATION: Duration = Duration::from_secs(600);
 /// How long an admin request keeps looking for an active controller before it fails.
 const ADMIN_RETRY_FOR: Duration = Duration::from_secs(5);
 const RETRY_BACKOFF: Duration = Duration::from_millis(100);
@@ -91,15 +93,34 @@ pub struct ClusterNode {
     next_voter: Cell<usize>,
     /// Set by a controlled shutdown: the regular heartbeats stop.
     shutting_down: Cell<bool>,
+    /// What shards could not apply (a partition that would not open), for the start-up check.
+    apply_errors: RefCell<Vec<String>>,
 }
 
+/// The controller's check of a resource's configs: a topic's as its logs would take them,
+/// a broker's each as a dynamic broker config.
 fn validate_config(
     resource: ConfigResourceType,
     configs: &std::collections::BTreeMap<String, String>,
-) -> Result<(), String> {
+) -> Result<(), (i16, String)> {
     match resource {
-        ConfigResourceType::Topic => crate::metadata::log_config(configs).map(|_| ()),
-        _ => Ok(()),
+        ConfigResourceType::Topic => crate::metadata::log_config(configs)
+            .map(|_| ())
+            .map_err(|m| (error_code::INVALID_CONFIG, m)),
+        ConfigResourceType::Broker => configs
+            .iter()
+            .try_for_each(|(k, v)| crate::handlers::configs::check_broker_config(k, v)),
+    }
+}
+
+/// What APPEND and SUBTRACT start from for a config the resource does not set itself.
+fn config_default(resource: ConfigResourceType, name: &str) -> Option<String> {
+    match resource {
+        ConfigResourceType::Topic => crate::metadata::TOPIC_CONFIG_DEFAULTS
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string()),
+        ConfigResourceType::Broker => crate::handlers::configs::broker_config_default(name),
     }
 }
 
@@ -111,11 +132,17 @@ impl ClusterNode {
         let config = shard0.config().clone();
         let (store, persisted) =
             MetadataStore::open(&config.data_dir, shard0.cache.clone()).await?;
-        let voters: Vec<u64> = config
-            .controller_quorum_voters
-            .iter()
-            .map(|v| v.id as u64)
-            .collect();
+        // The single-node default is a quorum of one: itself, with no CONTROLLER listener
+        // (it has nobody to talk to).
+        let voters: Vec<u64> = if config.is_cluster() {
+            config
+                .controller_quorum_voters
+                .iter()
+                .map(|v| v.id as u64)
+                .collect()
+        } else {
+            vec![config.node_id as u64]
+        };
         let mut quorum =
             QuorumConfig::new(config.node_id as u64, voters, vec![], &config.cluster_id);
         quorum.seed = uuid::Uuid::new_v4().as_u64_pair().0;
@@ -124,6 +151,7 @@ impl ClusterNode {
         controller.broker_session_timeout_ms = config.broker_session_timeout_ms;
         controller.num_partitions = config.num_partitions;
         controller.config_validator = Some(validate_config);
+        controller.config_default = Some(config_default);
         controller.seed = uuid::Uuid::new_v4().as_u64_pair().1;
         quorum.controller = controller;
         let node = MetadataNode::new(quorum, persisted)
@@ -160,6 +188,7 @@ impl ClusterNode {
             producer_ids_lock: async_lock::Mutex::new(()),
             next_voter: Cell::new(0),
             shutting_down: Cell::new(false),
+            apply_errors: RefCell::new(Vec::new()),
         });
         if let Some(addr) = config.controller_listener {
             let listener = glommio::net::TcpListener::bind(addr)
@@ -357,6 +386,7 @@ impl ClusterNode {
             for r in shard0.apply_image_everywhere(image).await {
                 if let Err(e) = r {
                     tracing::error!(offset, error = %e, "applying a metadata image failed on a shard");
+                    self.apply_errors.borrow_mut().push(e);
                 }
             }
             self.published.set(offset);
@@ -522,12 +552,78 @@ impl ClusterNode {
                         continue;
                     }
                 }
+                // A fenced broker asks again soon: it is unfenced as soon as it has caught up
+                // with the metadata log, and serves nothing until then.
+                let wait = if self.unfenced.get() {
+                    interval
+                } else {
+                    RETRY_BACKOFF
+                };
                 let elapsed = started.elapsed();
-                if elapsed < interval {
-                    glommio::timer::sleep(interval - elapsed).await;
+                if elapsed < wait {
+                    glommio::timer::sleep(wait - elapsed).await;
                 }
             }
         }
+    }
+
+    /// Fails with what the shards could not apply so far (a partition that would not open): a
+    /// broker that starts must serve every partition it hosts, as Kafka loads every log first.
+    pub fn check_applied(&self) -> anyhow::Result<()> {
+        let errors = self.apply_errors.borrow();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        anyhow::bail!("{}", errors.join("; "))
+    }
+
+    /// Whether this broker is registered and unfenced (its last heartbeat said so).
+    pub fn is_unfenced(&self) -> bool {
+        self.unfenced.get()
+    }
+
+    /// Imports a single-node broker's metadata file (from before the metadata log) through the
+    /// controller, once this broker is registered and unfenced, and waits until every shard has
+    /// the topics. Importing the same file again (a crash before it was retired) changes nothing.
+    pub async fn migrate(
+        &self,
+        shard0: &Rc<Shard>,
+        old: &crate::metadata::MetadataImage,
+    ) -> anyhow::Result<usize> {
+        let request = core::ControllerRequest::Migrate(core::MigrateRequest {
+            broker_id: BrokerId(self.node_id),
+            topics: old
+                .topics
+                .values()
+                .map(|t| core::MigratedTopic {
+                    name: t.name.clone(),
+                    id: sluice_replication::records::TopicId(t.id),
+                    partitions: t.shards.len() as i32,
+                    configs: t.configs.clone(),
+                })
+                .collect(),
+            broker_configs: old.broker_configs.clone(),
+            next_producer_id: old.next_producer_id,
+        });
+        let imported = match self.controller_call(request).await {
+            Some(core::ControllerResponse::Migrate(r)) if r.error_code == 0 => r.imported,
+            Some(core::ControllerResponse::Migrate(r)) => anyhow::bail!(
+                "the controller refused to import the metadata file (error {}): {}",
+                r.error_code,
+                r.error_message.unwrap_or_default()
+            ),
+            other => anyhow::bail!("importing the metadata file: no answer ({other:?})"),
+        };
+        let names: Vec<String> = old.topics.keys().cloned().collect();
+        if !self
+            .wait_for_image(shard0, APPLIED_WAIT_MIGRATION, |image| {
+                names.iter().all(|n| image.topics.contains_key(n))
+            })
+            .await
+        {
+            anyhow::bail!("the imported topics did not reach the shards");
+        }
+        Ok(imported)
     }
 
     /// Kafka's controlled shutdown, on SIGTERM: heartbeats ask to shut down until the active

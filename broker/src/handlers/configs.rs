@@ -15,10 +15,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
 };
-use kafka_protocol::messages::{
-    AlterConfigsRequest, AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
-};
+use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
@@ -47,11 +44,6 @@ const TYPE_SHORT: i8 = 4;
 const TYPE_LONG: i8 = 5;
 const TYPE_DOUBLE: i8 = 6;
 const TYPE_LIST: i8 = 7;
-
-const OP_SET: i8 = 0;
-const OP_DELETE: i8 = 1;
-const OP_APPEND: i8 = 2;
-const OP_SUBTRACT: i8 = 3;
 
 /// What Sluice says of a Kafka broker setting it accepts but does not use.
 const ACCEPTED_ONLY: &str =
@@ -408,7 +400,7 @@ pub async fn describe(
 
 /// Checks one dynamic broker config value: a known name Kafka changes without a restart (and
 /// Sluice too), of the right type; a topic default also as the topic config it stands for.
-fn check_broker_config(name: &str, value: &str) -> Result<(), (i16, String)> {
+pub fn check_broker_config(name: &str, value: &str) -> Result<(), (i16, String)> {
     // Kafka stores broker configs it does not know (plugins read their own), and so does Sluice.
     let Some(def) = BROKER_CONFIGS.iter().find(|d| d.name == name) else {
         return Ok(());
@@ -441,246 +433,11 @@ fn check_broker_config(name: &str, value: &str) -> Result<(), (i16, String)> {
     Ok(())
 }
 
-/// Stores the dynamic configs of a broker resource ("" for the cluster default, or this node's
-/// id) durably in the metadata image; every shard applies them when the image arrives.
-async fn set_broker_configs(
-    shard: &Rc<Shard>,
-    resource: String,
-    new: BTreeMap<String, String>,
-    validate_only: bool,
-) -> (i16, Option<String>) {
-    let node = shard.config().node_id.to_string();
-    if !resource.is_empty() && resource != node {
-        return (
-            ResponseError::InvalidRequest.code(),
-            Some(format!("broker {resource} is not this broker ({node})")),
-        );
-    }
-    for (k, v) in &new {
-        if let Err((code, message)) = check_broker_config(k, v) {
-            return (code, Some(message));
-        }
-    }
-    if validate_only {
-        return (0, None);
-    }
-    let name = resource.clone();
-    let count = new.len();
-    match shard
-        .update_metadata(move |image| {
-            if new.is_empty() {
-                image.broker_configs.remove(&name);
-            } else {
-                image.broker_configs.insert(name, new);
-            }
-            Ok(())
-        })
-        .await
-    {
-        Ok(()) => {
-            tracing::info!(resource = %resource, configs = count, "dynamic broker configs altered");
-            (0, None)
-        }
-        Err(e) => (ResponseError::KafkaStorageError.code(), Some(e)),
-    }
-}
-
-/// Applies IncrementalAlterConfigs operations to `current`; `list_default` gives a list
-/// config's value when it has none yet.
-fn apply_operations(
-    current: &BTreeMap<String, String>,
-    configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
-    list_default: impl Fn(&str) -> String,
-) -> Result<BTreeMap<String, String>, String> {
-    let mut new = current.clone();
-    for c in configs {
-        let key = c.name.to_string();
-        let value = c.value.as_ref().map(|v| v.to_string());
-        match (c.config_operation, value) {
-            (OP_SET, Some(v)) => {
-                new.insert(key, v);
-            }
-            (OP_DELETE, _) => {
-                new.remove(&key);
-            }
-            (OP_APPEND, Some(v)) => {
-                let current = new.get(&key).cloned().unwrap_or_else(|| list_default(&key));
-                let mut items: Vec<String> = current
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .collect();
-                for item in v.split(',') {
-                    if !items.iter().any(|i| i == item) {
-                        items.push(item.to_string());
-                    }
-                }
-                new.insert(key, items.join(","));
-            }
-            (OP_SUBTRACT, Some(v)) => {
-                let current = new.get(&key).cloned().unwrap_or_else(|| list_default(&key));
-                let remove: Vec<&str> = v.split(',').collect();
-                let items: Vec<&str> = current.split(',').filter(|i| !remove.contains(i)).collect();
-                new.insert(key, items.join(","));
-            }
-            (op, _) => {
-                return Err(format!(
-                    "operation {op} on {key} needs a value or is unknown"
-                ))
-            }
-        }
-    }
-    Ok(new)
-}
-
-/// Validates `new` overrides and stores them for `topic` (unless `validate_only`).
-async fn set_topic_configs(
-    shard: &Rc<Shard>,
-    topic: String,
-    new: BTreeMap<String, String>,
-    validate_only: bool,
-) -> (i16, Option<String>) {
-    if let Err(e) = log_config(&new) {
-        return (ResponseError::InvalidConfig.code(), Some(e));
-    }
-    if !shard.image().topics.contains_key(&topic) {
-        return (
-            ResponseError::UnknownTopicOrPartition.code(),
-            Some(format!("topic {topic} does not exist")),
-        );
-    }
-    if validate_only {
-        return (0, None);
-    }
-    let name = topic.clone();
-    match shard
-        .update_metadata(move |image| {
-            let t = image
-                .topics
-                .get_mut(&name)
-                .ok_or_else(|| "topic is gone".to_string())?;
-            t.configs = new;
-            Ok(())
-        })
-        .await
-    {
-        Ok(()) => {
-            tracing::info!(topic = %topic, "topic configs altered");
-            (0, None)
-        }
-        Err(e) => (ResponseError::KafkaStorageError.code(), Some(e)),
-    }
-}
-
-/// Legacy AlterConfigs: the given set replaces every override.
-pub async fn alter(shard: &Rc<Shard>, request: AlterConfigsRequest) -> AlterConfigsResponse {
-    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
-    let mut response = AlterConfigsResponse::default();
-    for resource in request.resources {
-        let (code, message) = if resource.resource_type == RESOURCE_BROKER {
-            let new = resource
-                .configs
-                .iter()
-                .filter_map(|c| {
-                    c.value
-                        .as_ref()
-                        .map(|v| (c.name.to_string(), v.to_string()))
-                })
-                .collect();
-            set_broker_configs(
-                shard,
-                resource.resource_name.to_string(),
-                new,
-                request.validate_only,
-            )
-            .await
-        } else if resource.resource_type != RESOURCE_TOPIC {
-            (
-                ResponseError::InvalidRequest.code(),
-                Some("only topic and broker configs can be altered".to_string()),
-            )
-        } else {
-            let new = resource
-                .configs
-                .iter()
-                .filter_map(|c| {
-                    c.value
-                        .as_ref()
-                        .map(|v| (c.name.to_string(), v.to_string()))
-                })
-                .collect();
-            set_topic_configs(
-                shard,
-                resource.resource_name.to_string(),
-                new,
-                request.validate_only,
-            )
-            .await
-        };
-        response.responses.push(
-            AlterConfigsResourceResponse::default()
-                .with_error_code(code)
-                .with_error_message(message.map(StrBytes::from_string))
-                .with_resource_type(resource.resource_type)
-                .with_resource_name(resource.resource_name),
-        );
-    }
-    response
-}
-
-pub async fn incremental_alter(
-    shard: &Rc<Shard>,
-    request: IncrementalAlterConfigsRequest,
-) -> IncrementalAlterConfigsResponse {
-    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
-    let mut response = IncrementalAlterConfigsResponse::default();
-    for resource in request.resources {
-        let name = resource.resource_name.to_string();
-        let image = shard.image();
-        let (code, message) = if resource.resource_type == RESOURCE_BROKER {
-            let current = image.broker_configs.get(&name).cloned().unwrap_or_default();
-            let list_default = |key: &str| {
-                BROKER_CONFIGS
-                    .iter()
-                    .find(|d| d.name == key)
-                    .and_then(|d| d.default)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            match apply_operations(&current, &resource.configs, list_default) {
-                Ok(new) => set_broker_configs(shard, name, new, request.validate_only).await,
-                Err(e) => (ResponseError::InvalidConfig.code(), Some(e)),
-            }
-        } else if resource.resource_type != RESOURCE_TOPIC {
-            (
-                ResponseError::InvalidRequest.code(),
-                Some("only topic and broker configs can be altered".to_string()),
-            )
-        } else if let Some(topic) = image.topics.get(&name) {
-            let list_default = |key: &str| {
-                TOPIC_CONFIG_DEFAULTS
-                    .iter()
-                    .find(|(k, _)| *k == key)
-                    .map(|(_, v)| v.to_string())
-                    .unwrap_or_default()
-            };
-            match apply_operations(&topic.configs, &resource.configs, list_default) {
-                Ok(new) => set_topic_configs(shard, name, new, request.validate_only).await,
-                Err(e) => (ResponseError::InvalidConfig.code(), Some(e)),
-            }
-        } else {
-            (
-                ResponseError::UnknownTopicOrPartition.code(),
-                Some(format!("topic {name} does not exist")),
-            )
-        };
-        response.responses.push(
-            AlterConfigsResourceResponse::default()
-                .with_error_code(code)
-                .with_error_message(message.map(StrBytes::from_string))
-                .with_resource_type(resource.resource_type)
-                .with_resource_name(resource.resource_name),
-        );
-    }
-    response
+/// A dynamic broker config's default, for APPEND and SUBTRACT on a broker without its own value.
+pub fn broker_config_default(name: &str) -> Option<String> {
+    BROKER_CONFIGS
+        .iter()
+        .find(|d| d.name == name)
+        .and_then(|d| d.default)
+        .map(str::to_string)
 }

@@ -1,5 +1,5 @@
-//! InitProducerId for idempotent producers: a fresh producer id from shard 0's persisted
-//! counter, or, for a producer that re-initialises (KIP-360), the same id with the next epoch.
+//! InitProducerId for idempotent producers: a fresh producer id from this broker's block of
+//! ids (the controller hands blocks out), or, for a producer that re-initialises (KIP-360), the same id with the next epoch.
 //! Transactional ids are not supported yet and are refused.
 
 use std::rc::Rc;
@@ -32,19 +32,9 @@ pub async fn handle(shard: &Rc<Shard>, request: InitProducerIdRequest) -> InitPr
         response.producer_epoch = request.producer_epoch + 1;
         return response;
     }
-    let allocated = if shard.config().is_cluster() {
-        crate::cluster::next_producer_id(shard)
-            .await
-            .ok_or_else(|| "no producer-id block from the controller".to_string())
-    } else {
-        shard
-            .update_metadata(|image| {
-                let id = image.next_producer_id;
-                image.next_producer_id += 1;
-                Ok(id)
-            })
-            .await
-    };
+    let allocated = crate::cluster::next_producer_id(shard)
+        .await
+        .ok_or_else(|| "no producer-id block from the controller".to_string());
     match allocated {
         Ok(id) => {
             response.producer_id = ProducerId(id);

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::create_topics::{create_topic, CreateError};
+use crate::cluster::{create_topic, CreateError};
 use crate::metadata::validate_topic_name;
 use crate::shard::Shard;
 
@@ -104,7 +104,7 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
                 Ok(()) | Err(CreateError::Exists) => {
                     meta = shard.image().topics.get(&name).cloned()
                 }
-                Err(e) => tracing::warn!(topic = %name, error = ?e, "auto-creating a topic failed"),
+                Err(e) => tracing::warn!(topic = %name, error = %e, "auto-creating a topic failed"),
             }
         }
         let Some(meta) = meta else {

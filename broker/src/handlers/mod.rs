@@ -18,11 +18,8 @@ pub mod configs;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod create_acls;
-pub mod create_partitions;
-pub mod create_topics;
 pub mod delete_acls;
 pub mod delete_records;
-pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_client_quotas;
 pub mod describe_cluster;
@@ -140,34 +137,28 @@ pub async fn dispatch(
 ) -> anyhow::Result<Option<Answer>> {
     let request = decode_request(key, version, body)?;
     let mut splices = Splices::default();
-    let cluster = shard.config().is_cluster();
     let response = match request {
-        // In a cluster, metadata changes are the controller's.
-        RequestKind::CreateTopics(r) if cluster => {
+        // Metadata changes are the controller's (on the single-node default, its own).
+        RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(crate::cluster::create_topics(shard, r, version).await)
         }
-        RequestKind::DeleteTopics(r) if cluster => {
+        RequestKind::DeleteTopics(r) => {
             ResponseKind::DeleteTopics(crate::cluster::delete_topics(shard, r, version).await)
         }
-        RequestKind::CreatePartitions(r) if cluster => ResponseKind::CreatePartitions(
+        RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(
             crate::cluster::create_partitions(shard, r, version).await,
         ),
-        RequestKind::AlterConfigs(r) if cluster => {
+        RequestKind::AlterConfigs(r) => {
             ResponseKind::AlterConfigs(crate::cluster::alter_configs(shard, r).await)
         }
-        RequestKind::IncrementalAlterConfigs(r) if cluster => {
-            ResponseKind::IncrementalAlterConfigs(
-                crate::cluster::incremental_alter_configs(shard, r, version).await,
-            )
-        }
+        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
+            crate::cluster::incremental_alter_configs(shard, r, version).await,
+        ),
         RequestKind::ApiVersions(r) => {
             ResponseKind::ApiVersions(api_versions::handle(&r, version, None))
         }
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(shard, r, version).await)
-        }
-        RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(create_topics::handle(shard, r, version).await)
         }
         RequestKind::Produce(r) => match produce::handle(shard, r, version, turn).await {
             Some(r) => ResponseKind::Produce(r),
@@ -179,18 +170,8 @@ pub async fn dispatch(
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(shard, r, version).await)
         }
-        RequestKind::DeleteTopics(r) => {
-            ResponseKind::DeleteTopics(delete_topics::handle(shard, r, version).await)
-        }
-        RequestKind::CreatePartitions(r) => {
-            ResponseKind::CreatePartitions(create_partitions::handle(shard, r).await)
-        }
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(configs::describe(shard, r, version).await)
-        }
-        RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(configs::alter(shard, r).await),
-        RequestKind::IncrementalAlterConfigs(r) => {
-            ResponseKind::IncrementalAlterConfigs(configs::incremental_alter(shard, r).await)
         }
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(shard, r).await)

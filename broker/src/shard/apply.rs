@@ -1,5 +1,6 @@
-//! Metadata changes: decided and persisted on shard 0, then applied by every shard to the
-//! partitions it owns (open new ones, reconfigure, delete), and the new image published.
+//! Metadata changes, committed in the metadata log and published by shard 0's metadata node:
+//! every shard applies each new image to the partitions it owns (open new ones, reconfigure,
+//! delete).
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -8,34 +9,6 @@ use super::Shard;
 use crate::metadata::{log_config, MetadataImage};
 
 impl Shard {
-    /// Runs `change` on shard 0 against a copy of the image; if it succeeds the image is
-    /// persisted and every shard applies it. Returns `change`'s value.
-    pub async fn update_metadata<T, F>(self: &Rc<Self>, change: F) -> Result<T, String>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut MetadataImage) -> Result<T, String> + Send + 'static,
-    {
-        if self.config().is_cluster() {
-            // A cluster's metadata changes only through the controller: never this file.
-            return Err("in a cluster, metadata changes go through the controller".to_string());
-        }
-        self.invoke_on(0, move |shard0| async move {
-            // One change at a time: each starts from the image the previous one published.
-            let _serial = shard0.metadata_lock.lock().await;
-            let mut image = (*shard0.image()).clone();
-            let value = change(&mut image)?;
-            image.version += 1;
-            image
-                .store(&shard0.config().data_dir)
-                .map_err(|e| format!("persisting metadata: {e}"))?;
-            for r in shard0.apply_image_everywhere(Arc::new(image)).await {
-                r?;
-            }
-            Ok(value)
-        })
-        .await
-    }
-
     /// Has every shard, this one included, apply `image`; each shard's result in shard order.
     pub async fn apply_image_everywhere(
         self: &Rc<Self>,

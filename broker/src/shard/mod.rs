@@ -46,6 +46,8 @@ pub struct Shared {
     /// Set once a cluster broker's controlled shutdown has handed its leaderships over (or
     /// given up); shards keep serving until then.
     pub handed_over: std::sync::atomic::AtomicBool,
+    /// Set by shard 0 once this node has the metadata it serves from (start-up barrier).
+    pub metadata_ready: std::sync::atomic::AtomicBool,
 }
 
 pub struct RequestGuard {
@@ -67,9 +69,7 @@ pub struct Shard {
     pub groups: crate::group::GroupCoordinator,
     pub fetch_sessions: RefCell<crate::handlers::fetch::FetchSessions>,
     in_flight: std::cell::Cell<usize>,
-    /// Serialises metadata changes; used on shard 0 only.
-    pub metadata_lock: async_lock::Mutex<()>,
-    /// In a cluster, the metadata node; on shard 0 only.
+    /// The metadata node; on shard 0 only.
     pub cluster: RefCell<Option<Rc<crate::cluster::node::ClusterNode>>>,
     senders: Senders<Job>,
 }
@@ -90,7 +90,6 @@ impl Shard {
             cache,
             groups: Default::default(),
             fetch_sessions: Default::default(),
-            metadata_lock: async_lock::Mutex::new(()),
             cluster: RefCell::new(None),
             in_flight: std::cell::Cell::new(0),
             senders,
@@ -203,6 +202,7 @@ impl Shard {
         topic: &TopicMeta,
     ) -> anyhow::Result<Vec<Rc<Partition>>> {
         let mut opened = Vec::new();
+        let mut indexes = Vec::new();
         let config = log_config(
             &self
                 .image()
@@ -235,6 +235,10 @@ impl Shard {
             let partition = Rc::new(Partition::new(log));
             self.partitions.borrow_mut().insert(key, partition.clone());
             opened.push(partition);
+            indexes.push(index);
+        }
+        if !indexes.is_empty() {
+            tracing::info!(topic = %topic.name, shard = self.id, partitions = ?indexes, "opened partitions");
         }
         Ok(opened)
     }

@@ -1,0 +1,145 @@
+"""A single-node broker's data directory from the release before the metadata log opens unchanged:
+its JSON metadata file is imported into `__cluster_metadata` on the first start, then retired.
+
+The directory is a real one (tests/fixtures/single-node-dir.tar.gz, made by that release's binary
+with tests/fixtures/make_single_node_dir.py): topics with configs, records from an idempotent
+producer (keys, null keys, headers), a dynamic broker config and a group's committed offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicCollection, TopicPartition
+from confluent_kafka.admin import ConfigResource, OffsetSpec
+
+from harness import Broker, admin, producer
+from kafka.protocol.producer import InitProducerIdRequest
+from wire import Pipeline, build
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+EXPECTED = json.loads((FIXTURES / "single-node-dir.expected.json").read_text())
+METADATA_FILE = ".sluice-metadata.json"
+
+
+def prepare(broker: Broker) -> None:
+    """Puts the old broker's data directory where `broker` starts from."""
+    # The old broker ran with 3 offsets partitions (the group coordinator's partition of a group
+    # follows `offsets.topic.num.partitions`).
+    toml = broker.root / "sluice.toml"
+    toml.write_text('"offsets.topic.num.partitions" = 3\n')
+    broker.extra_args = [*broker.extra_args, "--config", str(toml)]
+    with tarfile.open(FIXTURES / "single-node-dir.tar.gz") as tar:
+        tar.extractall(broker.root, filter="data")
+    assert (broker.data_dir / METADATA_FILE).exists()
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, per_partition: int):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, q, 0) for q in range(partitions)])
+    got = {q: [] for q in range(partitions)}
+    idle = 0
+    while any(len(v) < per_partition for v in got.values()) and idle < 40:
+        m = c.poll(0.5)
+        if m is None:
+            idle += 1
+            continue
+        assert m.error() is None, m.error()
+        got[m.partition()].append((m.offset(), m.key(), m.value().decode(), dict(m.headers() or [])))
+    c.close()
+    return got
+
+
+def topic_id(description) -> str:
+    u = description.topic_id
+    mask = (1 << 64) - 1
+    return str(uuid.UUID(int=((u.get_most_significant_bits() & mask) << 64) | (u.get_least_significant_bits() & mask)))
+
+
+def check_contents(broker: Broker) -> None:
+    a = admin(broker.bootstrap)
+    md = a.list_topics(timeout=10)
+    futures = a.describe_topics(TopicCollection(list(EXPECTED["topics"])))
+    described = {name: f.result() for name, f in futures.items()}
+    for name, want in EXPECTED["topics"].items():
+        assert name in md.topics, f"topic {name} is gone after the upgrade"
+        assert len(md.topics[name].partitions) == want["partitions"], name
+        assert topic_id(described[name]) == want["id"], f"{name} changed its topic id"
+        for p in md.topics[name].partitions.values():
+            assert (p.leader, p.replicas, p.isrs) == (1, [1], [1]), (name, p.id, p.leader, p.replicas)
+    # Topic configs, as overrides of the topic.
+    resources = [ConfigResource("TOPIC", n) for n in EXPECTED["topics"]]
+    for res, f in a.describe_configs(resources).items():
+        entries = f.result()
+        for key, value in EXPECTED["topics"][res.name]["configs"].items():
+            assert entries[key].value == value, (res.name, key, entries[key].value)
+            assert entries[key].source == 1, (res.name, key, entries[key].source)  # DYNAMIC_TOPIC_CONFIG
+    # The dynamic broker config.
+    (entries,) = [f.result() for f in a.describe_configs([ConfigResource("BROKER", "1")]).values()]
+    for key, value in EXPECTED["broker_configs"]["1"].items():
+        assert entries[key].value == value, (key, entries[key].value)
+        assert entries[key].source == 2, (key, entries[key].source)  # DYNAMIC_BROKER_CONFIG
+    # Every record, at its offset, with its key and headers.
+    n = EXPECTED["records_per_topic"]
+    for topic in ("orders", "compacted"):
+        partitions = EXPECTED["topics"][topic]["partitions"]
+        got = read_all(broker.bootstrap, topic, partitions, n // partitions)
+        for q in range(partitions):
+            want = [(o, None if topic == "orders" and i % 7 == 0 else f"k{i % 50}".encode(), f"{topic}-{i}", {"i": str(i).encode()})
+                    for o, i in enumerate(range(q, n, partitions))]
+            assert got[q][:len(want)] == want, f"{topic}/{q}: {len(got[q])} records, first differences {[x for x in zip(got[q], want) if x[0] != x[1]][:3]}"
+    # The group's committed offsets.
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "upgraders"})
+    committed = c.committed([TopicPartition("orders", q) for q in range(3)], timeout=10)
+    c.close()
+    assert {f"orders/{tp.partition}": tp.offset for tp in committed if tp.offset >= 0} == EXPECTED["groups"]["upgraders"]
+
+
+def new_producer_id(bootstrap: str) -> int:
+    pipe = Pipeline(bootstrap)
+    pipe.send(build(InitProducerIdRequest, 0, transactional_id=None, transaction_timeout_ms=60000))
+    (r,) = pipe.responses()
+    pipe.close()
+    assert r["error_code"] == 0, r
+    return r["producer_id"]
+
+
+def test_a_single_node_directory_from_before_the_metadata_log_opens_with_everything_in_it(unstarted_broker):
+    broker = unstarted_broker
+    prepare(broker)
+    broker.start()
+    log = broker.log_text()
+    assert "imported the metadata file into the metadata log" in log, broker.log_tail()
+    assert not (broker.data_dir / METADATA_FILE).exists(), "the metadata file was not retired"
+    assert (broker.data_dir / (METADATA_FILE + ".migrated")).exists()
+    assert (broker.data_dir / "__cluster_metadata-0").is_dir()
+    check_contents(broker)
+    # Producer ids continue after the ones the old broker handed out.
+    assert new_producer_id(broker.bootstrap) >= EXPECTED["next_producer_id"]
+    # New writes land after the old ones.
+    p = producer(broker.bootstrap, **{"enable.idempotence": True})
+    p.produce("orders", value=b"after-upgrade", partition=1)
+    assert p.flush(30) == 0
+    a = admin(broker.bootstrap)
+    ends = {tp.partition: r.result().offset for tp, r in a.list_offsets({TopicPartition("orders", 1): OffsetSpec.latest()}).items()}
+    assert ends == {1: 501}, ends
+
+    # The next start reads the metadata log alone.
+    broker.stop_cleanly()
+    broker.start()
+    assert broker.log_text().count("imported the metadata file into the metadata log") == 1
+    check_contents(broker)
+
+    # A crash after the import committed but before the file was retired leaves both: the
+    # next start imports it again, which changes nothing.
+    broker.stop_cleanly()
+    shutil.copy(broker.data_dir / (METADATA_FILE + ".migrated"), broker.data_dir / METADATA_FILE)
+    broker.start()
+    assert broker.log_text().count("imported the metadata file into the metadata log") == 2
+    assert "imported=0" in broker.log_text().rsplit("imported the metadata file", 1)[1].splitlines()[0]
+    assert not (broker.data_dir / METADATA_FILE).exists()
+    check_contents(broker)
