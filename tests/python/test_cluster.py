@@ -375,6 +375,17 @@ def test_kafkas_tools_describe_the_cluster(cluster):
     assert all(r[-1] in ("Leader", "Follower") for r in rows), replication.stdout
     high_watermark = int(fields["HighWatermark"])
     assert all(int(r[2]) >= high_watermark - 1 for r in rows), replication.stdout
+    # Through a broker's listener, which asks the quorum leader, as Kafka's brokers forward it
+    # to the controller.
+    for n in cluster.nodes:
+        via = java("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server", n.bootstrap,
+                   "describe", "--status")
+        assert via.returncode == 0, via.stderr[-2000:]
+        got = {k.strip(): v.strip() for k, v in
+               (line.split(":", 1) for line in via.stdout.splitlines() if ":" in line)}
+        assert int(got["LeaderId"]) in ids, via.stdout
+        assert sorted(v["id"] for v in json.loads(got["CurrentVoters"])) == sorted(ids), via.stdout
+        assert int(got["HighWatermark"]) >= high_watermark, via.stdout
 
 
 def test_sluice_cluster_shows_the_brokers_and_the_quorum(cluster):
@@ -396,6 +407,11 @@ def test_sluice_cluster_shows_the_brokers_and_the_quorum(cluster):
     rows = [line.split("\t") for line in quorum.stdout.splitlines() if line[:1].isdigit()]
     assert sorted(int(r[0]) for r in rows) == [1, 2, 3]
     assert [r[3] for r in rows].count("Leader") == 1, quorum.stdout
+    through = subprocess.run([str(SLUICE_BIN), "cluster", "--quorum", "--bootstrap-server", cluster.nodes[2].bootstrap],
+                             capture_output=True, text=True, timeout=30)
+    assert through.returncode == 0, through.stderr
+    got = dict(line.split(": ", 1) for line in through.stdout.splitlines() if ": " in line)
+    assert got["CurrentVoters"] == "[1, 2, 3]" and int(got["LeaderId"]) in {1, 2, 3}, through.stdout
 
 
 def test_without_a_majority_live_leaders_serve_and_creation_fails_clearly(cluster):

@@ -1,7 +1,8 @@
 //! `sluice cluster`: the cluster id, controller and brokers from Metadata, topic and partition
 //! counts, and the API versions of the broker connected to, in the format of
-//! `kafka-broker-api-versions.sh`; with `--bootstrap-controller`, the controller quorum as
-//! `kafka-metadata-quorum describe --status --replication` shows it.
+//! `kafka-broker-api-versions.sh`; with `--bootstrap-controller` (or `--quorum`, through the
+//! broker), the controller quorum as `kafka-metadata-quorum describe --status --replication`
+//! shows it.
 
 use kafka_protocol::messages::ApiKey;
 
@@ -16,6 +17,11 @@ pub struct ClusterArgs {
     /// epoch, high watermark, voters and observers with their lag) instead.
     #[arg(long, value_name = "HOST:PORT")]
     bootstrap_controller: Option<String>,
+    /// Show the controller quorum, asked through the broker (`--bootstrap-server`), as
+    /// `kafka-metadata-quorum --bootstrap-server` does; the single-node broker's quorum is
+    /// itself.
+    #[arg(long, conflicts_with = "bootstrap_controller")]
+    quorum: bool,
 }
 
 /// The quorum of `__cluster_metadata`, asked of a controller (DescribeQuorum).
@@ -77,6 +83,9 @@ fn describe_quorum(address: &str) -> anyhow::Result<()> {
 pub fn run(args: &ClusterArgs) -> anyhow::Result<()> {
     if let Some(controller) = &args.bootstrap_controller {
         return describe_quorum(controller);
+    }
+    if args.quorum {
+        return describe_quorum(&args.connection.bootstrap_server);
     }
     let mut client = Client::bootstrap(&args.connection.bootstrap_server)?;
     let response = client.metadata(None, false)?;

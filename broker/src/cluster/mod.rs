@@ -292,6 +292,42 @@ pub fn ensure_offsets_topic(shard: &Rc<Shard>) {
     .detach();
 }
 
+/// DescribeQuorum at a broker's listener (as `kafka-metadata-quorum --bootstrap-server` sends
+/// it): answered by this node when it leads the quorum (only the leader knows every replica's
+/// log end), else by the leader, over its CONTROLLER listener; failing that, by this node with
+/// what it knows.
+pub async fn describe_quorum(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::DescribeQuorumRequest,
+    version: i16,
+) -> kafka_protocol::messages::DescribeQuorumResponse {
+    shard
+        .invoke_on(0, move |s0| async move {
+            let Some(node) = metadata_node(&s0).await else {
+                return kafka_protocol::messages::DescribeQuorumResponse::default()
+                    .with_error_code(sluice_replication::error_code::NOT_CONTROLLER);
+            };
+            if !node.is_quorum_leader() {
+                let request = RequestKind::DescribeQuorum(request);
+                if let Ok(frame) =
+                    controller_api::encode_request(ApiKey::DescribeQuorum, version, 1, &request)
+                {
+                    if let Some(answer) = node.ask_leader(&frame[4..]).await {
+                        if let Ok(ResponseKind::DescribeQuorum(r)) = controller_api::decode_response(
+                            ApiKey::DescribeQuorum,
+                            version,
+                            answer[4..].to_vec(),
+                        ) {
+                            return r;
+                        }
+                    }
+                }
+            }
+            controller_api::describe_quorum(&node, version)
+        })
+        .await
+}
+
 /// The next idempotent producer id, from shard 0's block (`ClusterNode::next_producer_id`).
 pub async fn next_producer_id(shard: &Rc<Shard>) -> Option<i64> {
     shard

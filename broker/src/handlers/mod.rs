@@ -72,6 +72,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // Kafka 4's 5 and 6 belong to transactions (KIP-890, KIP-939), which are not here yet.
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::DescribeCluster, 0, 1),
+    // Answered by the quorum's leader, as Kafka's brokers forward it to the controller.
+    (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
@@ -179,6 +181,9 @@ pub async fn dispatch(
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(shard, r).await)
         }
+        RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(
+            crate::cluster::describe_quorum(shard, r, version).await,
+        ),
         RequestKind::DescribeCluster(_) => {
             ResponseKind::DescribeCluster(describe_cluster::handle(shard))
         }
