@@ -45,13 +45,14 @@ EXPECTED_APIS = {
     12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 18: (0, 4), 19: (2, 7),
     20: (1, 6), 21: (0, 2), 22: (0, 4), 23: (2, 4), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4),
     33: (0, 2), 34: (1, 2), 35: (1, 4), 37: (0, 3), 42: (0, 2), 44: (0, 1), 47: (0, 0), 48: (0, 1),
-    49: (0, 1), 50: (0, 0), 51: (0, 0), 60: (0, 1), 61: (0, 0), 68: (0, 1), 69: (0, 1), 74: (0, 1),
-    75: (0, 0),
+    49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 60: (0, 1), 61: (0, 0), 68: (0, 1), 69: (0, 1),
+    74: (0, 1), 75: (0, 0),
 }
 METADATA_VERSION_4_0 = 25
 TOPIC_OPERATIONS_ALL = 3576
 
 A, B = "admin-a", "admin-b"  # 3 and 2 partitions on both brokers
+EPOCHS = "admin-epochs"
 TS = 1_700_000_000_000
 
 
@@ -337,12 +338,16 @@ def test_describe_producers_like_kafka_and_across_a_restart(both):
 # -- OffsetForLeaderEpoch ----------------------------------------------------------------------
 
 def test_offset_for_leader_epoch_like_kafka(both):
+    # A topic of its own: Sluice was restarted above (not Kafka), and a restart moves leader
+    # epochs (its partitions leaderless, then led again), in Sluice as in Kafka.
+    for b in both:
+        create_and_wait(b.bootstrap, EPOCHS, 3)
     records = batch([b"x"] * 4, timestamp_ms=TS)
-    ask_both(both, produce(A, 0, records))
+    ask_both(both, produce(EPOCHS, 0, records))
     parts = [(0, -1, 0), (2, 0, 0), (2, 5, 0), (0, -1, 3), (0, -1, -1), (9, -1, 0)]
     requests = [build(OffsetForLeaderEpochRequest, v, replica_id=-1, topics=[
-        {"topic": A, "partitions": [{"partition": p, "current_leader_epoch": c, "leader_epoch": e}
-                                    for p, c, e in parts]},
+        {"topic": EPOCHS, "partitions": [{"partition": p, "current_leader_epoch": c, "leader_epoch": e}
+                                         for p, c, e in parts]},
         {"topic": "admin-none", "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}])
         for v in (2, 3, 4)]
     ours, theirs = ask_both(both, *requests)

@@ -57,7 +57,7 @@ fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &
         ("broker.id", config.node_id.to_string(), "The same as node.id."),
         ("listeners", format!("PLAINTEXT://{}", config.listener), "Where the Kafka protocol is served; changing it needs a restart in Sluice."),
         ("advertised.listeners", format!("PLAINTEXT://{}:{}", config.advertised_host, config.advertised_port), "The address clients are told to connect to."),
-        ("log.dirs", config.data_dir.display().to_string(), "The directory holding partition logs and the metadata file (one directory)."),
+        ("log.dirs", config.data_dir.display().to_string(), "The directory holding partition logs and the metadata log (one directory)."),
         ("num.partitions", config.num_partitions.to_string(), "Partitions of auto-created topics and of CreateTopics asking for -1."),
         ("auto.create.topics.enable", config.auto_create_topics.to_string(), "Whether Metadata for an unknown topic creates it."),
         ("socket.request.max.bytes", config.socket_request_max_bytes.to_string(), "The largest request frame; a larger one closes its connection before anything is allocated."),
