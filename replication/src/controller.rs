@@ -1335,13 +1335,15 @@ impl Controller {
             match (self.image().topic(&t.name), self.image().topic_by_id(t.id)) {
                 (Some(a), Some(b)) if a.id == b.id => continue,
                 (None, None) => {}
-                _ => return fail(
-                    INVALID_REQUEST,
-                    format!(
+                _ => {
+                    return fail(
+                        INVALID_REQUEST,
+                        format!(
                         "topic {:?} ({}) is in the metadata log already under another name or id",
                         t.name, t.id.0
                     ),
-                ),
+                    )
+                }
             }
             if validate_topic_name(&t.name).is_err()
                 || t.partitions <= 0

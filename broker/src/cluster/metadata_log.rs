@@ -438,7 +438,7 @@ impl QuorumStateSlots {
             commit: hs.commit,
             data_version: 1,
         };
-        let slot = (seq % 2) as u64;
+        let slot = seq % 2;
         self.file
             .write_all_at(&encode_slot(seq, &state), slot * SLOT_BYTES as u64)?;
         self.file.sync_data()?;

@@ -181,9 +181,9 @@ pub async fn dispatch(
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(shard, r).await)
         }
-        RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(
-            crate::cluster::describe_quorum(shard, r, version).await,
-        ),
+        RequestKind::DescribeQuorum(r) => {
+            ResponseKind::DescribeQuorum(crate::cluster::describe_quorum(shard, r, version).await)
+        }
         RequestKind::DescribeCluster(_) => {
             ResponseKind::DescribeCluster(describe_cluster::handle(shard))
         }
