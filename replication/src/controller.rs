@@ -270,6 +270,45 @@ pub struct MigrateResponse {
     pub imported: usize,
 }
 
+/// Kafka's AlterPartition (KIP-497, KIP-903): a partition leader asks to change its ISR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterPartitionRequest {
+    pub broker_id: BrokerId,
+    pub broker_epoch: BrokerEpoch,
+    pub partitions: Vec<AlterPartitionItem>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterPartitionItem {
+    pub topic_id: TopicId,
+    pub partition_id: i32,
+    /// The leader epoch and partition epoch the leader's change is based on.
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    /// The ISR it wants, each member with the broker epoch the leader saw it fetch with
+    /// (-1: not known), so a replica that restarted since cannot be added on an old fetch.
+    pub new_isr: Vec<(BrokerId, BrokerEpoch)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterPartitionResponse {
+    pub error_code: i16,
+    pub partitions: Vec<AlterPartitionResult>,
+}
+
+/// A partition's state after an AlterPartition (its error code aside): what the leader goes on
+/// with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterPartitionResult {
+    pub topic_id: TopicId,
+    pub partition_id: i32,
+    pub error_code: i16,
+    pub leader: BrokerId,
+    pub leader_epoch: LeaderEpoch,
+    pub isr: Vec<BrokerId>,
+    pub partition_epoch: PartitionEpoch,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ControllerRequest {
     CreateTopics(CreateTopicsRequest),
@@ -280,6 +319,7 @@ pub enum ControllerRequest {
     BrokerHeartbeat(BrokerHeartbeatRequest),
     AllocateProducerIds(AllocateProducerIdsRequest),
     Migrate(MigrateRequest),
+    AlterPartition(AlterPartitionRequest),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -292,6 +332,7 @@ pub enum ControllerResponse {
     BrokerHeartbeat(BrokerHeartbeatResponse),
     AllocateProducerIds(AllocateProducerIdsResponse),
     Migrate(MigrateResponse),
+    AlterPartition(AlterPartitionResponse),
 }
 
 impl ControllerRequest {
@@ -377,6 +418,12 @@ impl ControllerRequest {
                 error_message: None,
                 imported: 0,
             }),
+            ControllerRequest::AlterPartition(_) => {
+                ControllerResponse::AlterPartition(AlterPartitionResponse {
+                    error_code,
+                    partitions: vec![],
+                })
+            }
         }
     }
 }
@@ -472,6 +519,7 @@ impl Controller {
             ControllerRequest::BrokerHeartbeat(r) => self.heartbeat(now_ms, r),
             ControllerRequest::AllocateProducerIds(r) => self.allocate_producer_ids(r),
             ControllerRequest::Migrate(r) => self.migrate(r),
+            ControllerRequest::AlterPartition(r) => self.alter_partition(r),
         };
         ControllerResult { records, response }
     }
@@ -1305,6 +1353,138 @@ impl Controller {
 }
 
 impl Controller {
+    /// AlterPartition: the leader of each partition changes its ISR, checked as Kafka's
+    /// controller checks it; one PartitionChange per changed partition, all in one batch.
+    fn alter_partition(&mut self, r: &AlterPartitionRequest) -> (Vec<Record>, ControllerResponse) {
+        let stale = self
+            .image()
+            .broker(r.broker_id)
+            .is_none_or(|b| b.epoch != r.broker_epoch);
+        if stale {
+            return (
+                vec![],
+                ControllerResponse::AlterPartition(AlterPartitionResponse {
+                    error_code: STALE_BROKER_EPOCH,
+                    partitions: vec![],
+                }),
+            );
+        }
+        let mut records = Vec::new();
+        let mut results = Vec::new();
+        for item in &r.partitions {
+            let outcome = self.alter_one(r.broker_id, item);
+            let (error_code, change) = match outcome {
+                Ok(change) => (NONE, change),
+                Err(code) => (code, None),
+            };
+            if let Some(change) = change {
+                self.emit(&mut records, vec![Record::PartitionChange(change)]);
+            }
+            let current = self
+                .image()
+                .topic_by_id(item.topic_id)
+                .and_then(|t| t.partitions.get(&item.partition_id));
+            results.push(AlterPartitionResult {
+                topic_id: item.topic_id,
+                partition_id: item.partition_id,
+                error_code,
+                leader: current.map_or(BrokerId::NONE, |p| p.leader),
+                leader_epoch: current.map_or(LeaderEpoch(-1), |p| p.leader_epoch),
+                isr: current.map_or_else(Vec::new, |p| p.isr.clone()),
+                partition_epoch: current.map_or(PartitionEpoch(-1), |p| p.partition_epoch),
+            });
+        }
+        (
+            records,
+            ControllerResponse::AlterPartition(AlterPartitionResponse {
+                error_code: NONE,
+                partitions: results,
+            }),
+        )
+    }
+
+    /// One partition of an AlterPartition: the change to commit (`None` when the ISR is what
+    /// it asks already), or the error code.
+    fn alter_one(
+        &self,
+        leader: BrokerId,
+        item: &AlterPartitionItem,
+    ) -> Result<Option<PartitionChangeRecord>, i16> {
+        let topic = self
+            .image()
+            .topic_by_id(item.topic_id)
+            .ok_or(UNKNOWN_TOPIC_ID)?;
+        let p = topic
+            .partitions
+            .get(&item.partition_id)
+            .ok_or(UNKNOWN_TOPIC_OR_PARTITION)?;
+        if p.leader != leader {
+            return Err(NOT_LEADER_OR_FOLLOWER);
+        }
+        if item.leader_epoch != p.leader_epoch {
+            return Err(FENCED_LEADER_EPOCH);
+        }
+        if item.partition_epoch != p.partition_epoch {
+            return Err(INVALID_UPDATE_VERSION);
+        }
+        let isr: Vec<BrokerId> = item.new_isr.iter().map(|(b, _)| *b).collect();
+        let mut unique = isr.clone();
+        unique.sort();
+        unique.dedup();
+        if unique.len() != isr.len()
+            || !isr.contains(&leader)
+            || isr.iter().any(|b| !p.replicas.contains(b))
+        {
+            return Err(INVALID_REQUEST);
+        }
+        // Who joins must be alive, registered as the incarnation the leader saw fetch, and not
+        // on its way out.
+        for &(b, epoch) in &item.new_isr {
+            if p.isr.contains(&b) {
+                continue;
+            }
+            let eligible = self
+                .image()
+                .broker(b)
+                .is_some_and(|reg| !reg.fenced && (epoch.0 < 0 || reg.epoch == epoch))
+                && !self.shutting_down.contains(&b);
+            if !eligible {
+                return Err(INELIGIBLE_REPLICA);
+            }
+        }
+        if isr == p.isr {
+            return Ok(None);
+        }
+        let mut change = PartitionChangeRecord {
+            partition_id: item.partition_id,
+            topic_id: item.topic_id,
+            isr: Some(isr.clone()),
+            ..Default::default()
+        };
+        // KIP-966: below min.insync.replicas, a replica leaving the ISR stays eligible to lead
+        // (it has everything up to the high watermark); one that rejoins is no longer listed.
+        let min_isr = self.min_insync_replicas(&topic.name);
+        let mut elr: Vec<BrokerId> = p
+            .eligible_leader_replicas
+            .iter()
+            .copied()
+            .filter(|b| !isr.contains(b))
+            .collect();
+        if isr.len() < min_isr {
+            for b in &p.isr {
+                if !isr.contains(b) && !elr.contains(b) {
+                    elr.push(*b);
+                }
+            }
+        } else {
+            elr.clear();
+        }
+        if elr != p.eligible_leader_replicas {
+            change.eligible_leader_replicas = Some(elr);
+        }
+        Ok(Some(change))
+    }
+
     fn migrate(&mut self, r: &MigrateRequest) -> (Vec<Record>, ControllerResponse) {
         let fail = |error_code, message: String| {
             (
@@ -1666,6 +1846,149 @@ mod tests {
             panic!()
         };
         assert_eq!(r.error_code, DUPLICATE_BROKER_REGISTRATION);
+    }
+
+    #[test]
+    fn alter_partition_changes_the_isr_only_for_the_current_leader_and_epochs() {
+        let mut h = Harness::new();
+        let epochs: Vec<BrokerEpoch> = (1..=3).map(|b| h.register(b, None)).collect();
+        let epoch_of = |b: BrokerId| epochs[b.0 as usize - 1];
+        let mut t = topic("r3", 1, 3);
+        t.configs = vec![("min.insync.replicas".into(), Some("2".into()))];
+        let id = h.create(t, false).topic_id.unwrap();
+        let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
+        let start = p(&h);
+        let leader = start.leader;
+        let others: Vec<BrokerId> = start
+            .replicas
+            .iter()
+            .copied()
+            .filter(|b| *b != leader)
+            .collect();
+        let ask =
+            |h: &mut Harness, from: BrokerId, epoch: BrokerEpoch, item: AlterPartitionItem| match h
+                .run(ControllerRequest::AlterPartition(AlterPartitionRequest {
+                    broker_id: from,
+                    broker_epoch: epoch,
+                    partitions: vec![item],
+                })) {
+                ControllerResponse::AlterPartition(r) => r,
+                other => panic!("{other:?}"),
+            };
+        let item = |p: &PartitionRegistration, isr: &[BrokerId]| AlterPartitionItem {
+            topic_id: id,
+            partition_id: 0,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            new_isr: isr.iter().map(|b| (*b, BrokerEpoch(-1))).collect(),
+        };
+
+        // A shrink by the leader: committed, the partition epoch moves, the leader stays.
+        let shrunk = [leader, others[0]];
+        let r = ask(&mut h, leader, epoch_of(leader), item(&start, &shrunk));
+        assert_eq!(r.error_code, NONE);
+        assert_eq!(r.partitions[0].error_code, NONE);
+        assert_eq!(r.partitions[0].isr, shrunk.to_vec());
+        let now = p(&h);
+        assert_eq!(now.isr, shrunk.to_vec());
+        assert_eq!(now.partition_epoch.0, start.partition_epoch.0 + 1);
+        assert_eq!((now.leader, now.leader_epoch), (leader, start.leader_epoch));
+        assert_eq!(r.partitions[0].partition_epoch, now.partition_epoch);
+
+        // What a leader based on old state, or a non-leader, or an old incarnation asks fails.
+        let r = ask(&mut h, leader, epoch_of(leader), item(&start, &[leader]));
+        assert_eq!(r.partitions[0].error_code, INVALID_UPDATE_VERSION);
+        let mut fenced_epoch = item(&now, &[leader]);
+        fenced_epoch.leader_epoch = LeaderEpoch(now.leader_epoch.0 - 1);
+        assert_eq!(
+            ask(&mut h, leader, epoch_of(leader), fenced_epoch).partitions[0].error_code,
+            FENCED_LEADER_EPOCH
+        );
+        assert_eq!(
+            ask(
+                &mut h,
+                others[0],
+                epoch_of(others[0]),
+                item(&now, &[others[0]])
+            )
+            .partitions[0]
+                .error_code,
+            NOT_LEADER_OR_FOLLOWER
+        );
+        assert_eq!(
+            ask(&mut h, leader, BrokerEpoch(0), item(&now, &[leader])).error_code,
+            STALE_BROKER_EPOCH
+        );
+        assert_eq!(
+            ask(&mut h, leader, epoch_of(leader), item(&now, &[others[0]])).partitions[0]
+                .error_code,
+            INVALID_REQUEST
+        );
+        assert_eq!(
+            ask(
+                &mut h,
+                leader,
+                epoch_of(leader),
+                item(&now, &[leader, BrokerId(9)])
+            )
+            .partitions[0]
+                .error_code,
+            INVALID_REQUEST
+        );
+        // Joining on a fetch from another incarnation, or while fenced: ineligible.
+        let mut wrong_incarnation = item(&now, &[leader, others[0], others[1]]);
+        wrong_incarnation.new_isr[2].1 = BrokerEpoch(epoch_of(others[1]).0 + 1000);
+        assert_eq!(
+            ask(&mut h, leader, epoch_of(leader), wrong_incarnation).partitions[0].error_code,
+            INELIGIBLE_REPLICA
+        );
+        assert_eq!(p(&h), now, "refused changes change nothing");
+
+        // Below min.insync.replicas (2) the replica that leaves stays eligible to lead (KIP-966);
+        // back at 2 or more, the list empties.
+        let r = ask(&mut h, leader, epoch_of(leader), item(&now, &[leader]));
+        assert_eq!(r.partitions[0].error_code, NONE);
+        let alone = p(&h);
+        assert_eq!(alone.isr, vec![leader]);
+        assert_eq!(alone.eligible_leader_replicas, vec![others[0]]);
+        let mut back = item(&alone, &[leader, others[1]]);
+        back.new_isr[1].1 = epoch_of(others[1]);
+        assert_eq!(
+            ask(&mut h, leader, epoch_of(leader), back).partitions[0].error_code,
+            NONE
+        );
+        let two = p(&h);
+        assert_eq!(two.isr, vec![leader, others[1]]);
+        assert!(two.eligible_leader_replicas.is_empty());
+        // Asking for the ISR it has: answered, nothing committed.
+        let offset = h.image.offset();
+        let r = ask(
+            &mut h,
+            leader,
+            epoch_of(leader),
+            item(&two, &[leader, others[1]]),
+        );
+        assert_eq!(
+            (r.partitions[0].error_code, h.image.offset()),
+            (NONE, offset)
+        );
+        // A fenced broker cannot join.
+        let fence = ControllerRequest::BrokerHeartbeat(BrokerHeartbeatRequest {
+            broker_id: others[0],
+            broker_epoch: epoch_of(others[0]),
+            current_metadata_offset: h.image.offset(),
+            wants_fence: true,
+            wants_shut_down: false,
+        });
+        h.run(fence);
+        let after = p(&h);
+        let r = ask(
+            &mut h,
+            leader,
+            epoch_of(leader),
+            item(&after, &[leader, others[1], others[0]]),
+        );
+        assert_eq!(r.partitions[0].error_code, INELIGIBLE_REPLICA);
     }
 
     #[test]

@@ -6,8 +6,13 @@
 pub const NONE: i16 = 0;
 pub const UNKNOWN_SERVER_ERROR: i16 = -1;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 pub const REQUEST_TIMED_OUT: i16 = 7;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+/// acks=all refused before the append: fewer in-sync replicas than `min.insync.replicas`.
+pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+/// acks=all appended, but the ISR fell below `min.insync.replicas` before it was acknowledged.
+pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub const INVALID_PARTITIONS: i16 = 37;
 pub const INVALID_REPLICATION_FACTOR: i16 = 38;
@@ -16,8 +21,13 @@ pub const INVALID_CONFIG: i16 = 40;
 /// Retriable: the client finds the active controller and tries again.
 pub const NOT_CONTROLLER: i16 = 41;
 pub const INVALID_REQUEST: i16 = 42;
+pub const FENCED_LEADER_EPOCH: i16 = 74;
 pub const STALE_BROKER_EPOCH: i16 = 77;
+/// AlterPartition from a leader that read an older partition epoch than the controller's.
+pub const INVALID_UPDATE_VERSION: i16 = 95;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;
 pub const BROKER_ID_NOT_REGISTERED: i16 = 102;
 pub const INCONSISTENT_CLUSTER_ID: i16 = 104;
+/// An AlterPartition's new ISR names a fenced, shutting-down or re-registered broker.
+pub const INELIGIBLE_REPLICA: i16 = 107;

@@ -18,3 +18,4 @@ pub mod image;
 pub mod placement;
 pub mod quorum;
 pub mod records;
+pub mod replica;

@@ -930,6 +930,10 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
             m.error_code = NOT_CONTROLLER;
             m.imported = 0;
         }
+        R::AlterPartition(a) => {
+            a.error_code = NOT_CONTROLLER;
+            a.partitions.clear();
+        }
     }
     r
 }

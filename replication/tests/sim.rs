@@ -687,6 +687,7 @@ impl Sim {
                 r.error_code == error_code::NOT_CONTROLLER
             }
             ControllerResponse::Migrate(r) => r.error_code == error_code::NOT_CONTROLLER,
+            ControllerResponse::AlterPartition(r) => r.error_code == error_code::NOT_CONTROLLER,
         };
         if not_controller {
             self.acked.not_controller += 1;

@@ -1,0 +1,513 @@
+//! One partition's replication logic, sans IO: what its leader tracks of each follower, the
+//! high watermark, when the ISR shrinks or grows (the AlterPartition to send), whether an
+//! acks=all produce may be taken; and where a follower truncates to when it starts following a
+//! new leader (KIP-101, KIP-279). The broker drives it from its fetch and produce paths and the
+//! simulator drives the same code.
+//!
+//! Offsets are log end offsets as this crate sees them: for Sluice's durability under
+//! `flush.mode=batch`, the leader's own is what it has fdatasync'd, and a follower's is the fetch
+//! offset it sends, which it only moves past what it has fdatasync'd.
+
+use std::collections::BTreeMap;
+
+use crate::error_code::*;
+use crate::records::{BrokerEpoch, BrokerId, LeaderEpoch, PartitionEpoch};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// `replica.lag.time.max.ms`: an ISR member that has not caught up for this long leaves.
+    pub replica_lag_time_max_ms: u64,
+    /// The topic's `min.insync.replicas`.
+    pub min_insync_replicas: usize,
+}
+
+impl Default for ReplicaConfig {
+    fn default() -> Self {
+        ReplicaConfig {
+            replica_lag_time_max_ms: 30_000,
+            min_insync_replicas: 1,
+        }
+    }
+}
+
+/// What the leader knows of one follower.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FollowerProgress {
+    /// Its log end offset, as its last fetch said (-1: no fetch yet in this leadership).
+    pub log_end_offset: i64,
+    /// The broker epoch it fetched with (KIP-903), for AlterPartition.
+    pub broker_epoch: BrokerEpoch,
+    /// When it was last caught up with the leader (Kafka's `lastCaughtUpTimeMs`).
+    pub last_caught_up_ms: u64,
+    last_fetch_ms: u64,
+    /// The leader's log end at its last fetch.
+    last_fetch_leader_end: i64,
+}
+
+/// An ISR change sent to the controller and not answered yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingIsr {
+    pub isr: Vec<BrokerId>,
+}
+
+/// The AlterPartition item the broker should send for this partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IsrChange {
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    pub new_isr: Vec<(BrokerId, BrokerEpoch)>,
+}
+
+/// A partition this broker leads.
+#[derive(Clone, Debug)]
+pub struct LeaderState {
+    pub me: BrokerId,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    pub replicas: Vec<BrokerId>,
+    /// The committed ISR (the metadata image's).
+    pub isr: Vec<BrokerId>,
+    pub pending: Option<PendingIsr>,
+    followers: BTreeMap<BrokerId, FollowerProgress>,
+    log_end_offset: i64,
+    high_watermark: i64,
+    /// The leader's log end when this leadership began: a follower is caught up with this
+    /// epoch only once it has reached it.
+    epoch_start_offset: i64,
+    config: ReplicaConfig,
+}
+
+/// The state a partition's leadership starts from (from the metadata image and the log).
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    pub me: BrokerId,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
+}
+
+impl LeaderState {
+    /// Becomes leader at `now_ms`. The ISR's followers count as caught up now, as in Kafka,
+    /// so that a new leader does not shrink the ISR before they had a chance to fetch.
+    pub fn new(l: Leadership, config: ReplicaConfig, now_ms: u64) -> LeaderState {
+        let followers = l
+            .replicas
+            .iter()
+            .filter(|r| **r != l.me)
+            .map(|&r| {
+                (
+                    r,
+                    FollowerProgress {
+                        log_end_offset: -1,
+                        broker_epoch: BrokerEpoch(-1),
+                        last_caught_up_ms: if l.isr.contains(&r) { now_ms } else { 0 },
+                        last_fetch_ms: 0,
+                        last_fetch_leader_end: -1,
+                    },
+                )
+            })
+            .collect();
+        LeaderState {
+            me: l.me,
+            leader_epoch: l.leader_epoch,
+            partition_epoch: l.partition_epoch,
+            replicas: l.replicas,
+            isr: l.isr,
+            pending: None,
+            followers,
+            log_end_offset: l.log_end_offset,
+            high_watermark: l.high_watermark.min(l.log_end_offset),
+            epoch_start_offset: l.log_end_offset,
+            config,
+        }
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+
+    pub fn follower(&self, id: BrokerId) -> Option<&FollowerProgress> {
+        self.followers.get(&id)
+    }
+
+    /// The ISR the high watermark waits for: while an expansion is pending, the new member too
+    /// (Kafka's maximal ISR), so that the high watermark never counts on fewer replicas than
+    /// the ISR that may commit any moment.
+    pub fn maximal_isr(&self) -> Vec<BrokerId> {
+        let mut isr = self.isr.clone();
+        if let Some(p) = &self.pending {
+            for b in &p.isr {
+                if !isr.contains(b) {
+                    isr.push(*b);
+                }
+            }
+        }
+        isr
+    }
+
+    /// The leader's own log end moved (appended and, under `flush.mode=batch`, synced). Returns
+    /// the new high watermark if it moved.
+    pub fn on_log_end(&mut self, log_end_offset: i64) -> Option<i64> {
+        self.log_end_offset = self.log_end_offset.max(log_end_offset);
+        self.advance_high_watermark()
+    }
+
+    /// A follower fetched from `fetch_offset` (its log end) at `now_ms`. Returns the new high
+    /// watermark if it moved, and the ISR change to ask for if it is now caught up and not in
+    /// the ISR. `None`/`None` for a broker that is not a replica.
+    pub fn on_fetch(
+        &mut self,
+        follower: BrokerId,
+        broker_epoch: BrokerEpoch,
+        fetch_offset: i64,
+        now_ms: u64,
+    ) -> (Option<i64>, Option<IsrChange>) {
+        let leader_end = self.log_end_offset;
+        let Some(f) = self.followers.get_mut(&follower) else {
+            return (None, None);
+        };
+        // Kafka's rule: caught up now if it has everything; caught up as of its previous
+        // fetch if it has what the leader had then.
+        if fetch_offset >= leader_end {
+            f.last_caught_up_ms = now_ms;
+        } else if f.last_fetch_leader_end >= 0 && fetch_offset >= f.last_fetch_leader_end {
+            f.last_caught_up_ms = f.last_caught_up_ms.max(f.last_fetch_ms);
+        }
+        f.last_fetch_ms = now_ms;
+        f.last_fetch_leader_end = leader_end;
+        f.log_end_offset = fetch_offset;
+        f.broker_epoch = broker_epoch;
+        let moved = self.advance_high_watermark();
+        (moved, self.expansion())
+    }
+
+    /// The ISR change for followers that caught up (reached the high watermark and this
+    /// leadership's start), if no change is pending.
+    fn expansion(&mut self) -> Option<IsrChange> {
+        if self.pending.is_some() {
+            return None;
+        }
+        let joining: Vec<BrokerId> = self
+            .followers
+            .iter()
+            .filter(|(id, f)| {
+                !self.isr.contains(id)
+                    && f.log_end_offset >= self.high_watermark
+                    && f.log_end_offset >= self.epoch_start_offset
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if joining.is_empty() {
+            return None;
+        }
+        let mut isr = self.isr.clone();
+        isr.extend(joining);
+        Some(self.propose(isr))
+    }
+
+    /// Time passed: the ISR change that drops followers who have not caught up within
+    /// `replica.lag.time.max.ms`, if no change is pending.
+    pub fn tick(&mut self, now_ms: u64) -> Option<IsrChange> {
+        if self.pending.is_some() {
+            return None;
+        }
+        let lagging: Vec<BrokerId> = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|id| *id != self.me)
+            .filter(|id| {
+                self.followers.get(id).is_some_and(|f| {
+                    now_ms.saturating_sub(f.last_caught_up_ms) > self.config.replica_lag_time_max_ms
+                })
+            })
+            .collect();
+        if lagging.is_empty() {
+            return None;
+        }
+        let isr = self
+            .isr
+            .iter()
+            .copied()
+            .filter(|b| !lagging.contains(b))
+            .collect();
+        Some(self.propose(isr))
+    }
+
+    fn propose(&mut self, isr: Vec<BrokerId>) -> IsrChange {
+        self.pending = Some(PendingIsr { isr: isr.clone() });
+        IsrChange {
+            leader_epoch: self.leader_epoch,
+            partition_epoch: self.partition_epoch,
+            new_isr: isr
+                .iter()
+                .map(|b| {
+                    let epoch = self
+                        .followers
+                        .get(b)
+                        .map_or(BrokerEpoch(-1), |f| f.broker_epoch);
+                    (*b, epoch)
+                })
+                .collect(),
+        }
+    }
+
+    /// The controller answered the pending AlterPartition, or the metadata image brought the
+    /// partition's committed state (the answer may be lost; the image is the truth). Returns
+    /// the new high watermark if it moved. A state from another leader epoch means this
+    /// leadership is over: the caller drops this state.
+    pub fn on_committed(
+        &mut self,
+        isr: Vec<BrokerId>,
+        partition_epoch: PartitionEpoch,
+    ) -> Option<i64> {
+        if partition_epoch.0 < self.partition_epoch.0 {
+            return None;
+        }
+        self.isr = isr;
+        self.partition_epoch = partition_epoch;
+        self.pending = None;
+        self.advance_high_watermark()
+    }
+
+    /// The controller refused the pending change (INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA,
+    /// ...): nothing changed; the next fetch or tick proposes again from the committed state.
+    pub fn on_refused(&mut self) {
+        self.pending = None;
+    }
+
+    fn advance_high_watermark(&mut self) -> Option<i64> {
+        let mut lowest = self.log_end_offset;
+        for b in self.maximal_isr() {
+            if b == self.me {
+                continue;
+            }
+            let end = self.followers.get(&b).map_or(-1, |f| f.log_end_offset);
+            lowest = lowest.min(end);
+        }
+        if lowest > self.high_watermark {
+            self.high_watermark = lowest;
+            Some(lowest)
+        } else {
+            None
+        }
+    }
+
+    /// Whether an acks=all produce may be appended: NOT_ENOUGH_REPLICAS below
+    /// `min.insync.replicas` (the committed ISR), as Kafka checks before the append.
+    pub fn check_acks_all(&self) -> Result<(), i16> {
+        if self.isr.len() < self.config.min_insync_replicas {
+            Err(NOT_ENOUGH_REPLICAS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// An acks=all produce whose records end at `end_offset` (exclusive): `None` while waiting,
+    /// else its error code: 0 once the high watermark passed it with enough replicas in the
+    /// ISR, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile.
+    pub fn acks_all_done(&self, end_offset: i64) -> Option<i16> {
+        if self.high_watermark < end_offset {
+            return None;
+        }
+        if self.isr.len() < self.config.min_insync_replicas {
+            Some(NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        } else {
+            Some(NONE)
+        }
+    }
+}
+
+/// Where a follower truncates its log when it starts following a new leader (KIP-101,
+/// KIP-279): it asked the leader for the end of its own latest epoch and got `(leader_epoch,
+/// end_offset)` back. `local_epochs` are its own (epoch, start offset) pairs, ascending, and
+/// `local_end` its log end. Truncating to the high watermark alone would lose records the new
+/// leader has; this keeps exactly the prefix both logs share.
+pub fn truncation_offset(
+    local_epochs: &[(LeaderEpoch, i64)],
+    local_end: i64,
+    leader_epoch: LeaderEpoch,
+    leader_end_offset: i64,
+) -> i64 {
+    if leader_epoch.0 < 0 || leader_end_offset < 0 {
+        // The leader knows none of this follower's epochs: nothing in common is known.
+        return local_epochs
+            .first()
+            .map_or(0, |(_, start)| *start)
+            .min(local_end);
+    }
+    // The follower's own end of the epoch the leader answered for: the start of its next
+    // epoch above it, or its log end.
+    let own_end = local_epochs
+        .iter()
+        .find(|(e, _)| e.0 > leader_epoch.0)
+        .map_or(local_end, |(_, start)| *start);
+    leader_end_offset.min(own_end).min(local_end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAG: u64 = 10_000;
+
+    fn leader(isr: &[i32], log_end: i64, hw: i64, min_isr: usize) -> LeaderState {
+        LeaderState::new(
+            Leadership {
+                me: BrokerId(1),
+                leader_epoch: LeaderEpoch(3),
+                partition_epoch: PartitionEpoch(7),
+                replicas: vec![BrokerId(1), BrokerId(2), BrokerId(3)],
+                isr: isr.iter().map(|b| BrokerId(*b)).collect(),
+                log_end_offset: log_end,
+                high_watermark: hw,
+            },
+            ReplicaConfig {
+                replica_lag_time_max_ms: LAG,
+                min_insync_replicas: min_isr,
+            },
+            0,
+        )
+    }
+
+    fn ids(v: &[i32]) -> Vec<BrokerId> {
+        v.iter().map(|b| BrokerId(*b)).collect()
+    }
+
+    #[test]
+    fn the_high_watermark_is_the_smallest_log_end_in_the_isr_and_never_goes_back() {
+        let mut l = leader(&[1, 2, 3], 100, 90, 2);
+        assert_eq!(l.high_watermark(), 90);
+        assert_eq!(
+            l.on_fetch(BrokerId(2), BrokerEpoch(5), 95, 1).0,
+            None,
+            "3 has not fetched"
+        );
+        assert_eq!(l.on_fetch(BrokerId(3), BrokerEpoch(6), 97, 2).0, Some(95));
+        assert_eq!(l.on_log_end(120), None);
+        assert_eq!(l.on_fetch(BrokerId(2), BrokerEpoch(5), 120, 3).0, Some(97));
+        assert_eq!(
+            l.on_fetch(BrokerId(3), BrokerEpoch(6), 130, 4).0,
+            Some(120),
+            "capped by the leader"
+        );
+        // A follower reporting less (it truncated) never takes the high watermark back.
+        assert_eq!(l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 5).0, None);
+        assert_eq!(l.high_watermark(), 120);
+        // A produce ending at 120 is done; one ending at 121 waits.
+        assert_eq!(l.acks_all_done(120), Some(NONE));
+        assert_eq!(l.acks_all_done(121), None);
+    }
+
+    #[test]
+    fn a_follower_that_stops_catching_up_leaves_the_isr_and_rejoins_once_caught_up() {
+        let mut l = leader(&[1, 2, 3], 100, 100, 2);
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 1_000);
+        l.on_fetch(BrokerId(3), BrokerEpoch(6), 100, 1_000);
+        l.on_log_end(200);
+        // 2 keeps up; 3 fetches but stays behind what the leader had at its previous fetch.
+        for t in (2_000..=12_000).step_by(1_000) {
+            l.on_fetch(BrokerId(2), BrokerEpoch(5), 200, t);
+            l.on_fetch(BrokerId(3), BrokerEpoch(6), 150, t);
+        }
+        assert_eq!(
+            l.tick(11_000),
+            None,
+            "3 caught up last at 1000 (with what the leader had), lag not yet over"
+        );
+        let shrink = l.tick(11_001).expect("3 lags past replica.lag.time.max.ms");
+        assert_eq!(
+            shrink.new_isr,
+            vec![
+                (BrokerId(1), BrokerEpoch(-1)),
+                (BrokerId(2), BrokerEpoch(5))
+            ]
+        );
+        assert_eq!(
+            (shrink.leader_epoch, shrink.partition_epoch),
+            (LeaderEpoch(3), PartitionEpoch(7))
+        );
+        // One change in flight at a time.
+        assert_eq!(l.tick(20_000), None);
+        // Until it commits, the high watermark still waits for 3 (the ISR may not shrink).
+        assert_eq!(l.high_watermark(), 150);
+        assert_eq!(l.on_committed(ids(&[1, 2]), PartitionEpoch(8)), Some(200));
+        assert_eq!(l.check_acks_all(), Ok(()));
+        // 3 catches up: it reached the high watermark and this epoch's start: it may rejoin.
+        let (_, grow) = l.on_fetch(BrokerId(3), BrokerEpoch(6), 200, 21_000);
+        let grow = grow.expect("caught up");
+        assert_eq!(grow.new_isr.last(), Some(&(BrokerId(3), BrokerEpoch(6))));
+        assert_eq!(grow.partition_epoch, PartitionEpoch(8));
+        // While the expansion is pending, the high watermark counts on 3 too.
+        assert_eq!(l.maximal_isr(), ids(&[1, 2, 3]));
+        l.on_log_end(210);
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 210, 21_100);
+        assert_eq!(l.high_watermark(), 200, "3 is at 200");
+        assert_eq!(l.on_committed(ids(&[1, 2, 3]), PartitionEpoch(9)), None);
+    }
+
+    #[test]
+    fn a_follower_behind_this_leaderships_start_does_not_rejoin() {
+        // The new leader's log ends at 100; its high watermark is 80 (3, in the ISR, has not
+        // fetched yet).
+        let mut l = leader(&[1, 3], 100, 80, 1);
+        let (_, grow) = l.on_fetch(BrokerId(2), BrokerEpoch(5), 90, 1);
+        assert_eq!(l.high_watermark(), 80);
+        assert_eq!(
+            grow, None,
+            "past the high watermark but not at the epoch start"
+        );
+        let (_, grow) = l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 2);
+        assert!(grow.is_some());
+        // A refusal drops the pending change; the next fetch asks again.
+        l.on_refused();
+        let (_, again) = l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 3);
+        assert!(again.is_some());
+    }
+
+    #[test]
+    fn acks_all_needs_min_insync_replicas() {
+        let mut l = leader(&[1], 100, 100, 2);
+        assert_eq!(l.check_acks_all(), Err(NOT_ENOUGH_REPLICAS));
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 1);
+        l.on_committed(ids(&[1, 2]), PartitionEpoch(8));
+        assert_eq!(l.check_acks_all(), Ok(()));
+        l.on_log_end(110);
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 110, 2);
+        // The ISR shrank below the minimum after the append: acknowledged as Kafka does.
+        l.on_committed(ids(&[1]), PartitionEpoch(9));
+        assert_eq!(l.acks_all_done(110), Some(NOT_ENOUGH_REPLICAS_AFTER_APPEND));
+        // An older partition epoch (a late answer) changes nothing.
+        assert_eq!(l.on_committed(ids(&[1, 2, 3]), PartitionEpoch(8)), None);
+        assert_eq!(l.isr, ids(&[1]));
+    }
+
+    #[test]
+    fn a_follower_truncates_to_the_prefix_it_shares_with_the_new_leader() {
+        let epochs = [
+            (LeaderEpoch(1), 0),
+            (LeaderEpoch(2), 50),
+            (LeaderEpoch(4), 80),
+        ];
+        // The leader has epoch 4 up to 90; we have up to 100: cut the 10 it never had.
+        assert_eq!(truncation_offset(&epochs, 100, LeaderEpoch(4), 90), 90);
+        // The leader has more of epoch 4 than we do: keep all of ours.
+        assert_eq!(truncation_offset(&epochs, 100, LeaderEpoch(4), 120), 100);
+        // The leader never had epoch 4: it answers its largest epoch below (2), ending at 70;
+        // ours ends at 80 (where 4 starts): keep 70.
+        assert_eq!(truncation_offset(&epochs, 100, LeaderEpoch(2), 70), 70);
+        // ... and when ours ends first, ours counts (KIP-279).
+        assert_eq!(truncation_offset(&epochs, 100, LeaderEpoch(2), 85), 80);
+        // The leader knows none of our epochs.
+        assert_eq!(truncation_offset(&epochs, 100, LeaderEpoch(-1), -1), 0);
+        // An empty log stays empty.
+        assert_eq!(truncation_offset(&[], 0, LeaderEpoch(4), 90), 0);
+    }
+}
