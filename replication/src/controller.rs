@@ -61,6 +61,9 @@ pub struct ControllerConfig {
     pub min_insync_replicas: usize,
     pub config_validator: Option<ConfigValidator>,
     pub config_default: Option<ConfigDefault>,
+    /// The largest replication factor CreateTopics takes: the broker holds it at 1 until its
+    /// followers replicate (issue 14), so that no topic claims replicas it does not have.
+    pub replication_factor_max: i16,
     /// Seeds topic ids and placement; the simulator fixes it, the broker draws it at random.
     pub seed: u64,
 }
@@ -76,6 +79,7 @@ impl ControllerConfig {
             min_insync_replicas: 1,
             config_validator: None,
             config_default: None,
+            replication_factor_max: REPLICATION_FACTOR_MAX,
             seed: 0,
         }
     }
@@ -769,7 +773,11 @@ impl Controller {
                     "Replication factor must be larger than 0.".into(),
                 ));
             }
-            self.place(0, num_partitions, replication_factor)?
+            // After placement, so that a factor no broker count could meet gets Kafka's answer.
+            let placed = self.place(0, num_partitions, replication_factor)?;
+            self.check_replication_factor(replication_factor as usize)
+                .map_err(|m| (INVALID_REPLICATION_FACTOR, m))?;
+            placed
         } else {
             if t.num_partitions != -1 || t.replication_factor != -1 {
                 return Err((
@@ -843,6 +851,17 @@ impl Controller {
         })
     }
 
+    fn check_replication_factor(&self, replicas: usize) -> Result<(), String> {
+        let max = self.config.replication_factor_max.max(1) as usize;
+        if replicas > max {
+            return Err(format!(
+                "A replication factor of {replicas} is not supported yet: partitions are not \
+                 replicated between brokers in this version, so at most {max}."
+            ));
+        }
+        Ok(())
+    }
+
     fn check_manual_assignments(&self, assignments: &[Vec<BrokerId>]) -> Result<(), (i16, String)> {
         let rf = assignments.first().map_or(0, Vec::len);
         for (p, replicas) in assignments.iter().enumerate() {
@@ -883,7 +902,8 @@ impl Controller {
                 ));
             }
         }
-        Ok(())
+        self.check_replication_factor(rf)
+            .map_err(|m| (INVALID_REPLICA_ASSIGNMENT, m))
     }
 
     /// A new partition: the ISR is its unfenced replicas, the leader the first of them.
@@ -1989,6 +2009,29 @@ mod tests {
             item(&after, &[leader, others[1], others[0]]),
         );
         assert_eq!(r.partitions[0].error_code, INELIGIBLE_REPLICA);
+    }
+
+    #[test]
+    fn a_replication_factor_above_the_configured_maximum_is_refused() {
+        let mut h = Harness::new();
+        h.controller.config.replication_factor_max = 1;
+        for b in 1..=3 {
+            h.register(b, None);
+        }
+        let r = h.create(topic("r3", 2, 3), false);
+        assert_eq!(r.error_code, INVALID_REPLICATION_FACTOR);
+        assert!(r.error_message.unwrap().contains("not supported yet"));
+        // More than there are brokers: Kafka's own answer still.
+        let r = h.create(topic("r9", 2, 9), false);
+        assert!(r.error_message.unwrap().contains("cannot be reached"));
+        let mut manual = topic("m2", -1, -1);
+        manual.assignments = vec![(0, vec![BrokerId(1), BrokerId(2)])];
+        assert_eq!(
+            h.create(manual, false).error_code,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        assert_eq!(h.create(topic("r1", 2, 1), false).error_code, NONE);
+        assert!(h.image.topic("r3").is_none() && h.image.topic("m2").is_none());
     }
 
     #[test]

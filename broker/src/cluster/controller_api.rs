@@ -2,7 +2,7 @@
 //! controller core's requests (`sluice_replication::controller`).
 //!
 //! The CONTROLLER listener answers ApiVersions, DescribeQuorum, BrokerRegistration,
-//! BrokerHeartbeat, AllocateProducerIds and Envelope (admin requests a broker forwards, as
+//! BrokerHeartbeat, AllocateProducerIds, AlterPartition and Envelope (admin requests a broker forwards, as
 //! Kafka's brokers forward them: the client's request whole, answered with its response
 //! whole). The same `admin` function serves an admin request arriving at a combined node that
 //! is the active controller, so there is one path for both.
@@ -33,6 +33,8 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::BrokerRegistration, 0, 4),
     (ApiKey::BrokerHeartbeat, 0, 1),
     (ApiKey::AllocateProducerIds, 0, 0),
+    // 2 names topics by id; 3 gives each new ISR member's broker epoch (KIP-903).
+    (ApiKey::AlterPartition, 2, 3),
     (ApiKey::Envelope, 0, 0),
 ];
 
@@ -394,8 +396,72 @@ pub fn controller_request(request: &RequestKind) -> Option<core::ControllerReque
                 broker_epoch: BrokerEpoch(r.broker_epoch),
             })
         }
+        RequestKind::AlterPartition(r) => C::AlterPartition(core::AlterPartitionRequest {
+            broker_id: BrokerId(r.broker_id.0),
+            broker_epoch: BrokerEpoch(r.broker_epoch),
+            partitions: r
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions.iter().map(|p| core::AlterPartitionItem {
+                        topic_id: TopicId(t.topic_id),
+                        partition_id: p.partition_index,
+                        leader_epoch: sluice_replication::records::LeaderEpoch(p.leader_epoch),
+                        partition_epoch: sluice_replication::records::PartitionEpoch(
+                            p.partition_epoch,
+                        ),
+                        // Version 3 carries broker epochs; 2 only the ids.
+                        new_isr: if p.new_isr_with_epochs.is_empty() {
+                            p.new_isr
+                                .iter()
+                                .map(|b| (BrokerId(b.0), BrokerEpoch(-1)))
+                                .collect()
+                        } else {
+                            p.new_isr_with_epochs
+                                .iter()
+                                .map(|b| (BrokerId(b.broker_id.0), BrokerEpoch(b.broker_epoch)))
+                                .collect()
+                        },
+                    })
+                })
+                .collect(),
+        }),
         _ => return None,
     })
+}
+
+/// The core's AlterPartition answer as Kafka's, partitions grouped under their topics in the
+/// order they came.
+fn alter_partition_response(r: core::AlterPartitionResponse) -> AlterPartitionResponse {
+    use kafka_protocol::messages::alter_partition_response::{
+        PartitionData as Answered, TopicData as AnsweredTopic,
+    };
+    let mut topics: Vec<AnsweredTopic> = Vec::new();
+    for p in r.partitions {
+        let data = Answered::default()
+            .with_partition_index(p.partition_id)
+            .with_error_code(p.error_code)
+            .with_leader_id(kafka_protocol::messages::BrokerId(p.leader.0))
+            .with_leader_epoch(p.leader_epoch.0)
+            .with_isr(
+                p.isr
+                    .iter()
+                    .map(|b| kafka_protocol::messages::BrokerId(b.0))
+                    .collect(),
+            )
+            .with_partition_epoch(p.partition_epoch.0);
+        match topics.iter_mut().find(|t| t.topic_id == p.topic_id.0) {
+            Some(t) => t.partitions.push(data),
+            None => topics.push(
+                AnsweredTopic::default()
+                    .with_topic_id(p.topic_id.0)
+                    .with_partitions(vec![data]),
+            ),
+        }
+    }
+    AlterPartitionResponse::default()
+        .with_error_code(r.error_code)
+        .with_topics(topics)
 }
 
 /// The controller core's answer to an inter-node request, as Kafka's response.
@@ -420,6 +486,7 @@ fn controller_response(response: core::ControllerResponse) -> Option<ResponseKin
                 .with_producer_id_start(ProducerId(r.producer_id_start))
                 .with_producer_id_len(r.producer_id_len),
         ),
+        R::AlterPartition(r) => ResponseKind::AlterPartition(alter_partition_response(r)),
         _ => return None,
     })
 }
@@ -575,5 +642,90 @@ pub fn admin_response(response: core::ControllerResponse, version: i16) -> Respo
             ResponseKind::IncrementalAlterConfigs(r)
         }
         other => unreachable!("not an admin response: {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::alter_partition_request::{
+        BrokerState, PartitionData as Asked, TopicData as AskedTopic,
+    };
+
+    #[test]
+    fn alter_partition_converts_both_versions_and_answers_grouped_by_topic() {
+        let topic = uuid::Uuid::from_u128(42);
+        let asked = |v3: bool| {
+            let mut p = Asked::default()
+                .with_partition_index(3)
+                .with_leader_epoch(5)
+                .with_partition_epoch(9);
+            if v3 {
+                p.new_isr_with_epochs = vec![
+                    BrokerState::default()
+                        .with_broker_id(kafka_protocol::messages::BrokerId(1))
+                        .with_broker_epoch(100),
+                    BrokerState::default()
+                        .with_broker_id(kafka_protocol::messages::BrokerId(2))
+                        .with_broker_epoch(200),
+                ];
+            } else {
+                p.new_isr = vec![
+                    kafka_protocol::messages::BrokerId(1),
+                    kafka_protocol::messages::BrokerId(2),
+                ];
+            }
+            RequestKind::AlterPartition(
+                AlterPartitionRequest::default()
+                    .with_broker_id(kafka_protocol::messages::BrokerId(1))
+                    .with_broker_epoch(100)
+                    .with_topics(vec![AskedTopic::default()
+                        .with_topic_id(topic)
+                        .with_partitions(vec![p])]),
+            )
+        };
+        for (v3, epochs) in [(true, [100, 200]), (false, [-1, -1])] {
+            let Some(core::ControllerRequest::AlterPartition(r)) = controller_request(&asked(v3))
+            else {
+                panic!("not converted")
+            };
+            assert_eq!(
+                (r.broker_id, r.broker_epoch),
+                (BrokerId(1), BrokerEpoch(100))
+            );
+            let item = &r.partitions[0];
+            assert_eq!((item.topic_id, item.partition_id), (TopicId(topic), 3));
+            assert_eq!((item.leader_epoch.0, item.partition_epoch.0), (5, 9));
+            assert_eq!(
+                item.new_isr,
+                vec![
+                    (BrokerId(1), BrokerEpoch(epochs[0])),
+                    (BrokerId(2), BrokerEpoch(epochs[1]))
+                ]
+            );
+        }
+        let result = |partition_id, error_code| core::AlterPartitionResult {
+            topic_id: TopicId(topic),
+            partition_id,
+            error_code,
+            leader: BrokerId(1),
+            leader_epoch: sluice_replication::records::LeaderEpoch(5),
+            isr: vec![BrokerId(1)],
+            partition_epoch: sluice_replication::records::PartitionEpoch(10),
+        };
+        let answer = alter_partition_response(core::AlterPartitionResponse {
+            error_code: 0,
+            partitions: vec![result(3, 0), result(4, 95)],
+        });
+        assert_eq!(answer.topics.len(), 1);
+        let parts = &answer.topics[0].partitions;
+        assert_eq!(
+            parts
+                .iter()
+                .map(|p| (p.partition_index, p.error_code, p.partition_epoch))
+                .collect::<Vec<_>>(),
+            vec![(3, 0, 10), (4, 95, 10)]
+        );
+        assert_eq!(parts[0].isr, vec![kafka_protocol::messages::BrokerId(1)]);
     }
 }

@@ -152,6 +152,8 @@ impl ClusterNode {
         controller.num_partitions = config.num_partitions;
         controller.config_validator = Some(validate_config);
         controller.config_default = Some(config_default);
+        // No follower fetches yet (issue 14): a topic is never given replicas it lacks.
+        controller.replication_factor_max = 1;
         controller.seed = uuid::Uuid::new_v4().as_u64_pair().1;
         quorum.controller = controller;
         let node = MetadataNode::new(quorum, persisted)
