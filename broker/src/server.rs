@@ -261,6 +261,12 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 while !shared.metadata_ready.load(Ordering::SeqCst) && !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(5)).await;
                 }
+                // Each shard applies an image in its own time: in a cluster, every shard serves
+                // only once it has its own copy of the cluster's (shard 0 having one says
+                // nothing of the others).
+                while cluster && shard.image().cluster.is_none() && !STOP.load(Ordering::SeqCst) {
+                    glommio::timer::sleep(Duration::from_millis(5)).await;
+                }
                 let server = if shared.config.process_roles.broker && !STOP.load(Ordering::SeqCst) {
                     let listener = TcpListener::bind(shared.config.listener).map_err(|e| anyhow::anyhow!("shard {id}: binding: {e}"))?;
                     if id == 0 {
