@@ -34,8 +34,6 @@ pub struct TopicMeta {
 pub struct MetadataImage {
     pub version: u64,
     pub topics: BTreeMap<String, TopicMeta>,
-    /// Round-robin cursor for placing new partitions.
-    pub next_shard: u64,
     /// Shards of the running broker; set at start, not persisted meaningfully.
     #[serde(default)]
     pub shards: usize,

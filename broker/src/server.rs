@@ -126,11 +126,7 @@ async fn standalone_start(
     }
     let offsets = crate::group::offsets_topic::OFFSETS_TOPIC;
     if !shard.image().topics.contains_key(offsets) {
-        let mut configs = std::collections::BTreeMap::new();
-        configs.insert("cleanup.policy".to_string(), "compact".to_string());
-        configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
-        let partitions = shard.config().offsets_topic_partitions;
-        match crate::cluster::create_topic(shard, offsets, partitions, configs, false).await {
+        match crate::cluster::create_offsets_topic(shard).await {
             Ok(()) | Err(crate::cluster::CreateError::Exists) => {}
             Err(e) => anyhow::bail!("creating the offsets topic: {e}"),
         }
@@ -235,12 +231,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                         let node = crate::cluster::node::ClusterNode::start(&shard).await?;
                         *shard.cluster.borrow_mut() = Some(node.clone());
                         if cluster {
-                            // A cluster node serves clients once it has the cluster's metadata
-                            // (the quorum's committed log replayed), never from an empty image
-                            // that would name only itself.
-                            while shard.image().cluster.is_none() && !STOP.load(Ordering::SeqCst) {
-                                glommio::timer::sleep(Duration::from_millis(20)).await;
-                            }
+                            // Every shard waits for the cluster's image below.
                             Ok(())
                         } else {
                             standalone_start(&shard, &node).await
@@ -261,9 +252,9 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 while !shared.metadata_ready.load(Ordering::SeqCst) && !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(5)).await;
                 }
-                // Each shard applies an image in its own time: in a cluster, every shard serves
-                // only once it has its own copy of the cluster's (shard 0 having one says
-                // nothing of the others).
+                // A cluster node serves clients once it has the cluster's metadata (the quorum's
+                // committed log replayed), never from an empty image that would name only
+                // itself; each shard applies an image in its own time, so each waits for its own.
                 while cluster && shard.image().cluster.is_none() && !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(5)).await;
                 }

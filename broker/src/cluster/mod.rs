@@ -258,6 +258,23 @@ pub async fn create_topic(
     }
 }
 
+/// Creates `__consumer_offsets` (compacted, 100 MiB segments, `offsets.topic.num.partitions`)
+/// through the controller.
+pub async fn create_offsets_topic(shard: &Rc<Shard>) -> Result<(), CreateError> {
+    let mut configs = std::collections::BTreeMap::new();
+    configs.insert("cleanup.policy".to_string(), "compact".to_string());
+    configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
+    let partitions = shard.config().offsets_topic_partitions;
+    create_topic(
+        shard,
+        crate::group::offsets_topic::OFFSETS_TOPIC,
+        partitions,
+        configs,
+        false,
+    )
+    .await
+}
+
 /// Starts creating `__consumer_offsets` through the controller (the first FindCoordinator
 /// of a new cluster does, as in Kafka). Attempts from different shards or brokers are
 /// harmless: all but one get TOPIC_ALREADY_EXISTS.
@@ -279,12 +296,8 @@ pub fn ensure_offsets_topic(shard: &Rc<Shard>) {
             }
         }
         let _done = Done;
-        let mut configs = std::collections::BTreeMap::new();
-        configs.insert("cleanup.policy".to_string(), "compact".to_string());
-        configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
-        let partitions = shard.config().offsets_topic_partitions;
-        match create_topic(&shard, crate::group::offsets_topic::OFFSETS_TOPIC, partitions, configs, false).await {
-            Ok(()) => tracing::info!(partitions, "created the offsets topic"),
+        match create_offsets_topic(&shard).await {
+            Ok(()) => tracing::info!("created the offsets topic"),
             Err(CreateError::Exists) => {}
             Err(e) => tracing::warn!(error = %e, "creating the offsets topic failed; the next FindCoordinator tries again"),
         }
