@@ -50,6 +50,13 @@ pub enum LogError {
     Producer(#[from] crate::producer_state::ProducerError),
     #[error("the log is closed (shutting down)")]
     Closed,
+    /// A replica was handed a batch that does not continue its log (Kafka's
+    /// `UnexpectedAppendOffsetException`): the follower must truncate or refetch.
+    #[error("batch at offset {base_offset} does not continue the log ending at {log_end_offset}")]
+    UnexpectedAppendOffset {
+        base_offset: Offset,
+        log_end_offset: Offset,
+    },
     #[error("offset {offset} was truncated away before it became durable")]
     Truncated { offset: Offset },
     #[error("disk full: {0}")]

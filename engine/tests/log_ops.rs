@@ -892,3 +892,176 @@ fn a_log_emptied_and_started_over_continues_from_the_new_offset_across_restarts(
         assert!(log.truncate_fully_and_start_at(Offset(-1)).await.is_err());
     });
 }
+
+/// Every batch of `log`, as stored, from its start.
+async fn raw_batches(log: &Log<MemStorage>) -> Vec<bytes::Bytes> {
+    let mut out = Vec::new();
+    let mut cur = log.log_start_offset();
+    loop {
+        let batches = log.read(cur, 1 << 20, Offset(i64::MAX)).await.unwrap();
+        if batches.is_empty() {
+            return out;
+        }
+        for b in batches {
+            cur = b.last_offset.next();
+            out.push(b.bytes);
+        }
+    }
+}
+
+#[test]
+fn a_follower_stores_the_leaders_batches_as_they_are_and_knows_its_producers() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let config = LogConfig {
+            segment_bytes: 256,
+            compression_type: CompressionType::Codec(Compression::Gzip),
+            ..LogConfig::default()
+        };
+        let leader = open(&storage, "/follow/leader-0", config.clone(), Clock::System).await;
+        let mut seq = 0;
+        for epoch in [0, 0, 3, 3, 3, 7] {
+            leader
+                .append(producer_batch(42, 0, seq, 3), LeaderEpoch(epoch))
+                .await
+                .unwrap();
+            seq += 3;
+            append(&leader, Some(b"k"), None, 5).await;
+        }
+        let from_leader = raw_batches(&leader).await;
+        assert_eq!(from_leader.len(), 12);
+
+        // The follower has no recompression to do: the topic config says gzip, the batches
+        // are gzip already, and a follower never recompresses anyway.
+        let follower = open(
+            &storage,
+            "/follow/follower-0",
+            LogConfig {
+                compression_type: CompressionType::Producer,
+                ..config.clone()
+            },
+            Clock::System,
+        )
+        .await;
+        for b in &from_leader {
+            follower
+                .append_as_follower(BytesMut::from(&b[..]))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            follower.flush_for_replica().await.unwrap(),
+            leader.log_end_offset()
+        );
+        assert_eq!(follower.durable_end_offset(), leader.log_end_offset());
+        assert_eq!(raw_batches(&follower).await, from_leader, "byte for byte");
+        assert_eq!(
+            follower.leader_epochs(),
+            vec![
+                (LeaderEpoch(0), Offset(0)),
+                (LeaderEpoch(3), Offset(8)),
+                (LeaderEpoch(7), Offset(20))
+            ]
+        );
+        assert_eq!(follower.leader_epochs(), leader.leader_epochs());
+        assert!(
+            follower.segment_count() > 2,
+            "the follower rolls its own segments"
+        );
+
+        // A batch that does not continue the log is refused and changes nothing.
+        let end = follower.log_end_offset();
+        assert!(matches!(
+            follower
+                .append_as_follower(BytesMut::from(&from_leader[3][..]))
+                .await,
+            Err(LogError::UnexpectedAppendOffset { base_offset, log_end_offset })
+                if base_offset == Offset(7) && log_end_offset == end
+        ));
+        let mut corrupt = BytesMut::from(&from_leader[0][..]);
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff;
+        assert!(follower.append_as_follower(corrupt).await.is_err());
+        assert_eq!(follower.log_end_offset(), end);
+
+        // The producer state came with the batches: as leader after a crash, the follower
+        // answers the producer's retry with the original offsets and takes its next batch.
+        drop(follower);
+        let follower = open(
+            &storage,
+            "/follow/follower-0",
+            config.clone(),
+            Clock::System,
+        )
+        .await;
+        assert_eq!(raw_batches(&follower).await, from_leader);
+        let retry = follower
+            .append(producer_batch(42, 0, seq - 3, 3), LeaderEpoch(8))
+            .await
+            .unwrap();
+        assert_eq!(retry.base_offset, Offset(20));
+        let next = follower
+            .append(producer_batch(42, 0, seq, 1), LeaderEpoch(8))
+            .await
+            .unwrap();
+        assert_eq!(next.base_offset, end);
+
+        // Truncated back into epoch 3 (KIP-101), the follower takes the leader's batches from
+        // there again.
+        assert_eq!(follower.truncate_to(Offset(12)).await.unwrap(), Offset(12));
+        assert_eq!(
+            follower.leader_epochs(),
+            vec![(LeaderEpoch(0), Offset(0)), (LeaderEpoch(3), Offset(8))]
+        );
+        for b in &from_leader[6..] {
+            follower
+                .append_as_follower(BytesMut::from(&b[..]))
+                .await
+                .unwrap();
+        }
+        follower.flush_for_replica().await.unwrap();
+        assert_eq!(raw_batches(&follower).await, from_leader);
+    });
+}
+
+#[test]
+fn a_follower_takes_batches_past_a_compaction_gap() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let leader = open(
+            &storage,
+            "/gap/leader-0",
+            LogConfig::default(),
+            Clock::System,
+        )
+        .await;
+        for i in 0..5 {
+            append(&leader, Some(b"k"), Some(&[i]), 5).await;
+        }
+        let batches = raw_batches(&leader).await;
+        let follower = open(
+            &storage,
+            "/gap/follower-0",
+            LogConfig::default(),
+            Clock::System,
+        )
+        .await;
+        // Offsets 1 and 2 were compacted away on the leader.
+        for i in [0, 3, 4] {
+            follower
+                .append_as_follower(BytesMut::from(&batches[i][..]))
+                .await
+                .unwrap();
+        }
+        follower.flush_for_replica().await.unwrap();
+        assert_eq!(follower.log_end_offset(), Offset(5));
+        let got: Vec<i64> = all_records(&follower).await.iter().map(|r| r.0).collect();
+        assert_eq!(got, vec![0, 3, 4]);
+        let read = follower.read(Offset(1), 1 << 20, Offset(5)).await.unwrap();
+        assert_eq!(
+            read[0].base_offset,
+            Offset(3),
+            "a read inside the gap starts past it"
+        );
+    });
+}

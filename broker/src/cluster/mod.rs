@@ -18,9 +18,16 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use crate::metadata::MetadataImage;
 use crate::shard::Shard;
 
-/// How long a node waits after a committed change for its own shards to see it, so that a
-/// client's next request to this broker finds what it just created.
+/// How long a node waits at least after a committed change for its own shards to see it, so
+/// that a client's next request to this broker finds what it just created. Requests that carry
+/// a timeout (CreateTopics, DeleteTopics, CreatePartitions) wait up to it when it is longer:
+/// opening a thousand new partitions on a busy host can take longer than this.
 pub const APPLIED_WAIT: Duration = Duration::from_secs(5);
+
+/// How long to wait for this node's shards: the request's own timeout, at least [`APPLIED_WAIT`].
+fn applied_wait(timeout_ms: i32) -> Duration {
+    Duration::from_millis(timeout_ms.max(0) as u64).max(APPLIED_WAIT)
+}
 
 /// Shard 0's metadata node, waiting for it during start-up (client listeners open on every
 /// shard while shard 0 may still be starting it).
@@ -35,12 +42,13 @@ async fn metadata_node(shard0: &Rc<Shard>) -> Option<Rc<node::ClusterNode>> {
 }
 
 /// Runs an admin request at the active controller, from any shard (`ClusterNode::admin`), then
-/// waits until this node's image satisfies `applied` (at most [`APPLIED_WAIT`]).
+/// waits until this node's image satisfies `applied` (at most `wait`).
 pub async fn admin<P>(
     shard: &Rc<Shard>,
     key: ApiKey,
     version: i16,
     request: RequestKind,
+    wait: Duration,
     applied: P,
 ) -> ResponseKind
 where
@@ -56,8 +64,13 @@ where
                 );
             };
             let response = node.admin(key, version, request).await;
+            // Answered by this node as the active controller, its own image has the change
+            // now and its shards get it next: the client's next request on this connection
+            // (a DescribeConfigs after an AlterConfigs) sees it. Forwarded, this node's image
+            // may still lag, and `applied` says what to wait for.
+            let offset = node.applied_offset();
             if !node
-                .wait_for_image(&s0, APPLIED_WAIT, |image| applied(&response, image))
+                .wait_for_image(&s0, wait, offset, |image| applied(&response, image))
                 .await
             {
                 tracing::warn!(
@@ -77,11 +90,13 @@ pub async fn create_topics(
     version: i16,
 ) -> kafka_protocol::messages::CreateTopicsResponse {
     let validate_only = request.validate_only;
+    let wait = applied_wait(request.timeout_ms);
     let response = admin(
         shard,
         ApiKey::CreateTopics,
         version,
         RequestKind::CreateTopics(request),
+        wait,
         move |response, image| match response {
             ResponseKind::CreateTopics(r) => {
                 validate_only
@@ -109,11 +124,13 @@ pub async fn delete_topics(
     request: kafka_protocol::messages::DeleteTopicsRequest,
     version: i16,
 ) -> kafka_protocol::messages::DeleteTopicsResponse {
+    let wait = applied_wait(request.timeout_ms);
     let response = admin(
         shard,
         ApiKey::DeleteTopics,
         version,
         RequestKind::DeleteTopics(request),
+        wait,
         |response, image| match response {
             ResponseKind::DeleteTopics(r) => {
                 r.responses
@@ -146,11 +163,13 @@ pub async fn create_partitions(
         .map(|t| (t.name.0.to_string(), t.count.max(0) as usize))
         .collect();
     let validate_only = request.validate_only;
+    let wait = applied_wait(request.timeout_ms);
     let response = admin(
         shard,
         ApiKey::CreatePartitions,
         version,
         RequestKind::CreatePartitions(request),
+        wait,
         move |response, image| match response {
             ResponseKind::CreatePartitions(r) => {
                 validate_only
@@ -183,6 +202,7 @@ pub async fn incremental_alter_configs(
         ApiKey::IncrementalAlterConfigs,
         version,
         RequestKind::IncrementalAlterConfigs(request),
+        APPLIED_WAIT,
         |_, _| true,
     )
     .await;

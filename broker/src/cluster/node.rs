@@ -396,17 +396,24 @@ impl ClusterNode {
         }
     }
 
-    /// Waits until every shard has an image that satisfies `done`, or `timeout` passes.
+    /// The metadata offset this node's own image has applied (its shards may not have it yet).
+    pub fn applied_offset(&self) -> i64 {
+        self.node.borrow().image().offset().0
+    }
+
+    /// Waits until every shard has an image of at least metadata offset `offset` that
+    /// satisfies `done`, or `timeout` passes.
     pub async fn wait_for_image(
         &self,
         shard0: &Rc<Shard>,
         timeout: Duration,
+        offset: i64,
         done: impl Fn(&crate::metadata::MetadataImage) -> bool,
     ) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             let listener = self.published_event.listen();
-            if done(&shard0.image()) {
+            if self.published.get() >= offset && done(&shard0.image()) {
                 return true;
             }
             let now = Instant::now();
@@ -618,7 +625,7 @@ impl ClusterNode {
         };
         let names: Vec<String> = old.topics.keys().cloned().collect();
         if !self
-            .wait_for_image(shard0, APPLIED_WAIT_MIGRATION, |image| {
+            .wait_for_image(shard0, APPLIED_WAIT_MIGRATION, -1, |image| {
                 names.iter().all(|n| image.topics.contains_key(n))
             })
             .await

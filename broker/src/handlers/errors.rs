@@ -22,6 +22,8 @@ pub fn log_error_code(error: &LogError) -> i16 {
             ResponseError::KafkaStorageError
         }
         LogError::Truncated { .. } => ResponseError::NotLeaderOrFollower,
+        // Only a follower's append meets it; its fetcher refetches from its own log end.
+        LogError::UnexpectedAppendOffset { .. } => ResponseError::UnknownServerError,
         LogError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
             ResponseError::OutOfOrderSequenceNumber
         }

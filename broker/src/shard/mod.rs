@@ -209,33 +209,59 @@ impl Shard {
                 .effective_topic_configs(self.config().node_id, topic),
         )
         .map_err(|e| anyhow::anyhow!("topic {}: {e}", topic.name))?;
-        for (index, &owner) in topic.shards.iter().enumerate() {
-            if owner == crate::metadata::NOT_HOSTED
-                || owner as usize % self.shared.shards != self.id
-            {
-                continue;
+        let wanted: Vec<usize> = topic
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|&(index, &owner)| {
+                owner != crate::metadata::NOT_HOSTED
+                    && owner as usize % self.shared.shards == self.id
+                    && !self
+                        .partitions
+                        .borrow()
+                        .contains_key(&(topic.name.clone(), index as i32))
+            })
+            .map(|(index, _)| index)
+            .collect();
+        // Logs opened at once: each open waits on its own file creation and preallocation, so
+        // a topic of a thousand partitions opened one after another takes seconds.
+        const OPENING_AT_ONCE: usize = 64;
+        for chunk in wanted.chunks(OPENING_AT_ONCE) {
+            let opening: Vec<_> = chunk
+                .iter()
+                .map(|&index| {
+                    let dir = self
+                        .config()
+                        .data_dir
+                        .join(format!("{}-{}", topic.name, index));
+                    let (config, cache) = (config.clone(), self.cache.clone());
+                    glommio::spawn_local(async move {
+                        Log::open(DmaStorage::new(), dir, config, cache, Clock::System).await
+                    })
+                })
+                .collect();
+            // Every open is awaited, even after one fails, so none is left running.
+            let mut first_error = None;
+            for (task, &index) in opening.into_iter().zip(chunk) {
+                match task.await {
+                    Ok(log) => {
+                        let partition = Rc::new(Partition::new(log));
+                        self.partitions
+                            .borrow_mut()
+                            .insert((topic.name.clone(), index as i32), partition.clone());
+                        opened.push(partition);
+                        indexes.push(index);
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert_with(|| {
+                            anyhow::anyhow!("opening {}-{}: {e}", topic.name, index)
+                        });
+                    }
+                }
             }
-            let key = (topic.name.clone(), index as i32);
-            if self.partitions.borrow().contains_key(&key) {
-                continue;
+            if let Some(e) = first_error {
+                return Err(e);
             }
-            let dir = self
-                .config()
-                .data_dir
-                .join(format!("{}-{}", topic.name, index));
-            let log = Log::open(
-                DmaStorage::new(),
-                dir,
-                config.clone(),
-                self.cache.clone(),
-                Clock::System,
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("opening {}-{}: {e}", topic.name, index))?;
-            let partition = Rc::new(Partition::new(log));
-            self.partitions.borrow_mut().insert(key, partition.clone());
-            opened.push(partition);
-            indexes.push(index);
         }
         if !indexes.is_empty() {
             tracing::info!(topic = %topic.name, shard = self.id, partitions = ?indexes, "opened partitions");

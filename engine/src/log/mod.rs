@@ -433,6 +433,106 @@ impl<S: Storage> Log<S> {
         Ok(info)
     }
 
+    /// Appends a batch as a follower replica: as the leader stored it, with its offsets, leader
+    /// epoch and timestamps, neither recompressed nor checked against producer sequences (the
+    /// leader did that); the producer state is updated from it, so a follower that becomes leader
+    /// knows every idempotent producer (Kafka's `appendAsFollower`). The batch must start at or
+    /// past the log end (past it where the leader's compaction removed whole batches). Returns
+    /// once the batch is buffered, without waiting for durability: the replica fetcher asks for
+    /// that with [`Log::flush_for_replica`] after a whole fetch's batches are in.
+    pub async fn append_as_follower(&self, batch: BytesMut) -> Result<AppendInfo> {
+        self.check_usable()?;
+        let config = self.config();
+        let len = batch.len() as u64;
+        let (base, last, epoch) = {
+            let header = batch::verify(&batch)?;
+            (
+                header.base_offset(),
+                header.last_offset(),
+                header.partition_leader_epoch(),
+            )
+        };
+        if last < base {
+            return Err(BatchError::BadRecordCount {
+                record_count: 0,
+                last_offset_delta: (last.0 - base.0) as i32,
+            }
+            .into());
+        }
+        let ticket = self.ticket();
+        let turn = self.wait_turn(ticket).await;
+        loop {
+            let now = self.clock.now_ms();
+            if self.has_room(len, now, &config) {
+                break;
+            }
+            let _io = self.io.lock().await;
+            self.check_usable()?;
+            if self.has_room(len, now, &config) {
+                break;
+            }
+            self.make_room_locked(len, now, &config).await?;
+        }
+        let now = self.clock.now_ms();
+        let info = {
+            let mut st = self.state.borrow_mut();
+            if base < st.log_end_offset {
+                return Err(LogError::UnexpectedAppendOffset {
+                    base_offset: base,
+                    log_end_offset: st.log_end_offset,
+                });
+            }
+            let bytes = batch.freeze();
+            let header = BatchHeader::parse(&bytes).expect("verified");
+            st.producers.record(&header, base, last);
+            let seg = st.active_mut();
+            let position = seg.size;
+            seg.track_batch(&header, position, config.index_interval_bytes);
+            seg.first_append_ms.get_or_insert(now);
+            seg.last_modified_ms = Some(now);
+            seg.appender
+                .as_mut()
+                .expect("active segment has an appender")
+                .push(PendingBatch {
+                    base_offset: base,
+                    last_offset: last,
+                    bytes: bytes.clone(),
+                });
+            st.log_end_offset = last.next();
+            if epoch.0 >= 0 && st.epochs.last().is_none_or(|&(e, _)| epoch > e) {
+                st.epochs.push((epoch, base));
+                st.epochs_dirty = true;
+            }
+            st.check_invariants();
+            self.cache.insert(self.cache_id, base, last, bytes);
+            AppendInfo {
+                base_offset: base,
+                last_offset: last,
+                log_append_time: Timestamp::NONE,
+                log_start_offset: st.log_start_offset,
+            }
+        };
+        drop(turn);
+        {
+            let mut stats = self.stats.borrow_mut();
+            stats.appends += 1;
+            stats.appended_bytes += len;
+        }
+        Ok(info)
+    }
+
+    /// Makes everything a follower appended as durable as `flush.mode` asks, and returns the
+    /// offset it may report to its leader as fetched: fdatasync'd under `batch` (so the
+    /// leader's high watermark counts only records on every in-sync replica's disk), written
+    /// otherwise.
+    pub async fn flush_for_replica(&self) -> Result<Offset> {
+        self.check_usable()?;
+        let mode = self.config().flush_mode;
+        let end = self.log_end_offset();
+        self.wait_durable(end, mode).await?;
+        Ok(self.high_watermark())
+    }
+
     /// Validates a batch for appending and brings it into the form the log stores: recompressed
     /// with the topic's `compression.type` when that names another codec than the producer's,
     /// as Kafka's `LogValidator` does (control batches keep theirs, as in Kafka). Returns the
