@@ -91,6 +91,12 @@ pub struct BrokerConfig {
     /// `log.retention.check.interval.ms`: how often each shard applies time and size retention
     /// to its partitions.
     pub log_retention_check_interval_ms: u64,
+    /// `replica.lag.time.max.ms`: an in-sync follower that has not caught up with its leader
+    /// for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
+    /// `replica.fetch.wait.max.ms`: how long a follower's fetch waits at its leader for new
+    /// records.
+    pub replica_fetch_wait_max_ms: u64,
     /// `log.cleaner.backoff.ms`: how often each shard compacts its `cleanup.policy=compact`
     /// partitions. Kafka's cleaner sleeps this long when it finds nothing to clean.
     pub log_cleaner_backoff_ms: u64,
@@ -291,6 +297,10 @@ pub const GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT: i64 = 1_800_000;
 
 /// Kafka's default `log.retention.check.interval.ms` (5 minutes).
 pub const LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
+/// Kafka's `replica.lag.time.max.ms` default.
+pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 30_000;
+/// Kafka's `replica.fetch.wait.max.ms` default.
+pub const REPLICA_FETCH_WAIT_MAX_MS_DEFAULT: u64 = 500;
 
 /// Sluice's default `log.cleaner.backoff.ms`, one minute (Kafka's is 15 s). Kafka's cleaner
 /// tracks each log's dirty ratio and cleans only logs past `min.cleanable.dirty.ratio`; Sluice
@@ -362,6 +372,8 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: CONNECTIONS_MAX_IDLE_MS_DEFAULT,
             max_in_flight_requests_per_connection: IN_FLIGHT_PER_CONNECTION_MAX,
             log_retention_check_interval_ms: LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT,
+            replica_lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
+            replica_fetch_wait_max_ms: REPLICA_FETCH_WAIT_MAX_MS_DEFAULT,
             group_min_session_timeout_ms: GROUP_MIN_SESSION_TIMEOUT_MS_DEFAULT,
             group_max_session_timeout_ms: GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT,
             log_cleaner_backoff_ms: LOG_CLEANER_BACKOFF_MS_DEFAULT,
@@ -431,6 +443,10 @@ struct FileConfig {
     max_in_flight_requests_per_connection: Option<usize>,
     #[serde(rename = "log.retention.check.interval.ms")]
     log_retention_check_interval_ms: Option<u64>,
+    #[serde(rename = "replica.lag.time.max.ms")]
+    replica_lag_time_max_ms: Option<u64>,
+    #[serde(rename = "replica.fetch.wait.max.ms")]
+    replica_fetch_wait_max_ms: Option<u64>,
     #[serde(rename = "group.min.session.timeout.ms")]
     group_min_session_timeout_ms: Option<i64>,
     #[serde(rename = "group.max.session.timeout.ms")]
@@ -597,6 +613,12 @@ impl BrokerConfig {
         if let Some(v) = file.log_retention_check_interval_ms {
             self.log_retention_check_interval_ms = v;
         }
+        if let Some(v) = file.replica_lag_time_max_ms {
+            self.replica_lag_time_max_ms = v;
+        }
+        if let Some(v) = file.replica_fetch_wait_max_ms {
+            self.replica_fetch_wait_max_ms = v;
+        }
         if let Some(v) = file.group_min_session_timeout_ms {
             self.group_min_session_timeout_ms = v;
         }
@@ -628,6 +650,9 @@ impl BrokerConfig {
                 self.group_min_session_timeout_ms,
                 self.group_max_session_timeout_ms
             );
+        }
+        if self.replica_lag_time_max_ms == 0 {
+            anyhow::bail!("replica.lag.time.max.ms must be at least 1 (Kafka's default is 30000)");
         }
         if self.log_retention_check_interval_ms == 0 {
             anyhow::bail!(

@@ -128,6 +128,14 @@ struct ServeArgs {
     /// Default 300000, as Kafka.
     #[arg(long)]
     log_retention_check_interval_ms: Option<u64>,
+    /// How long an in-sync follower may go without catching up before it leaves the ISR
+    /// (`replica.lag.time.max.ms`). Default 30000, as Kafka.
+    #[arg(long)]
+    replica_lag_time_max_ms: Option<u64>,
+    /// How long a follower's fetch waits at its leader for new records
+    /// (`replica.fetch.wait.max.ms`). Default 500, as Kafka.
+    #[arg(long)]
+    replica_fetch_wait_max_ms: Option<u64>,
     /// How often compacted topics are cleaned (`log.cleaner.backoff.ms`). Default 60000.
     #[arg(long)]
     log_cleaner_backoff_ms: Option<u64>,
@@ -208,6 +216,12 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.log_retention_check_interval_ms {
         config.log_retention_check_interval_ms = v;
+    }
+    if let Some(v) = args.replica_lag_time_max_ms {
+        config.replica_lag_time_max_ms = v;
+    }
+    if let Some(v) = args.replica_fetch_wait_max_ms {
+        config.replica_fetch_wait_max_ms = v;
     }
     if let Some(v) = args.log_cleaner_backoff_ms {
         config.log_cleaner_backoff_ms = v;

@@ -337,6 +337,12 @@ pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, Strin
                 c.segment_bytes = v as u64;
             }
             "segment.ms" => c.segment_ms = int()?.max(1),
+            // Replication's, not the log's: the partition's leader reads it.
+            "min.insync.replicas" => {
+                if int()? < 1 {
+                    return Err(format!("min.insync.replicas={value} must be at least 1"));
+                }
+            }
             other => return Err(format!("unknown topic config {other:?}")),
         }
     }

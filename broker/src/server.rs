@@ -106,6 +106,27 @@ async fn standalone_start(
         }
         glommio::timer::sleep(Duration::from_millis(5)).await;
     }
+    // Every shard leads its partitions only once its image holds this run's registration,
+    // unfenced: before that a produce would be told NOT_LEADER_OR_FOLLOWER.
+    let me = shard.config().node_id;
+    let epoch = shard.shared.broker_epoch.load(Ordering::Acquire);
+    let registered = node
+        .wait_for_image(
+            shard,
+            Duration::from_secs(30),
+            node.applied_offset(),
+            |image| {
+                image
+                    .cluster
+                    .as_ref()
+                    .and_then(|c| c.broker(me))
+                    .is_some_and(|b| !b.fenced && b.epoch == epoch)
+            },
+        )
+        .await;
+    if !registered {
+        tracing::warn!("this broker's registration did not reach every shard in time");
+    }
     node.check_applied()?;
     let file = MetadataImage::path(&data_dir);
     if file.exists() {
@@ -182,6 +203,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
         opened: std::sync::atomic::AtomicUsize::new(0),
         handed_over: std::sync::atomic::AtomicBool::new(false),
         metadata_ready: std::sync::atomic::AtomicBool::new(false),
+        broker_epoch: std::sync::atomic::AtomicI64::new(-1),
     });
     let meshes = mesh_builders(shards);
     tracing::info!(shards, node_id = config.node_id, roles = %config.process_roles, cluster_id = %config.cluster_id, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");

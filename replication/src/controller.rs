@@ -855,8 +855,7 @@ impl Controller {
         let max = self.config.replication_factor_max.max(1) as usize;
         if replicas > max {
             return Err(format!(
-                "A replication factor of {replicas} is not supported yet: partitions are not \
-                 replicated between brokers in this version, so at most {max}."
+                "A replication factor of {replicas} is more than this cluster allows ({max})."
             ));
         }
         Ok(())
@@ -2020,7 +2019,10 @@ mod tests {
         }
         let r = h.create(topic("r3", 2, 3), false);
         assert_eq!(r.error_code, INVALID_REPLICATION_FACTOR);
-        assert!(r.error_message.unwrap().contains("not supported yet"));
+        assert!(r
+            .error_message
+            .unwrap()
+            .contains("more than this cluster allows"));
         // More than there are brokers: Kafka's own answer still.
         let r = h.create(topic("r9", 2, 9), false);
         assert!(r.error_message.unwrap().contains("cannot be reached"));

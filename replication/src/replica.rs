@@ -74,7 +74,8 @@ pub struct LeaderState {
     /// The leader's log end when this leadership began: a follower is caught up with this
     /// epoch only once it has reached it.
     epoch_start_offset: i64,
-    config: ReplicaConfig,
+    /// Changes with the topic's configs (`min.insync.replicas`) and the broker's.
+    pub config: ReplicaConfig,
 }
 
 /// The state a partition's leadership starts from (from the metadata image and the log).

@@ -194,16 +194,15 @@ def test_a_topic_spreads_over_the_brokers_and_reads_back_complete_and_in_order(c
         last_value[key] = value
 
 
-def test_replication_factors_above_one_are_refused_until_followers_replicate(cluster):
-    # Placing three replicas that do not replicate would list an ISR of three in Metadata that
-    # holds one copy: refused, clearly, until replication exists (issue 14).
+def test_a_replication_factor_above_the_broker_count_is_refused_as_kafka_refuses_it(cluster):
     a = admin(cluster.nodes[0].bootstrap)
-    futures = a.create_topics([NewTopic("three-copies", num_partitions=2, replication_factor=3)])
+    futures = a.create_topics([NewTopic("four-copies", num_partitions=2, replication_factor=4)])
     with pytest.raises(Exception) as refused:
-        futures["three-copies"].result(timeout=30)
+        futures["four-copies"].result(timeout=30)
     error = refused.value.args[0]
-    assert error.code() == 38 and "not supported yet" in error.str(), error  # INVALID_REPLICATION_FACTOR
-    assert "three-copies" not in a.list_topics(timeout=10).topics
+    # INVALID_REPLICATION_FACTOR, with Kafka's message.
+    assert error.code() == 38 and "only 3 broker(s) are registered" in error.str(), error
+    assert "four-copies" not in a.list_topics(timeout=10).topics
 
 
 def test_the_metadata_survives_a_restart_of_every_node(cluster):

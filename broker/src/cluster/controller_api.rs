@@ -514,6 +514,26 @@ pub fn core_response(response: &ResponseKind) -> Option<core::ControllerResponse
                 producer_id_len: r.producer_id_len,
             })
         }
+        ResponseKind::AlterPartition(r) => R::AlterPartition(core::AlterPartitionResponse {
+            error_code: r.error_code,
+            partitions: r
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions.iter().map(|p| core::AlterPartitionResult {
+                        topic_id: TopicId(t.topic_id),
+                        partition_id: p.partition_index,
+                        error_code: p.error_code,
+                        leader: BrokerId(p.leader_id.0),
+                        leader_epoch: sluice_replication::records::LeaderEpoch(p.leader_epoch),
+                        isr: p.isr.iter().map(|b| BrokerId(b.0)).collect(),
+                        partition_epoch: sluice_replication::records::PartitionEpoch(
+                            p.partition_epoch,
+                        ),
+                    })
+                })
+                .collect(),
+        }),
         _ => return None,
     })
 }
@@ -567,8 +587,50 @@ pub fn kafka_request(request: &core::ControllerRequest) -> Option<(ApiKey, i16, 
                     .with_broker_epoch(r.broker_epoch.0),
             ),
         ),
+        C::AlterPartition(r) => (
+            ApiKey::AlterPartition,
+            3,
+            RequestKind::AlterPartition(alter_partition_request(r)),
+        ),
         _ => return None,
     })
+}
+
+/// The core's AlterPartition as Kafka's version 3 (ISR members with their broker epochs),
+/// partitions grouped under their topics in the order they come.
+fn alter_partition_request(r: &core::AlterPartitionRequest) -> AlterPartitionRequest {
+    use kafka_protocol::messages::alter_partition_request::{
+        BrokerState, PartitionData, TopicData,
+    };
+    let mut topics: Vec<TopicData> = Vec::new();
+    for p in &r.partitions {
+        let data = PartitionData::default()
+            .with_partition_index(p.partition_id)
+            .with_leader_epoch(p.leader_epoch.0)
+            .with_partition_epoch(p.partition_epoch.0)
+            .with_new_isr_with_epochs(
+                p.new_isr
+                    .iter()
+                    .map(|(b, e)| {
+                        BrokerState::default()
+                            .with_broker_id(kafka_protocol::messages::BrokerId(b.0))
+                            .with_broker_epoch(e.0)
+                    })
+                    .collect(),
+            );
+        match topics.iter_mut().find(|t| t.topic_id == p.topic_id.0) {
+            Some(t) => t.partitions.push(data),
+            None => topics.push(
+                TopicData::default()
+                    .with_topic_id(p.topic_id.0)
+                    .with_partitions(vec![data]),
+            ),
+        }
+    }
+    AlterPartitionRequest::default()
+        .with_broker_id(kafka_protocol::messages::BrokerId(r.broker_id.0))
+        .with_broker_epoch(r.broker_epoch.0)
+        .with_topics(topics)
 }
 
 fn message(m: Option<String>) -> Option<StrBytes> {

@@ -82,6 +82,8 @@ pub struct ClusterNode {
     published_event: event_listener::Event,
     last_leader: Cell<Option<u64>>,
     broker_epoch: Cell<i64>,
+    /// What every shard shares (the broker epoch is published there for the replica fetchers).
+    shared: std::sync::Arc<crate::shard::Shared>,
     /// Whether this broker is unfenced (its last heartbeat said so).
     unfenced: Cell<bool>,
     /// Set by a clean shutdown: the driver stops before its next Ready.
@@ -152,8 +154,6 @@ impl ClusterNode {
         controller.num_partitions = config.num_partitions;
         controller.config_validator = Some(validate_config);
         controller.config_default = Some(config_default);
-        // No follower fetches yet (issue 14): a topic is never given replicas it lacks.
-        controller.replication_factor_max = 1;
         controller.seed = uuid::Uuid::new_v4().as_u64_pair().1;
         quorum.controller = controller;
         let node = MetadataNode::new(quorum, persisted)
@@ -184,6 +184,7 @@ impl ClusterNode {
             published_event: event_listener::Event::new(),
             last_leader: Cell::new(None),
             broker_epoch: Cell::new(-1),
+            shared: shard0.shared.clone(),
             unfenced: Cell::new(false),
             closed: Cell::new(false),
             producer_ids: Cell::new((0, 0)),
@@ -498,6 +499,9 @@ impl ClusterNode {
             match self.controller_call(request).await {
                 Some(core::ControllerResponse::BrokerRegistration(r)) if r.error_code == 0 => {
                     self.broker_epoch.set(r.broker_epoch);
+                    self.shared
+                        .broker_epoch
+                        .store(r.broker_epoch, std::sync::atomic::Ordering::Release);
                     tracing::info!(
                         broker_epoch = r.broker_epoch,
                         previous_broker_epoch = previous_epoch,
@@ -716,6 +720,26 @@ impl ClusterNode {
             }
             other => {
                 tracing::warn!(answer = ?other, "no block of producer ids from the controller");
+                None
+            }
+        }
+    }
+
+    /// Sends a partition leader's ISR changes to the active controller (AlterPartition, as
+    /// Kafka's leaders do). `None` when no controller answered.
+    pub async fn alter_partition(
+        &self,
+        partitions: Vec<core::AlterPartitionItem>,
+    ) -> Option<core::AlterPartitionResponse> {
+        let request = core::ControllerRequest::AlterPartition(core::AlterPartitionRequest {
+            broker_id: BrokerId(self.node_id),
+            broker_epoch: sluice_replication::records::BrokerEpoch(self.broker_epoch.get()),
+            partitions,
+        });
+        match self.controller_call(request).await? {
+            core::ControllerResponse::AlterPartition(r) => Some(r),
+            other => {
+                tracing::warn!(answer = ?other, "unexpected answer to AlterPartition");
                 None
             }
         }

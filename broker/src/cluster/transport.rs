@@ -196,7 +196,7 @@ impl Transport {
     }
 }
 
-async fn connect(addr: &str) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect(addr: &str) -> std::io::Result<TcpStream> {
     let addr: SocketAddr = match addr.parse() {
         Ok(a) => a,
         Err(_) => std::net::ToSocketAddrs::to_socket_addrs(addr)?
@@ -219,7 +219,7 @@ async fn connect(addr: &str) -> std::io::Result<TcpStream> {
 }
 
 /// Reads one frame's body (after its size).
-async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
+pub(crate) async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     reader: &mut R,
 ) -> std::io::Result<Vec<u8>> {
     let mut size = [0u8; 4];

@@ -19,6 +19,8 @@ pub struct BrokerInfo {
     pub port: u16,
     pub rack: Option<String>,
     pub fenced: bool,
+    /// The epoch of its latest registration.
+    pub epoch: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +28,8 @@ pub struct PartitionInfo {
     /// -1 when the partition has no leader.
     pub leader: i32,
     pub leader_epoch: i32,
+    /// Bumped by every change of the partition's state (AlterPartition's optimistic check).
+    pub partition_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
     pub eligible_leader_replicas: Vec<i32>,
@@ -106,6 +110,7 @@ pub fn broker_image(
                 port: endpoint.map_or(0, |e| e.port),
                 rack: b.rack.clone(),
                 fenced: b.fenced,
+                epoch: b.epoch.0,
             },
         );
     }
@@ -123,6 +128,7 @@ pub fn broker_image(
             partitions.push(PartitionInfo {
                 leader: p.leader.0,
                 leader_epoch: p.leader_epoch.0,
+                partition_epoch: p.partition_epoch.0,
                 replicas: p.replicas.iter().map(|r| r.0).collect(),
                 isr: p.isr.iter().map(|r| r.0).collect(),
                 eligible_leader_replicas: p.eligible_leader_replicas.iter().map(|r| r.0).collect(),

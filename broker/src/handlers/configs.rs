@@ -77,6 +77,8 @@ fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &
         ("connections.max.idle.ms", config.connections_max_idle_ms.to_string(), "A connection that makes no progress for this long is closed."),
         ("log.retention.check.interval.ms", config.log_retention_check_interval_ms.to_string(), "How often each shard applies time and size retention to its partitions."),
         ("log.cleaner.backoff.ms", config.log_cleaner_backoff_ms.to_string(), "How often each shard compacts its cleanup.policy=compact partitions."),
+        ("replica.lag.time.max.ms", config.replica_lag_time_max_ms.to_string(), "An in-sync follower that has not caught up with its leader for this long leaves the ISR."),
+        ("replica.fetch.wait.max.ms", config.replica_fetch_wait_max_ms.to_string(), "How long a follower's fetch waits at its leader for new records."),
         // Sluice's own settings, not Kafka's.
         ("batch.cache.bytes", config.batch_cache_bytes.to_string(), "Sluice: the batch cache budget of each shard, for tail reads."),
         ("fetch.zero.copy", config.fetch_zero_copy.to_string(), "Sluice: records on disk go from the segment files to the socket by splice, never through the broker's memory."),

@@ -37,7 +37,10 @@ pub async fn handle(shard: &Rc<Shard>, request: DeleteRecordsRequest) -> DeleteR
                             let Some(part) = shard.partition(&topic_name, partition) else {
                                 return (ResponseError::UnknownTopicOrPartition.code(), -1);
                             };
-                            let hw = part.log.high_watermark();
+                            if let Err(code) = part.check_leader(-1) {
+                                return (code, -1);
+                            }
+                            let hw = part.high_watermark();
                             let target = if offset == -1 { hw } else { Offset(offset) };
                             if target > hw || target.0 < 0 {
                                 return (ResponseError::OffsetOutOfRange.code(), -1);

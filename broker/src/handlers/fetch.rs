@@ -58,6 +58,10 @@ pub struct Wanted {
     pub partition: i32,
     pub offset: i64,
     pub max_bytes: i32,
+    /// The leader epoch the client expects (-1: none).
+    pub current_leader_epoch: i32,
+    /// A follower's epoch of its last fetched batch (-1: none; KIP-320).
+    pub last_fetched_epoch: i32,
 }
 
 /// Fetch sessions (KIP-227) open on one shard; a client keeps its session on one connection,
@@ -328,6 +332,8 @@ fn wanted_partitions(
                 partition: p.partition,
                 offset: p.fetch_offset,
                 max_bytes: p.partition_max_bytes,
+                current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: p.last_fetched_epoch,
             });
         }
     }
@@ -391,6 +397,12 @@ fn assemble(
             .with_records(Some(records));
         if version >= 11 {
             pd.preferred_read_replica = BrokerId(-1);
+        }
+        if let (Some((epoch, end_offset)), true) = (f.diverging_epoch, version >= 12) {
+            pd.diverging_epoch = pd
+                .diverging_epoch
+                .with_epoch(epoch)
+                .with_end_offset(end_offset);
         }
         let same = current.is_some_and(|t| Arc::ptr_eq(t, &w.topic) || **t == *w.topic);
         match topics.last_mut() {
@@ -517,6 +529,17 @@ pub async fn handle(
         request.max_bytes as usize
     }
     .min(shard.config().fetch_max_bytes);
+    // A follower's fetch (replica id from the request header field before version 15, from
+    // the replica state since): the leader tracks its progress.
+    let replica = if version >= 15 {
+        Some((
+            request.replica_state.replica_id.0,
+            request.replica_state.replica_epoch,
+        ))
+    } else {
+        Some((request.replica_id.0, -1))
+    }
+    .filter(|(id, _)| *id >= 0);
     let reads: Vec<PartitionRead> = wanted
         .iter()
         .map(|w| PartitionRead {
@@ -524,6 +547,9 @@ pub async fn handle(
             partition: w.partition,
             fetch_offset: Offset(w.offset),
             max_bytes: w.max_bytes.max(0) as usize,
+            current_leader_epoch: w.current_leader_epoch,
+            last_fetched_epoch: w.last_fetched_epoch,
+            replica,
         })
         .collect();
     // The shards that own any of the partitions: a long poll waits for appends there.
@@ -618,6 +644,8 @@ mod tests {
                 partition: p,
                 offset: 0,
                 max_bytes: 1 << 20,
+                current_leader_epoch: -1,
+                last_fetched_epoch: -1,
             })
             .collect()
     }
@@ -630,6 +658,7 @@ mod tests {
                 log_start_offset: 0,
                 records: Records::default(),
                 cold: false,
+                diverging_epoch: None,
             })
             .collect()
     }
@@ -678,6 +707,9 @@ mod tests {
                     partition: w.partition,
                     fetch_offset: Offset(w.offset),
                     max_bytes: w.max_bytes as usize,
+                    current_leader_epoch: w.current_leader_epoch,
+                    last_fetched_epoch: w.last_fetched_epoch,
+                    replica: None,
                 })
                 .collect::<Vec<_>>(),
             1 << 20,

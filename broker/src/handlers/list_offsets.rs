@@ -36,8 +36,11 @@ pub async fn lookup(
             let Some(p) = shard.partition(&topic, partition) else {
                 return (ResponseError::UnknownTopicOrPartition.code(), -1, -1);
             };
+            if let Err(code) = p.check_leader(-1) {
+                return (code, -1, -1);
+            }
             let log = &p.log;
-            let hw = log.high_watermark().0;
+            let hw = p.high_watermark().0;
             let found = match timestamp {
                 LATEST => Ok(Some((hw, -1))),
                 // Nothing is tiered: there is no tiered offset, as Kafka answers without

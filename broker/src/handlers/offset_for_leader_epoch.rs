@@ -81,8 +81,8 @@ async fn lookup(
         let code = image.missing_partition_error(shard.config().node_id, &topic, partition);
         return (code, -1, UNDEFINED_OFFSET);
     };
-    // In a cluster the controller's leader epoch is the partition's current one (replication,
-    // which stamps it into batches, comes next); on a single node it is `LEADER_EPOCH`.
+    // The controller's leader epoch is the partition's current one, which its leader stamps
+    // into the batches it appends.
     let leader_epoch = image
         .leader_of(&topic, partition)
         .map_or(LEADER_EPOCH, |(p, _)| LeaderEpoch(p.leader_epoch));
@@ -94,6 +94,9 @@ async fn lookup(
             let Some(p) = shard.partition(&topic, partition) else {
                 return unknown;
             };
+            if let Err(code) = p.check_leader(-1) {
+                return (code, -1, UNDEFINED_OFFSET);
+            }
             let log_end_offset = p.log.log_end_offset();
             let mut epochs = p.log.leader_epochs();
             if epochs.last().is_none_or(|&(e, _)| e < leader_epoch) {

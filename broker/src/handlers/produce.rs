@@ -1,6 +1,10 @@
-//! Produce: each partition's batch goes to the shard that owns the partition; the response
-//! waits until every append is as durable as its topic's `flush.mode` says. With one replica,
-//! acks=1 and acks=all both mean that; acks=0 gets no response at all. A batch refused because
+//! Produce: each partition's batch goes to the shard that owns the partition, which must lead
+//! it; the batch is stamped with the leader epoch. The response waits until every append is as
+//! durable on the leader as its topic's `flush.mode` says (acks=1), and for acks=all also until
+//! the high watermark passed it: every ISR member has it, fdatasync'd under `flush.mode=batch`.
+//! acks=all is refused with NOT_ENOUGH_REPLICAS while the ISR is below `min.insync.replicas`,
+//! and answered NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank below it meanwhile, as in Kafka.
+//! acks=0 gets no response at all. A batch refused because
 //! of some of its records names them in `record_errors` (KIP-467, Produce v8+), so the producer
 //! fails exactly those.
 
@@ -14,7 +18,6 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use sluice_engine::LeaderEpoch;
 
 use futures_channel::oneshot;
 
@@ -52,6 +55,8 @@ async fn append_on_owner(
     topic: String,
     partition: i32,
     records: Option<Bytes>,
+    acks: i16,
+    timeout: std::time::Duration,
     in_order: oneshot::Sender<()>,
 ) -> Outcome {
     let image = shard.image();
@@ -70,17 +75,40 @@ async fn append_on_owner(
             let Some(p) = shard.partition(&topic, partition) else {
                 return Outcome::error(ResponseError::UnknownTopicOrPartition.code(), None);
             };
+            let leader_epoch = match p.check_leader(-1) {
+                Ok(epoch) => epoch,
+                Err(code) => return Outcome::error(code, None),
+            };
+            if acks == -1 {
+                if let Err(code) = p.check_acks_all() {
+                    tracing::debug!(topic = %topic, partition, "acks=all refused: the ISR is below min.insync.replicas");
+                    return Outcome::error(
+                        code,
+                        Some("the in-sync replicas are fewer than min.insync.replicas".into()),
+                    );
+                }
+            }
             // One copy: the log stamps offsets into its own buffer, the request frame is shared.
             let signal = move || {
                 let _ = in_order.send(());
             };
             match p
                 .log
-                .append_signalling(BytesMut::from(&records[..]), LeaderEpoch(0), signal)
+                .append_signalling(BytesMut::from(&records[..]), leader_epoch, signal)
                 .await
             {
                 Ok(info) => {
                     shard.notify_appended();
+                    if acks == -1 {
+                        let code = p.wait_acks_all(info.last_offset.next(), timeout).await;
+                        if code != 0 {
+                            tracing::debug!(topic = %topic, partition, code, "acks=all produce not acknowledged by the ISR");
+                            return Outcome {
+                                log_start_offset: info.log_start_offset.0,
+                                ..Outcome::error(code, None)
+                            };
+                        }
+                    }
                     Outcome {
                         error_code: 0,
                         error_message: None,
@@ -118,6 +146,7 @@ pub async fn handle(
     turn: &mut Turn,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
+    let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     let mut tasks = Vec::new();
     let mut placed = Vec::new();
     for topic in request.topic_data {
@@ -132,7 +161,7 @@ pub async fn handle(
                 let (tx, rx) = oneshot::channel();
                 placed.push(rx);
                 Some(glommio::spawn_local(async move {
-                    append_on_owner(&shard, name, index, p.records, tx).await
+                    append_on_owner(&shard, name, index, p.records, acks, timeout, tx).await
                 }))
             };
             tasks.push((topic.name.clone(), index, task));

@@ -2,9 +2,13 @@
 //! every shard applies each new image to the partitions it owns (open new ones, reconfigure,
 //! delete).
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use sluice_replication::replica::ReplicaConfig;
+
+use super::partition::{Partition, RoleUpdate};
 use super::Shard;
 use crate::metadata::{log_config, MetadataImage};
 
@@ -19,6 +23,65 @@ impl Shard {
             async move { shard.apply_image(image).await }
         })
         .await
+    }
+
+    /// Leads or follows each of this shard's partitions as `image` says, and starts a replica
+    /// fetcher for every leader followed.
+    fn update_roles(self: &Rc<Self>, image: &MetadataImage) {
+        let Some(view) = image.cluster.as_ref() else {
+            return;
+        };
+        let me = self.config().node_id;
+        let lag = self.config().replica_lag_time_max_ms;
+        // A node leads nothing until the image holds the registration it made in this run: a
+        // restarted node first replays its own copy of the metadata log, which may still name
+        // it the leader of partitions that moved while it was down.
+        let epoch = self
+            .shared
+            .broker_epoch
+            .load(std::sync::atomic::Ordering::Acquire);
+        let registered = epoch >= 0 && view.broker(me).is_some_and(|b| b.epoch == epoch);
+        let partitions: Vec<((String, i32), Rc<Partition>)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        let mut leaders = std::collections::BTreeSet::new();
+        let mut min_isr: HashMap<&str, usize> = HashMap::new();
+        for ((topic, index), p) in partitions {
+            let Some(info) = view.partition(&topic, index) else {
+                continue;
+            };
+            let Some(meta) = image.topics.get(&topic) else {
+                continue;
+            };
+            let min_insync_replicas = *min_isr.entry(meta.name.as_str()).or_insert_with(|| {
+                image
+                    .effective_topic_configs(me, meta)
+                    .get("min.insync.replicas")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1)
+            });
+            p.update_role(RoleUpdate {
+                me,
+                leader: if registered { info.leader } else { -1 },
+                leader_epoch: info.leader_epoch,
+                partition_epoch: info.partition_epoch,
+                replicas: &info.replicas,
+                isr: &info.isr,
+                config: ReplicaConfig {
+                    replica_lag_time_max_ms: lag,
+                    min_insync_replicas,
+                },
+            });
+            if registered && info.leader >= 0 && info.leader != me {
+                leaders.insert(info.leader);
+            }
+        }
+        for leader in leaders {
+            super::replication::ensure_fetcher(self, leader);
+        }
     }
 
     /// Brings this shard's partitions in line with `image`.
@@ -108,7 +171,8 @@ impl Shard {
                 Err(e) => errors.push(format!("topic {}: {e}", topic.name)),
             }
         }
-        *self.image.borrow_mut() = image;
+        *self.image.borrow_mut() = image.clone();
+        self.update_roles(&image);
         if errors.is_empty() {
             Ok(())
         } else {

@@ -23,6 +23,7 @@ pub const FLUSH_CHECK_MS: u64 = 50;
 
 impl Shard {
     pub fn start_housekeeping(self: &Rc<Self>) {
+        glommio::spawn_local(super::replication::expire_lagging_followers(self.clone())).detach();
         let shard = self.clone();
         glommio::spawn_local(async move {
             let mut last_retention = Instant::now();

@@ -23,6 +23,7 @@ pub mod apply;
 pub mod housekeeping;
 pub mod partition;
 pub mod read;
+pub mod replication;
 pub mod wake;
 
 pub use partition::Partition;
@@ -48,6 +49,10 @@ pub struct Shared {
     pub handed_over: std::sync::atomic::AtomicBool,
     /// Set by shard 0 once this node has the metadata it serves from (start-up barrier).
     pub metadata_ready: std::sync::atomic::AtomicBool,
+    /// This broker's epoch from its latest registration (-1 before one), which its followers
+    /// fetch with (KIP-903) so a leader never adds a replica to the ISR on a fetch from an
+    /// earlier incarnation.
+    pub broker_epoch: std::sync::atomic::AtomicI64,
 }
 
 pub struct RequestGuard {
@@ -68,6 +73,8 @@ pub struct Shard {
     pub cache: Rc<BatchCache>,
     pub groups: crate::group::GroupCoordinator,
     pub fetch_sessions: RefCell<crate::handlers::fetch::FetchSessions>,
+    /// The leaders this shard's replica fetchers copy from (one fetcher each).
+    pub fetchers: RefCell<std::collections::HashSet<i32>>,
     in_flight: std::cell::Cell<usize>,
     /// The metadata node; on shard 0 only.
     pub cluster: RefCell<Option<Rc<crate::cluster::node::ClusterNode>>>,
@@ -90,6 +97,7 @@ impl Shard {
             cache,
             groups: Default::default(),
             fetch_sessions: Default::default(),
+            fetchers: Default::default(),
             cluster: RefCell::new(None),
             in_flight: std::cell::Cell::new(0),
             senders,

@@ -1,17 +1,283 @@
-//! A partition replica on its owner shard: the log plus what the Kafka layer needs around it.
+//! A partition replica on its owner shard: the log plus its part in replication. As leader it
+//! keeps `sluice_replication::replica::LeaderState` (followers' progress, ISR, high watermark;
+//! the same sans-IO code the simulator drives); as follower what the leader last said. The
+//! metadata image decides which, in `Shard::apply_image`.
 
-use sluice_engine::{DmaStorage, LeaderEpoch, Log};
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
 
-/// The leader epoch of every partition: a single node has led each one since it was created,
-/// and no election ever happened. Appends stamp it; Metadata and OffsetForLeaderEpoch report it.
+use kafka_protocol::ResponseError;
+use sluice_engine::{DmaStorage, LeaderEpoch, Log, Offset};
+use sluice_replication::records::{BrokerEpoch, BrokerId, PartitionEpoch};
+use sluice_replication::replica::{IsrChange, LeaderState, Leadership, ReplicaConfig};
+
+/// The leader epoch of a partition before any image named one (a single node's partitions
+/// from before the cluster era were written at it).
 pub const LEADER_EPOCH: LeaderEpoch = LeaderEpoch(0);
+
+/// What this replica is, as the latest metadata image says.
+pub enum Replica {
+    /// Opened, the image not applied yet: refuses produce and fetch as not the leader.
+    Unknown,
+    Leader(Box<LeaderState>),
+    Follower(Follower),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Follower {
+    pub leader: i32,
+    pub leader_epoch: i32,
+    /// The leader's high watermark as its last fetch response said (-1: not yet).
+    pub high_watermark: i64,
+}
+
+/// The partition's state from the image, for [`Partition::update_role`].
+pub struct RoleUpdate<'a> {
+    pub me: i32,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub replicas: &'a [i32],
+    pub isr: &'a [i32],
+    pub config: ReplicaConfig,
+}
 
 pub struct Partition {
     pub log: Log<DmaStorage>,
+    pub replica: RefCell<Replica>,
+    /// Notified when the high watermark moves, the ISR changes or the leadership ends, on the
+    /// owner shard only (acks=all produces wait here).
+    pub changed: event_listener::Event,
+    /// An AlterPartition is on its way to the controller.
+    pub isr_change_in_flight: std::cell::Cell<bool>,
+}
+
+/// Milliseconds on a clock local to this process, for replica lag.
+pub fn now_ms() -> u64 {
+    thread_local! {
+        static START: Instant = Instant::now();
+    }
+    START.with(|s| s.elapsed().as_millis() as u64)
 }
 
 impl Partition {
     pub fn new(log: Log<DmaStorage>) -> Partition {
-        Partition { log }
+        Partition {
+            log,
+            replica: RefCell::new(Replica::Unknown),
+            changed: event_listener::Event::new(),
+            isr_change_in_flight: std::cell::Cell::new(false),
+        }
+    }
+
+    /// Brings the replica's role in line with the image. Returns true when it became a
+    /// follower of another leader or leader epoch (the replica fetcher must know).
+    pub fn update_role(&self, u: RoleUpdate<'_>) -> bool {
+        let mut replica = self.replica.borrow_mut();
+        let known_hw = match &*replica {
+            Replica::Leader(l) => l.high_watermark(),
+            Replica::Follower(f) => f.high_watermark,
+            Replica::Unknown => -1,
+        };
+        if u.leader == u.me {
+            if let Replica::Leader(l) = &mut *replica {
+                if l.leader_epoch.0 == u.leader_epoch {
+                    // The same leadership: the image brings the committed ISR (the answer to an
+                    // AlterPartition, or a change the controller made itself).
+                    l.on_committed(
+                        u.isr.iter().map(|&b| BrokerId(b)).collect(),
+                        PartitionEpoch(u.partition_epoch),
+                    );
+                    l.config = u.config;
+                    drop(replica);
+                    self.changed.notify(usize::MAX);
+                    return false;
+                }
+            }
+            let log_end = self.log.high_watermark().0;
+            let mut state = LeaderState::new(
+                Leadership {
+                    me: BrokerId(u.me),
+                    leader_epoch: sluice_replication::records::LeaderEpoch(u.leader_epoch),
+                    partition_epoch: PartitionEpoch(u.partition_epoch),
+                    replicas: u.replicas.iter().map(|&b| BrokerId(b)).collect(),
+                    isr: u.isr.iter().map(|&b| BrokerId(b)).collect(),
+                    log_end_offset: log_end,
+                    // Where it left off as a follower; with no followers in the ISR it moves to
+                    // the log end at once.
+                    high_watermark: known_hw.max(self.log.log_start_offset().0),
+                },
+                u.config,
+                now_ms(),
+            );
+            state.on_log_end(log_end);
+            tracing::info!(dir = %self.log.dir().display(), leader_epoch = u.leader_epoch, isr = ?u.isr, log_end_offset = log_end, high_watermark = state.high_watermark(), "leading the partition");
+            *replica = Replica::Leader(Box::new(state));
+            drop(replica);
+            self.changed.notify(usize::MAX);
+            return false;
+        }
+        let follower = Follower {
+            leader: u.leader,
+            leader_epoch: u.leader_epoch,
+            high_watermark: known_hw,
+        };
+        let changed = match &*replica {
+            Replica::Follower(f) => f.leader != u.leader || f.leader_epoch != u.leader_epoch,
+            _ => true,
+        };
+        if changed {
+            tracing::info!(dir = %self.log.dir().display(), leader = u.leader, leader_epoch = u.leader_epoch, "following the partition's leader");
+            *replica = Replica::Follower(follower);
+        }
+        drop(replica);
+        self.changed.notify(usize::MAX);
+        changed
+    }
+
+    /// The leader epoch this replica leads at, or the error for a request that needs the
+    /// leader: NOT_LEADER_OR_FOLLOWER, or, for a request naming the epoch it expects
+    /// (`current`, -1 for none), FENCED_LEADER_EPOCH when it is older and
+    /// UNKNOWN_LEADER_EPOCH when newer than this leader's.
+    pub fn check_leader(&self, current: i32) -> Result<LeaderEpoch, i16> {
+        let epoch = match &*self.replica.borrow() {
+            Replica::Leader(l) => l.leader_epoch.0,
+            _ => return Err(ResponseError::NotLeaderOrFollower.code()),
+        };
+        if current >= 0 && current < epoch {
+            return Err(ResponseError::FencedLeaderEpoch.code());
+        }
+        if current > epoch {
+            return Err(ResponseError::UnknownLeaderEpoch.code());
+        }
+        Ok(LeaderEpoch(epoch))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        matches!(&*self.replica.borrow(), Replica::Leader(_))
+    }
+
+    /// The offset below which consumers may read: on a leader, the smallest log end in the ISR
+    /// (every member's fdatasync'd end under `flush.mode=batch`); on a follower what its leader
+    /// last said, never past its own log.
+    pub fn high_watermark(&self) -> Offset {
+        let local = self.log.high_watermark();
+        let moved = match &mut *self.replica.borrow_mut() {
+            Replica::Leader(l) => {
+                let moved = l.on_log_end(local.0).is_some();
+                if !moved {
+                    return Offset(l.high_watermark());
+                }
+                true
+            }
+            Replica::Follower(f) => return Offset(f.high_watermark.min(local.0).max(-1)),
+            Replica::Unknown => return local,
+        };
+        if moved {
+            self.changed.notify(usize::MAX);
+        }
+        match &*self.replica.borrow() {
+            Replica::Leader(l) => Offset(l.high_watermark()),
+            _ => local,
+        }
+    }
+
+    /// NOT_ENOUGH_REPLICAS when an acks=all produce may not be appended (the ISR is below
+    /// `min.insync.replicas`).
+    pub fn check_acks_all(&self) -> Result<(), i16> {
+        match &*self.replica.borrow() {
+            Replica::Leader(l) => l.check_acks_all(),
+            _ => Err(ResponseError::NotLeaderOrFollower.code()),
+        }
+    }
+
+    /// Waits until an acks=all produce ending at `end` (exclusive) is on every ISR member, and
+    /// returns its error code: 0, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below
+    /// the minimum meanwhile, NOT_LEADER_OR_FOLLOWER when the leadership ended, or
+    /// REQUEST_TIMED_OUT after `timeout` (Kafka's produce `timeout_ms`).
+    pub async fn wait_acks_all(&self, end: Offset, timeout: Duration) -> i16 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let listener = self.changed.listen();
+            self.high_watermark();
+            let done = match &*self.replica.borrow() {
+                Replica::Leader(l) => l.acks_all_done(end.0),
+                _ => Some(ResponseError::NotLeaderOrFollower.code()),
+            };
+            if let Some(code) = done {
+                return code;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return ResponseError::RequestTimedOut.code();
+            }
+            futures_lite::future::or(listener, glommio::timer::sleep(deadline - now)).await;
+        }
+    }
+
+    /// A follower fetched at `fetch_offset`: its progress moves the high watermark and may
+    /// bring it into the ISR. Returns the ISR change to send, if any.
+    pub fn on_follower_fetch(
+        &self,
+        follower: i32,
+        broker_epoch: i64,
+        fetch_offset: i64,
+    ) -> Option<IsrChange> {
+        let local = self.log.high_watermark().0;
+        let (moved, change) = match &mut *self.replica.borrow_mut() {
+            Replica::Leader(l) => {
+                let own = l.on_log_end(local).is_some();
+                let (moved, change) = l.on_fetch(
+                    BrokerId(follower),
+                    BrokerEpoch(broker_epoch),
+                    fetch_offset,
+                    now_ms(),
+                );
+                (own || moved.is_some(), change)
+            }
+            _ => return None,
+        };
+        if moved {
+            self.changed.notify(usize::MAX);
+        }
+        change
+    }
+
+    /// Time passed: the ISR change that drops followers who fell behind, if any.
+    pub fn tick(&self) -> Option<IsrChange> {
+        match &mut *self.replica.borrow_mut() {
+            Replica::Leader(l) => l.tick(now_ms()),
+            _ => None,
+        }
+    }
+
+    /// The controller answered this leader's AlterPartition.
+    pub fn on_isr_answer(&self, error_code: i16, isr: Vec<i32>, partition_epoch: i32) {
+        if let Replica::Leader(l) = &mut *self.replica.borrow_mut() {
+            if error_code == 0 {
+                l.on_committed(
+                    isr.into_iter().map(BrokerId).collect(),
+                    PartitionEpoch(partition_epoch),
+                );
+            } else {
+                l.on_refused();
+            }
+        }
+        self.changed.notify(usize::MAX);
+    }
+
+    /// A follower's record of its leader's high watermark, from a fetch response.
+    pub fn set_follower_high_watermark(&self, hw: i64) {
+        if let Replica::Follower(f) = &mut *self.replica.borrow_mut() {
+            f.high_watermark = hw;
+        }
+    }
+
+    /// The leader and epoch this replica follows, if it is a follower.
+    pub fn following(&self) -> Option<Follower> {
+        match &*self.replica.borrow() {
+            Replica::Follower(f) => Some(f.clone()),
+            _ => None,
+        }
     }
 }

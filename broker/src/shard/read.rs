@@ -56,6 +56,13 @@ pub struct PartitionRead {
     pub partition: i32,
     pub fetch_offset: Offset,
     pub max_bytes: usize,
+    /// The leader epoch the fetcher expects (-1: none): fenced when it differs.
+    pub current_leader_epoch: i32,
+    /// A follower's: the epoch of its last batch (-1: none), checked against the leader's
+    /// log for divergence (KIP-320).
+    pub last_fetched_epoch: i32,
+    /// A follower's fetch: its broker id and broker epoch.
+    pub replica: Option<(i32, i64)>,
 }
 
 /// What one partition's read found. Offsets are -1 when the partition failed.
@@ -67,6 +74,9 @@ pub struct ReadResult {
     pub records: Records,
     /// Whether the records were read from disk rather than memory (`fetch.cold.max.bytes`).
     pub cold: bool,
+    /// To a follower whose log diverged from the leader's: the epoch and end offset to
+    /// truncate by (KIP-320). No records come with it.
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 /// A partition's records: whole batches in memory (not yet concatenated, so that batches the
@@ -124,6 +134,7 @@ impl ReadResult {
             log_start_offset: -1,
             records: Records::default(),
             cold: false,
+            diverging_epoch: None,
         }
     }
 
@@ -149,7 +160,7 @@ impl Work {
 /// whatever its size. Every partition is visited, so those left without records still get
 /// their offsets. Runs on the owner shard, with no hop per partition.
 pub async fn read_local(
-    shard: &Shard,
+    shard: &Rc<Shard>,
     reads: &[PartitionRead],
     response_max_bytes: usize,
 ) -> (Vec<ReadResult>, Work) {
@@ -176,13 +187,51 @@ pub async fn read_local(
             continue;
         };
         let log = &p.log;
-        let hw = log.high_watermark();
+        if let Err(code) = p.check_leader(read.current_leader_epoch) {
+            results.push(ReadResult::failed(code));
+            continue;
+        }
+        // A follower reads up to what the leader has as durable as its flush.mode says; a
+        // consumer up to the high watermark, what every ISR member has.
+        let (hw, visible_end) = match read.replica {
+            Some((follower, broker_epoch)) => {
+                if read.last_fetched_epoch >= 0 {
+                    if let Some(diverging) =
+                        diverging_epoch(log, read.last_fetched_epoch, read.fetch_offset)
+                    {
+                        let mut result = ReadResult::failed(0);
+                        result.high_watermark = p.high_watermark().0;
+                        result.log_start_offset = log.log_start_offset().0;
+                        result.diverging_epoch = Some(diverging);
+                        results.push(result);
+                        continue;
+                    }
+                }
+                if let Some(change) =
+                    p.on_follower_fetch(follower, broker_epoch, read.fetch_offset.0)
+                {
+                    super::replication::send_isr_change(
+                        shard,
+                        &read.topic,
+                        read.partition,
+                        &p,
+                        change,
+                    );
+                }
+                (p.high_watermark(), log.high_watermark())
+            }
+            None => {
+                let hw = p.high_watermark();
+                (hw, hw)
+            }
+        };
         let mut result = ReadResult {
             error_code: 0,
             high_watermark: hw.0,
             log_start_offset: log.log_start_offset().0,
             records: Records::default(),
             cold: false,
+            diverging_epoch: None,
         };
         let mut budget = read.max_bytes.min(response_max_bytes.saturating_sub(total));
         let first = total == 0;
@@ -191,20 +240,26 @@ pub async fn read_local(
             budget = budget.min(cold_max.saturating_sub(cold_total));
         }
         let offset = read.fetch_offset;
-        // Full, or between the high watermark and the log end (nothing visible yet): offsets only.
-        if (budget == 0 && !first) || (offset > hw && offset <= log.log_end_offset()) {
+        // Full, or between the visible end and the log end (nothing visible yet): offsets only.
+        if (budget == 0 && !first) || (offset > visible_end && offset <= log.log_end_offset()) {
             results.push(result);
             continue;
         }
         // A zero budget with nothing taken yet still reads the first batch, as Kafka does.
         let budget = budget.max(1);
-        match read_partition(log, offset, budget, hw, first, zero_copy).await {
+        match read_partition(log, offset, budget, visible_end, first, zero_copy).await {
             Ok(records) => result.records = records,
             Err(e) => {
                 if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed) {
                     tracing::warn!(topic = %read.topic, partition = read.partition, offset = offset.0, error = %e, "fetch failed");
                 }
+                let out_of_range = matches!(e, LogError::OffsetOutOfRange { .. });
                 result = ReadResult::failed(log_error_code(&e));
+                if out_of_range && read.replica.is_some() {
+                    // A follower behind the leader's log start starts over from there.
+                    result.log_start_offset = log.log_start_offset().0;
+                    result.high_watermark = hw.0;
+                }
             }
         }
         total += result.records.len();
@@ -214,6 +269,23 @@ pub async fn read_local(
         results.push(result);
     }
     (results, Work(reads.len() as u64))
+}
+
+/// KIP-320: where a follower whose last batch is of `last_fetched_epoch` and that fetches at
+/// `fetch_offset` diverged from this leader's log, as (epoch, end offset) to truncate by: the
+/// leader's end of that epoch (or of the largest below it) when it is not the epoch asked for
+/// or ends before the fetch offset. `None` when the logs agree.
+fn diverging_epoch(
+    log: &sluice_engine::Log<sluice_engine::DmaStorage>,
+    last_fetched_epoch: i32,
+    fetch_offset: Offset,
+) -> Option<(i32, i64)> {
+    match log.end_offset_for_epoch(sluice_engine::LeaderEpoch(last_fetched_epoch)) {
+        Some((epoch, end)) if epoch.0 == last_fetched_epoch && end >= fetch_offset => None,
+        Some((epoch, end)) => Some((epoch.0, end.0)),
+        // This leader has no epoch at or below the follower's: nothing in common is known.
+        None => Some((-1, -1)),
+    }
 }
 
 /// One partition's records from `offset`: a file extent when zero-copy applies, else whole
@@ -389,6 +461,9 @@ mod tests {
             partition,
             fetch_offset: Offset(0),
             max_bytes,
+            current_leader_epoch: -1,
+            last_fetched_epoch: -1,
+            replica: None,
         }
     }
 
@@ -399,6 +474,7 @@ mod tests {
             log_start_offset: 0,
             records: Records::Batches(sizes.iter().map(|&n| Bytes::from(vec![0u8; n])).collect()),
             cold: false,
+            diverging_epoch: None,
         }
     }
 

@@ -1,0 +1,478 @@
+//! Partition replication on a shard: the replica fetchers that copy the partitions this shard
+//! follows from their leaders, the ISR changes its leaders send to the controller, and the
+//! timer that takes lagging followers out of the ISR.
+//!
+//! One fetcher per (leader broker, shard), as Kafka's `num.replica.fetchers` = 1 per shard: it
+//! sends Kafka's Fetch (version 15, with this broker's id and epoch as the replica state) for
+//! every partition the shard follows from that leader, appends what comes back as the leader
+//! stored it (`Log::append_as_follower`), makes it durable (`Log::flush_for_replica`) and only
+//! then fetches again, from the new log end. So the offset a follower reports is on its disk
+//! under `flush.mode=batch`, and the leader's high watermark, hence acks=all, counts only
+//! records that every ISR member has fdatasync'd. A follower whose log diverged (the leader
+//! answers a diverging epoch, KIP-320) truncates to where the logs agree
+//! (`sluice_replication::replica::truncation_offset`) and fetches from there.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_lite::{AsyncWriteExt, FutureExt};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, RequestKind, ResponseKind};
+use kafka_protocol::ResponseError;
+use sluice_engine::{LogError, Offset};
+use sluice_replication::controller::AlterPartitionItem;
+use sluice_replication::records::{LeaderEpoch, TopicId};
+use sluice_replication::replica::{truncation_offset, IsrChange};
+
+use super::partition::Partition;
+use super::Shard;
+use crate::cluster::controller_api::{decode_response, encode_request};
+use crate::cluster::transport;
+
+/// The Fetch version followers send: topic ids and the replica state (KIP-903).
+const FETCH_VERSION: i16 = 15;
+/// `replica.fetch.max.bytes`, Kafka's default: at most this much per partition per fetch.
+const REPLICA_FETCH_MAX_BYTES: i32 = 1 << 20;
+/// `replica.fetch.response.max.bytes`, Kafka's default.
+const REPLICA_FETCH_RESPONSE_MAX_BYTES: i32 = 10 << 20;
+/// `replica.fetch.backoff.ms`, Kafka's default: the pause after a failed fetch.
+const REPLICA_FETCH_BACKOFF: Duration = Duration::from_millis(1000);
+/// How long a fetch may take beyond its wait at the leader before the connection is dropped.
+const REPLICA_SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
+/// A refused AlterPartition is not proposed again sooner than this: the image that brings the
+/// state it was refused for is usually a moment behind.
+const ISR_RETRY_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Starts a fetcher for `leader` on this shard unless one runs already.
+pub fn ensure_fetcher(shard: &Rc<Shard>, leader: i32) {
+    if !shard.fetchers.borrow_mut().insert(leader) {
+        return;
+    }
+    let shard = shard.clone();
+    glommio::spawn_local(async move {
+        fetch_from(&shard, leader).await;
+        shard.fetchers.borrow_mut().remove(&leader);
+    })
+    .detach();
+}
+
+/// A partition this fetcher copies, for one round.
+struct Followed {
+    topic: String,
+    topic_id: uuid::Uuid,
+    partition: i32,
+    leader_epoch: i32,
+    replica: Rc<Partition>,
+}
+
+/// The partitions this shard follows from `leader`, in a stable order.
+fn followed_from(shard: &Shard, leader: i32) -> Vec<Followed> {
+    let image = shard.image();
+    let mut out: Vec<Followed> = shard
+        .partitions
+        .borrow()
+        .iter()
+        .filter_map(|((topic, partition), p)| {
+            let f = p.following().filter(|f| f.leader == leader)?;
+            let topic_id = image.topics.get(topic)?.id;
+            Some(Followed {
+                topic: topic.clone(),
+                topic_id,
+                partition: *partition,
+                leader_epoch: f.leader_epoch,
+                replica: p.clone(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    out
+}
+
+/// A connection to the leader's client listener, opened on first use and again after an error.
+struct Connection {
+    stream: Option<glommio::net::TcpStream>,
+    correlation_id: i32,
+}
+
+impl Connection {
+    async fn call(&mut self, addr: &str, request: &RequestKind) -> std::io::Result<ResponseKind> {
+        self.correlation_id = self.correlation_id.wrapping_add(1);
+        let frame = encode_request(ApiKey::Fetch, FETCH_VERSION, self.correlation_id, request)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if self.stream.is_none() {
+            let stream = transport::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            self.stream = Some(stream);
+        }
+        let stream = self.stream.as_mut().expect("connected");
+        stream.write_all(&frame).await?;
+        stream.flush().await?;
+        let body = transport::read_frame(stream).await?;
+        if body.len() < 4
+            || i32::from_be_bytes(body[..4].try_into().expect("4 bytes")) != self.correlation_id
+        {
+            return Err(std::io::Error::other("response to another request"));
+        }
+        decode_response(ApiKey::Fetch, FETCH_VERSION, body)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+}
+
+/// Copies every partition this shard follows from `leader` until there are none left.
+async fn fetch_from(shard: &Rc<Shard>, leader: i32) {
+    let mut connection = Connection {
+        stream: None,
+        correlation_id: 0,
+    };
+    let wait_ms = shard.config().replica_fetch_wait_max_ms;
+    let mut failures = 0u32;
+    tracing::info!(leader, shard = shard.id, "replica fetcher started");
+    loop {
+        let followed = followed_from(shard, leader);
+        if followed.is_empty() {
+            tracing::info!(
+                leader,
+                shard = shard.id,
+                "replica fetcher stopped: nothing left to follow"
+            );
+            return;
+        }
+        let image = shard.image();
+        let address = image
+            .cluster
+            .as_ref()
+            .and_then(|c| c.broker(leader))
+            .filter(|b| !b.fenced)
+            .map(|b| format!("{}:{}", b.host, b.port));
+        let Some(address) = address else {
+            glommio::timer::sleep(REPLICA_FETCH_BACKOFF).await;
+            continue;
+        };
+        let request = fetch_request(shard, &followed, wait_ms);
+        let timeout = Duration::from_millis(wait_ms) + REPLICA_SOCKET_TIMEOUT;
+        let answer = connection
+            .call(&address, &request)
+            .or(async {
+                glommio::timer::sleep(timeout).await;
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no fetch response in time",
+                ))
+            })
+            .await;
+        let response = match answer {
+            Ok(ResponseKind::Fetch(r)) => r,
+            Ok(_) => unreachable!("a Fetch is answered by a Fetch"),
+            Err(e) => {
+                connection.stream = None;
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(30) {
+                    tracing::warn!(leader, %address, error = %e, failures, "replica fetch failed; retrying");
+                }
+                glommio::timer::sleep(REPLICA_FETCH_BACKOFF).await;
+                continue;
+            }
+        };
+        failures = 0;
+        if response.error_code != 0 {
+            tracing::warn!(
+                leader,
+                error_code = response.error_code,
+                "the leader refused the replica fetch"
+            );
+            glommio::timer::sleep(REPLICA_FETCH_BACKOFF).await;
+            continue;
+        }
+        if !apply_response(&followed, response).await {
+            glommio::timer::sleep(REPLICA_FETCH_BACKOFF).await;
+        }
+    }
+}
+
+fn fetch_request(shard: &Shard, followed: &[Followed], wait_ms: u64) -> RequestKind {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for f in followed {
+        let log = &f.replica.log;
+        let last_fetched_epoch = log.leader_epochs().last().map_or(-1, |(e, _)| e.0);
+        let partition = FetchPartition::default()
+            .with_partition(f.partition)
+            .with_current_leader_epoch(f.leader_epoch)
+            .with_fetch_offset(log.log_end_offset().0)
+            .with_last_fetched_epoch(last_fetched_epoch)
+            .with_log_start_offset(log.log_start_offset().0)
+            .with_partition_max_bytes(REPLICA_FETCH_MAX_BYTES);
+        match topics.last_mut() {
+            Some(t) if t.topic_id == f.topic_id => t.partitions.push(partition),
+            _ => topics.push(
+                FetchTopic::default()
+                    .with_topic_id(f.topic_id)
+                    .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    let broker_epoch = shard.shared.broker_epoch.load(Ordering::Acquire);
+    RequestKind::Fetch(
+        FetchRequest::default()
+            .with_replica_state(
+                ReplicaState::default()
+                    .with_replica_id(BrokerId(shard.config().node_id))
+                    .with_replica_epoch(broker_epoch),
+            )
+            .with_max_wait_ms(wait_ms as i32)
+            .with_min_bytes(1)
+            .with_max_bytes(REPLICA_FETCH_RESPONSE_MAX_BYTES)
+            .with_isolation_level(0)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(topics),
+    )
+}
+
+/// Appends, truncates or starts over each partition as the leader answered, then makes the
+/// appended records durable. Returns false when a partition needs a pause before the next
+/// fetch (the leader is not the leader any more, or a log failed).
+async fn apply_response(
+    followed: &[Followed],
+    response: kafka_protocol::messages::FetchResponse,
+) -> bool {
+    let mut healthy = true;
+    let mut appended: Vec<Rc<Partition>> = Vec::new();
+    for topic in response.responses {
+        for pd in topic.partitions {
+            let Some(f) = followed
+                .iter()
+                .find(|f| f.topic_id == topic.topic_id && f.partition == pd.partition_index)
+            else {
+                continue;
+            };
+            match apply_partition(f, pd).await {
+                Ok(true) => appended.push(f.replica.clone()),
+                Ok(false) => {}
+                Err(()) => healthy = false,
+            }
+        }
+    }
+    // One fdatasync per partition that took records, all at once.
+    let flushes: Vec<_> = appended
+        .into_iter()
+        .map(|p| {
+            glommio::spawn_local(async move {
+                if let Err(e) = p.log.flush_for_replica().await {
+                    tracing::error!(dir = %p.log.dir().display(), error = %e, "making replicated records durable failed");
+                    return false;
+                }
+                true
+            })
+        })
+        .collect();
+    for f in flushes {
+        healthy &= f.await;
+    }
+    healthy
+}
+
+/// One partition of a fetch response. `Ok(true)` when records were appended.
+async fn apply_partition(
+    f: &Followed,
+    pd: kafka_protocol::messages::fetch_response::PartitionData,
+) -> Result<bool, ()> {
+    let log = &f.replica.log;
+    // The leadership may have changed while the fetch was out.
+    if f.replica
+        .following()
+        .is_none_or(|now| now.leader_epoch != f.leader_epoch)
+    {
+        return Ok(false);
+    }
+    if pd.error_code == ResponseError::OffsetOutOfRange.code() {
+        return start_over(f, pd.log_start_offset, pd.high_watermark).await;
+    }
+    if pd.error_code != 0 {
+        tracing::debug!(topic = %f.topic, partition = f.partition, error_code = pd.error_code, "the leader refused a partition of the replica fetch");
+        return Err(());
+    }
+    if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
+        let epochs: Vec<(LeaderEpoch, i64)> = log
+            .leader_epochs()
+            .into_iter()
+            .map(|(e, o)| (LeaderEpoch(e.0), o.0))
+            .collect();
+        let to = truncation_offset(
+            &epochs,
+            log.log_end_offset().0,
+            LeaderEpoch(pd.diverging_epoch.epoch),
+            pd.diverging_epoch.end_offset,
+        );
+        let to = to.max(log.log_start_offset().0);
+        tracing::info!(topic = %f.topic, partition = f.partition, diverging_epoch = pd.diverging_epoch.epoch, leader_end_offset = pd.diverging_epoch.end_offset, truncate_to = to, "follower log diverged from its leader's; truncating");
+        return match log.truncate_to(Offset(to)).await {
+            Ok(_) => Ok(false),
+            Err(e) => {
+                tracing::error!(topic = %f.topic, partition = f.partition, error = %e, "truncation failed");
+                Err(())
+            }
+        };
+    }
+    f.replica.set_follower_high_watermark(pd.high_watermark);
+    let Some(records) = pd.records.filter(|r| !r.is_empty()) else {
+        return Ok(false);
+    };
+    let mut any = false;
+    for batch in whole_batches(records) {
+        match log.append_as_follower(BytesMut::from(&batch[..])).await {
+            Ok(_) => any = true,
+            Err(LogError::UnexpectedAppendOffset { .. }) => {
+                // Records this log has already (the first fetch after a restart may overlap):
+                // skip those; a gap means the next fetch starts from the log end again.
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(topic = %f.topic, partition = f.partition, error = %e, "appending replicated records failed");
+                return Err(());
+            }
+        }
+    }
+    Ok(any)
+}
+
+/// The leader no longer has the records at this follower's log end: when its log starts past
+/// ours, ours starts over there (Kafka's `truncateFullyAndStartAt`); when ours runs past its
+/// end, back to its high watermark.
+async fn start_over(f: &Followed, leader_start: i64, leader_hw: i64) -> Result<bool, ()> {
+    let log = &f.replica.log;
+    let end = log.log_end_offset().0;
+    let result = if leader_start >= 0 && end < leader_start {
+        tracing::info!(topic = %f.topic, partition = f.partition, log_end_offset = end, leader_log_start_offset = leader_start, "follower behind the leader's log start; starting over there");
+        log.truncate_fully_and_start_at(Offset(leader_start)).await
+    } else if leader_hw >= 0 && end > leader_hw {
+        tracing::info!(topic = %f.topic, partition = f.partition, log_end_offset = end, leader_high_watermark = leader_hw, "follower ahead of its leader; truncating to the leader's high watermark");
+        log.truncate_to(Offset(leader_hw)).await.map(|_| ())
+    } else {
+        return Err(());
+    };
+    result.map(|_| false).map_err(|e| {
+        tracing::error!(topic = %f.topic, partition = f.partition, error = %e, "starting over failed");
+    })
+}
+
+/// The whole record batches of a fetched records section; a partial batch at the end (the
+/// leader cut the response at its byte limit) is left for the next fetch.
+fn whole_batches(records: Bytes) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while records.len() - at >= 12 {
+        let length = i32::from_be_bytes(records[at + 8..at + 12].try_into().expect("4 bytes"));
+        let Some(size) = usize::try_from(length).ok().map(|l| l + 12) else {
+            break;
+        };
+        if records.len() - at < size {
+            break;
+        }
+        out.push(records.slice(at..at + size));
+        at += size;
+    }
+    out
+}
+
+/// Sends a leader's ISR change to the controller (AlterPartition, through shard 0's metadata
+/// node) and applies the answer. One change per partition is in flight at a time; a change
+/// proposed meanwhile is dropped, and the next fetch or tick proposes again.
+pub fn send_isr_change(
+    shard: &Rc<Shard>,
+    topic: &str,
+    partition: i32,
+    p: &Rc<Partition>,
+    change: IsrChange,
+) {
+    if p.isr_change_in_flight.replace(true) {
+        p.on_isr_answer(-1, Vec::new(), -1);
+        return;
+    }
+    let Some(topic_id) = shard.image().topics.get(topic).map(|t| t.id) else {
+        p.isr_change_in_flight.set(false);
+        p.on_isr_answer(-1, Vec::new(), -1);
+        return;
+    };
+    tracing::info!(topic, partition, isr = ?change.new_isr.iter().map(|(b, _)| b.0).collect::<Vec<_>>(), "asking the controller to change the ISR");
+    let item = AlterPartitionItem {
+        topic_id: TopicId(topic_id),
+        partition_id: partition,
+        leader_epoch: change.leader_epoch,
+        partition_epoch: change.partition_epoch,
+        new_isr: change.new_isr,
+    };
+    let shard = shard.clone();
+    let p = p.clone();
+    let topic = topic.to_string();
+    glommio::spawn_local(async move {
+        let answer = shard
+            .invoke_on(0, move |s0| async move {
+                let node = s0.cluster_node()?;
+                node.alter_partition(vec![item]).await
+            })
+            .await;
+        let result = answer
+            .filter(|r| r.error_code == 0)
+            .and_then(|r| r.partitions.into_iter().next());
+        match result {
+            Some(r) if r.error_code == 0 => {
+                tracing::info!(topic, partition, isr = ?r.isr.iter().map(|b| b.0).collect::<Vec<_>>(), partition_epoch = r.partition_epoch.0, "ISR changed");
+                p.on_isr_answer(0, r.isr.iter().map(|b| b.0).collect(), r.partition_epoch.0);
+            }
+            other => {
+                tracing::debug!(topic, partition, answer = ?other, "the controller did not change the ISR");
+                glommio::timer::sleep(ISR_RETRY_BACKOFF).await;
+                p.on_isr_answer(-1, Vec::new(), -1);
+            }
+        }
+        p.isr_change_in_flight.set(false);
+    })
+    .detach();
+}
+
+/// Every half `replica.lag.time.max.ms` (as Kafka's ISR expiration), the partitions this
+/// shard leads drop followers that fell behind from their ISR.
+pub async fn expire_lagging_followers(shard: Rc<Shard>) {
+    let period = Duration::from_millis((shard.config().replica_lag_time_max_ms / 2).max(50));
+    loop {
+        glommio::timer::sleep(period).await;
+        let leaders: Vec<((String, i32), Rc<Partition>)> = shard
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|(_, p)| p.is_leader())
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        for ((topic, partition), p) in leaders {
+            if let Some(change) = p.tick() {
+                send_isr_change(&shard, &topic, partition, &p, change);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_batches_leave_a_partial_one_for_the_next_fetch() {
+        let one =
+            sluice_engine::batch::simple_batch(&[(None, Some(b"a"))], sluice_engine::Timestamp(1));
+        let two = sluice_engine::batch::simple_batch(
+            &[(Some(b"k"), Some(b"bb"))],
+            sluice_engine::Timestamp(2),
+        );
+        let mut all = BytesMut::new();
+        all.extend_from_slice(&one);
+        all.extend_from_slice(&two);
+        all.extend_from_slice(&one[..20]);
+        let got = whole_batches(all.freeze());
+        assert_eq!(got.len(), 2);
+        assert_eq!(&got[0][..], &one[..]);
+        assert_eq!(&got[1][..], &two[..]);
+        assert!(whole_batches(Bytes::from_static(&[0; 11])).is_empty());
+    }
+}

@@ -1,0 +1,249 @@
+"""Replication across three nodes on 127.0.0.1 (`--cores 1` each): partitions with three
+replicas, followers copying their leaders through Kafka's Fetch, acks=all acknowledged only
+once every in-sync replica has the records, and a leader killed with kill -9 replaced by an
+in-sync follower that serves every acknowledged message, once, at its acknowledged offset.
+With controllers apart from the brokers, two of three replicas down: acks=all refused with
+NOT_ENOUGH_REPLICAS below `min.insync.replicas`, acks=1 and reads go on, and after the
+followers return they rejoin the ISR and acks=all works again."""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from kafka.protocol.producer.produce import ProduceRequest
+
+from cluster import Cluster
+from harness import CLIENT_DEFAULTS, admin, consumer, read_to_end
+from wire import Pipeline, batch, build
+
+PARTITIONS = 3
+LAG_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    c = Cluster(3, name="replication", extra_args=["--replica-lag-time-max-ms", LAG_MS])
+    failed_before = request.session.testsfailed
+    try:
+        c.start()
+        wait_for("every broker registered and unfenced",
+                 lambda: all(len(admin(n.bootstrap).list_topics(timeout=10).brokers) == 3 for n in c.nodes))
+    except BaseException:
+        print(c.log_tails())
+        c.stop()
+        raise
+    yield c
+    failed = request.session.testsfailed > failed_before
+    if failed:
+        print(c.log_tails())
+    c.stop()
+    for n in c.nodes:
+        panics = [line for line in n.log_text().splitlines() if "panicked" in line]
+        assert not panics, f"node {n.node_id} panicked:\n" + "\n".join(panics)
+        if not failed and not os.environ.get("KEEP_LOGS"):
+            n.remove()
+
+
+def wait_for(what: str, check, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def partitions_of(bootstrap: str, topic: str):
+    md = admin(bootstrap).list_topics(topic=topic, timeout=10)
+    t = md.topics[topic]
+    if t.error is not None:
+        return None
+    return t.partitions
+
+
+def create_replicated(bootstrap: str, name: str, partitions: int, min_isr: int = 2) -> None:
+    client = admin(bootstrap)
+    futures = client.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=3,
+                  config={"min.insync.replicas": str(min_isr)})],
+        operation_timeout=10, request_timeout=20)
+    futures[name].result(timeout=30)
+
+
+def produce_keyed(bootstrap: str, topic: str, start: int, count: int, **extra) -> dict[int, tuple[int, int]]:
+    """`count` keyed messages from an idempotent acks=all producer; value -> (partition, offset)
+    of every acknowledged one. Fails on any delivery error."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "message.timeout.ms": 60_000, **CLIENT_DEFAULTS, **extra})
+    acked: dict[int, tuple[int, int]] = {}
+    failures = []
+
+    def report(err, msg):
+        if err is not None:
+            failures.append(err)
+        else:
+            acked[int(msg.value())] = (msg.partition(), msg.offset())
+
+    for i in range(start, start + count):
+        while True:
+            try:
+                p.produce(topic, key=f"k{i % 97}", value=str(i), on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    assert p.flush(90) == 0
+    assert not failures, failures[:5]
+    return acked
+
+
+def read_all(bootstrap: str, topic: str, partitions: int):
+    c = consumer(bootstrap)
+    try:
+        ends = {}
+        for p in range(partitions):
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+            ends[(topic, p)] = hi
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        return ends, read_to_end(c, ends, timeout=120)
+    finally:
+        c.close()
+
+
+def check_exactly(acked: dict[int, tuple[int, int]], messages) -> None:
+    seen = collections.Counter(int(m.value()) for m in messages)
+    dup = [v for v, n in seen.items() if n > 1]
+    assert not dup, f"{len(dup)} values read twice, first {dup[:5]}"
+    lost = [v for v in acked if v not in seen]
+    assert not lost, f"{len(lost)} acknowledged messages lost, first {sorted(lost)[:5]}"
+    at = {int(m.value()): (m.partition(), m.offset()) for m in messages}
+    moved = [v for v, where in acked.items() if at[v] != where]
+    assert not moved, f"{len(moved)} messages read elsewhere than acknowledged, first {moved[:5]}"
+
+
+def test_three_replicas_are_in_sync_and_acks_all_waits_for_them(cluster):
+    create_replicated(cluster.bootstrap, "copies", PARTITIONS)
+    parts = wait_for("the topic everywhere", lambda: partitions_of(cluster.bootstrap, "copies"))
+    for p in parts.values():
+        assert sorted(p.replicas) == [1, 2, 3] and sorted(p.isrs) == [1, 2, 3], p
+    acked = produce_keyed(cluster.bootstrap, "copies", 0, 20_000)
+    assert len(acked) == 20_000
+    ends, messages = read_all(cluster.bootstrap, "copies", PARTITIONS)
+    assert sum(ends.values()) == 20_000
+    check_exactly(acked, messages)
+    # Every follower holds the partition's records, as its leader stored them.
+    for n in cluster.nodes:
+        for p in range(PARTITIONS):
+            d = n.data_dir / f"copies-{p}"
+            size = sum(f.stat().st_size for f in d.glob("*.log"))
+            assert size > 0, f"node {n.node_id} has nothing of copies-{p}"
+    logs = {}
+    for n in cluster.nodes:
+        for p in range(PARTITIONS):
+            segs = sorted((n.data_dir / f"copies-{p}").glob("*.log"))
+            logs.setdefault(p, []).append([s.name for s in segs])
+    for p, names in logs.items():
+        assert names[0] == names[1] == names[2], f"copies-{p} rolled differently: {names}"
+
+
+def test_a_killed_leader_is_replaced_by_an_in_sync_follower_without_losing_anything(cluster):
+    create_replicated(cluster.bootstrap, "failover", 1)
+    wait_for("the topic", lambda: partitions_of(cluster.bootstrap, "failover"))
+    acked = produce_keyed(cluster.bootstrap, "failover", 0, 10_000)
+    leader = partitions_of(cluster.bootstrap, "failover")[0].leader
+    victim = cluster.node(leader)
+    victim.kill()
+    others = ",".join(n.bootstrap for n in cluster.nodes if n is not victim)
+    new_leader = wait_for("a new leader from the ISR",
+                          lambda: (p := partitions_of(others, "failover")) and p[0].leader not in (-1, leader) and p[0].leader)
+    assert new_leader != leader
+    # Writes go on at the new leader, with two replicas in sync.
+    acked.update(produce_keyed(others, "failover", 10_000, 5_000))
+    ends, messages = read_all(others, "failover", 1)
+    assert ends[("failover", 0)] == 15_000
+    check_exactly(acked, messages)
+    # The killed node comes back, catches up and rejoins the ISR.
+    victim.start()
+    wait_for("the old leader back in the ISR",
+             lambda: (p := partitions_of(cluster.bootstrap, "failover")) and sorted(p[0].isrs) == [1, 2, 3], 60)
+
+
+def raw_produce(bootstrap: str, topic: str, acks: int, values: list[bytes]) -> dict:
+    """One Produce v9 with one batch for partition 0 on a fresh connection: the partition's
+    answer (error code, base offset)."""
+    pipe = Pipeline(bootstrap)
+    try:
+        pipe.send(build(ProduceRequest, 9, acks=acks, timeout_ms=10_000, topic_data=[{
+            "name": topic, "partition_data": [{"index": 0, "records": batch(values)}]}]))
+        (r,) = pipe.responses()
+    finally:
+        pipe.close()
+    return r["responses"][0]["partition_responses"][0]
+
+
+@pytest.fixture(scope="module")
+def split(request):
+    """Three controllers and three brokers as separate processes, so that brokers can go down
+    while the controller quorum keeps its majority."""
+    c = Cluster(3, brokers=3, name="min-isr", extra_args=["--replica-lag-time-max-ms", LAG_MS])
+    failed_before = request.session.testsfailed
+    try:
+        c.start()
+        wait_for("every broker registered and unfenced",
+                 lambda: all(len(admin(n.bootstrap).list_topics(timeout=10).brokers) == 3 for n in c.brokers))
+    except BaseException:
+        print(c.log_tails())
+        c.stop()
+        raise
+    yield c
+    failed = request.session.testsfailed > failed_before
+    if failed:
+        print(c.log_tails())
+    c.stop()
+    for n in c.nodes:
+        panics = [line for line in n.log_text().splitlines() if "panicked" in line]
+        assert not panics, f"node {n.node_id} panicked:\n" + "\n".join(panics)
+        if not failed and not os.environ.get("KEEP_LOGS"):
+            n.remove()
+
+
+def test_with_two_of_three_replicas_down_acks_all_is_refused_and_nothing_unacknowledged_is_kept(split):
+    create_replicated(split.bootstrap, "guarded", 1, min_isr=2)
+    wait_for("the topic", lambda: partitions_of(split.bootstrap, "guarded"))
+    acked = produce_keyed(split.bootstrap, "guarded", 0, 1_000)
+    leader = partitions_of(split.bootstrap, "guarded")[0].leader
+    lead = split.node(leader)
+    followers = [n for n in split.brokers if n.node_id != leader]
+    for n in followers:
+        n.kill()
+    # Both fenced after their sessions expire: the ISR is the leader alone.
+    wait_for("the ISR to shrink to the leader",
+             lambda: (p := partitions_of(lead.bootstrap, "guarded")) and p[0].isrs == [leader], 30)
+    refused = raw_produce(lead.bootstrap, "guarded", -1, [b"refused"])
+    assert refused["error_code"] == 19, refused  # NOT_ENOUGH_REPLICAS
+    # acks=1 is the leader's alone, and reads go on.
+    one = raw_produce(lead.bootstrap, "guarded", 1, [b"acks-one"])
+    assert one["error_code"] == 0 and one["base_offset"] == 1_000, one
+    ends, messages = read_all(lead.bootstrap, "guarded", 1)
+    assert ends[("guarded", 0)] == 1_001
+    check_exactly(acked, messages[:1_000])
+    assert messages[1_000].value() == b"acks-one"
+    # The followers come back, catch up and rejoin; acks=all works again.
+    for n in followers:
+        n.start()
+    wait_for("both followers back in the ISR",
+             lambda: (p := partitions_of(lead.bootstrap, "guarded")) and sorted(p[0].isrs) == sorted(
+                 n.node_id for n in split.brokers), 60)
+    again = raw_produce(lead.bootstrap, "guarded", -1, [b"after"])
+    assert again["error_code"] == 0 and again["base_offset"] == 1_001, again
+    ends, messages = read_all(lead.bootstrap, "guarded", 1)
+    values = [m.value() for m in messages]
+    assert b"refused" not in values, "a refused write was kept"
+    assert values[-2:] == [b"acks-one", b"after"]
