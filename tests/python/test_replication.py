@@ -4,12 +4,14 @@ once every in-sync replica has the records, and a leader killed with kill -9 rep
 in-sync follower that serves every acknowledged message, once, at its acknowledged offset.
 With controllers apart from the brokers, two of three replicas down: acks=all refused with
 NOT_ENOUGH_REPLICAS below `min.insync.replicas`, acks=1 and reads go on, and after the
-followers return they rejoin the ISR and acks=all works again."""
+followers return they rejoin the ISR and acks=all works again; and a leader that alone took
+records, died and came back truncates them away by the diverging epoch (KIP-320)."""
 
 from __future__ import annotations
 
 import collections
 import os
+import signal
 import time
 
 import pytest
@@ -170,9 +172,19 @@ def test_a_killed_leader_is_replaced_by_an_in_sync_follower_without_losing_anyth
     assert ends[("failover", 0)] == 15_000
     check_exactly(acked, messages)
     # The killed node comes back, catches up and rejoins the ISR.
-    victim.start()
+    restart([victim])
     wait_for("the old leader back in the ISR",
              lambda: (p := partitions_of(cluster.bootstrap, "failover")) and sorted(p[0].isrs) == [1, 2, 3], 60)
+
+
+def restart(nodes) -> None:
+    """Starts killed nodes again, all before waiting for any: while one is down its
+    single-replica partitions (the offsets topic's) have no leader, which a start that waits
+    for every partition would wait on."""
+    for n in nodes:
+        n.start(wait=False)
+    for n in nodes:
+        n.wait_ready(wait_for_partitions=False)
 
 
 def raw_produce(bootstrap: str, topic: str, acks: int, values: list[bytes]) -> dict:
@@ -236,8 +248,7 @@ def test_with_two_of_three_replicas_down_acks_all_is_refused_and_nothing_unackno
     check_exactly(acked, messages[:1_000])
     assert messages[1_000].value() == b"acks-one"
     # The followers come back, catch up and rejoin; acks=all works again.
-    for n in followers:
-        n.start()
+    restart(followers)
     wait_for("both followers back in the ISR",
              lambda: (p := partitions_of(lead.bootstrap, "guarded")) and sorted(p[0].isrs) == sorted(
                  n.node_id for n in split.brokers), 60)
@@ -247,3 +258,53 @@ def test_with_two_of_three_replicas_down_acks_all_is_refused_and_nothing_unackno
     values = [m.value() for m in messages]
     assert b"refused" not in values, "a refused write was kept"
     assert values[-2:] == [b"acks-one", b"after"]
+
+
+def test_a_returning_leader_truncates_what_it_alone_had_and_takes_the_new_leaders_records(split):
+    """The old leader took records with acks=1 that no follower fetched, then died; a follower
+    led and took other records at those offsets. Back, the old leader learns from the diverging
+    epoch of its fetch where the logs part, truncates there and copies the new leader's records:
+    led by it afterwards, the partition holds the new records and none of the lost ones."""
+    create_replicated(split.bootstrap, "diverge", 1, min_isr=1)
+    wait_for("the topic", lambda: partitions_of(split.bootstrap, "diverge"))
+    produce_keyed(split.bootstrap, "diverge", 0, 100)
+    old = split.node(partitions_of(split.bootstrap, "diverge")[0].leader)
+    followers = [n for n in split.brokers if n is not old]
+    wait_for("the ISR of three", lambda: sorted(partitions_of(old.bootstrap, "diverge")[0].isrs) == sorted(
+        n.node_id for n in split.brokers))
+    for n in followers:
+        os.kill(n.pid, signal.SIGSTOP)
+    try:
+        # The followers' fetches waiting at the leader are answered (empty) within
+        # replica.fetch.wait.max.ms; none is in flight when the leader takes these.
+        time.sleep(1.5)
+        for i in range(5):
+            r = raw_produce(old.bootstrap, "diverge", 1, [f"lost-{i}".encode()])
+            assert r["error_code"] == 0 and r["base_offset"] == 100 + i, r
+        old.kill()
+    finally:
+        for n in followers:
+            os.kill(n.pid, signal.SIGCONT)
+    others = ",".join(n.bootstrap for n in followers)
+    new_leader = wait_for("a follower to lead",
+                          lambda: (p := partitions_of(others, "diverge")) and p[0].leader not in (-1, old.node_id)
+                          and p[0].leader)
+    new = split.node(new_leader)
+    r = raw_produce(new.bootstrap, "diverge", -1, [b"new-leader"])
+    assert r["error_code"] == 0 and r["base_offset"] == 100, r
+    restart([old])
+    wait_for("the old leader back in the ISR",
+             lambda: (p := partitions_of(new.bootstrap, "diverge")) and old.node_id in p[0].isrs, 60)
+    assert "follower log diverged" in old.current_log(), "the returning leader never truncated"
+    # Only the old leader left in the ISR: it leads, and serves what the new leader had.
+    for n in followers:
+        n.kill()
+    wait_for("the old leader to lead again",
+             lambda: (p := partitions_of(old.bootstrap, "diverge")) and p[0].leader == old.node_id, 30)
+    ends, messages = read_all(old.bootstrap, "diverge", 1)
+    values = [m.value() for m in messages]
+    assert ends[("diverge", 0)] == 101, ends
+    assert values[100] == b"new-leader" and not any(v.startswith(b"lost-") for v in values), values[95:]
+    restart(followers)
+    wait_for("the ISR of three again", lambda: (p := partitions_of(old.bootstrap, "diverge")) and sorted(
+        p[0].isrs) == sorted(n.node_id for n in split.brokers), 60)
