@@ -15,7 +15,7 @@ import signal
 import time
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from kafka.protocol.producer.produce import ProduceRequest
@@ -111,7 +111,16 @@ def read_all(bootstrap: str, topic: str, partitions: int):
     try:
         ends = {}
         for p in range(partitions):
-            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+            # Right after a failover the client's metadata may still name the old leader.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
             ends[(topic, p)] = hi
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         return ends, read_to_end(c, ends, timeout=120)
@@ -277,7 +286,7 @@ def test_a_returning_leader_truncates_what_it_alone_had_and_takes_the_new_leader
     try:
         # The followers' fetches waiting at the leader are answered (empty) within
         # replica.fetch.wait.max.ms; none is in flight when the leader takes these.
-        time.sleep(1.5)
+        time.sleep(1.0)
         for i in range(5):
             r = raw_produce(old.bootstrap, "diverge", 1, [f"lost-{i}".encode()])
             assert r["error_code"] == 0 and r["base_offset"] == 100 + i, r
@@ -308,3 +317,73 @@ def test_a_returning_leader_truncates_what_it_alone_had_and_takes_the_new_leader
     restart(followers)
     wait_for("the ISR of three again", lambda: (p := partitions_of(old.bootstrap, "diverge")) and sorted(
         p[0].isrs) == sorted(n.node_id for n in split.brokers), 60)
+
+
+def test_an_idempotent_producer_keeps_exactly_once_while_its_leader_is_killed_three_times(cluster):
+    """30,000 keyed messages from an idempotent acks=all producer while the leader of their
+    partitions is killed with kill -9 three times at random moments and comes back each time:
+    every acknowledged message is read back exactly once, at its acknowledged offset, in
+    produce order per partition, and the killed brokers rejoin the ISR."""
+    import random
+    import threading
+
+    create_replicated(cluster.bootstrap, "under-fire", 2, min_isr=2)
+    wait_for("the topic", lambda: partitions_of(cluster.bootstrap, "under-fire"))
+    rng = random.Random(14)
+    total = 30_000
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "message.timeout.ms": 120_000, **CLIENT_DEFAULTS})
+    acked: dict[int, tuple[int, int]] = {}
+    failures = []
+    sent = [0]
+
+    def report(err, msg):
+        if err is not None:
+            failures.append(err)
+        else:
+            acked[int(msg.value())] = (msg.partition(), msg.offset())
+
+    def produce():
+        for i in range(total):
+            while True:
+                try:
+                    p.produce("under-fire", key=f"k{i % 101}", value=str(i), on_delivery=report)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            sent[0] = i + 1
+            if i % 100 == 0:
+                p.poll(0)
+                time.sleep(0.01)
+        p.flush(180)
+
+    t = threading.Thread(target=produce)
+    t.start()
+    try:
+        for _ in range(3):
+            time.sleep(rng.uniform(0.5, 2.0))
+            leaders = {pp.leader for pp in partitions_of(cluster.bootstrap, "under-fire").values()}
+            victim = cluster.node(rng.choice(sorted(x for x in leaders if x > 0)))
+            victim.kill()
+            time.sleep(rng.uniform(0.5, 1.5))
+            restart([victim])
+            # Registered again (its old incarnation's session over, its leaderships moved),
+            # caught up and back in the ISR before the next kill.
+            wait_for("the killed broker registered again",
+                     lambda: "broker state changed fenced=false" in victim.current_log(), 60)
+            wait_for("the killed broker back in every ISR",
+                     lambda: all(victim.node_id in pp.isrs
+                                 for pp in partitions_of(cluster.bootstrap, "under-fire").values()), 60)
+    finally:
+        t.join(240)
+    assert not t.is_alive(), "the producer did not finish"
+    assert not failures, f"{len(failures)} deliveries failed, first {failures[:5]}"
+    assert len(acked) == total, f"{total - len(acked)} messages unacknowledged"
+    ends, messages = read_all(cluster.bootstrap, "under-fire", 2)
+    check_exactly(acked, messages)
+    assert sum(ends.values()) == total, f"{sum(ends.values())} records in the log for {total} sent"
+    last = {}
+    for m in messages:
+        v = int(m.value())
+        assert last.get(m.partition(), -1) < v, f"partition {m.partition()} out of produce order at {v}"
+        last[m.partition()] = v

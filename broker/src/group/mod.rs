@@ -25,7 +25,7 @@ use bytes::{Bytes, BytesMut};
 use futures_channel::oneshot;
 use kafka_protocol::ResponseError;
 use sluice_engine::batch::{BatchBuilder, NewRecord, Records};
-use sluice_engine::{LeaderEpoch, Timestamp};
+use sluice_engine::Timestamp;
 
 use crate::shard::Shard;
 
@@ -1210,11 +1210,11 @@ impl Shard {
             });
         }
         let batch = builder.build();
-        if let Err(e) = log
-            .log
-            .append(BytesMut::from(&batch[..]), LeaderEpoch(0))
-            .await
-        {
+        // Stamped with the offsets partition's leader epoch, as every leader's append is.
+        let epoch = log
+            .check_leader(-1)
+            .unwrap_or(crate::shard::partition::LEADER_EPOCH);
+        if let Err(e) = log.log.append(BytesMut::from(&batch[..]), epoch).await {
             tracing::error!(group = %group_id, error = %e, "could not store committed offsets");
             return Err(crate::handlers::errors::log_error_code(&e));
         }

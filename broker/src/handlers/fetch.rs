@@ -572,7 +572,10 @@ pub async fn handle(
             .collect();
         let results = read_partitions(shard, &reads, response_max, &mut work).await;
         let total: usize = results.iter().map(|r| r.records.len()).sum();
-        let errors = results.iter().any(|r| r.error_code != 0);
+        // A diverging epoch goes back at once too: the follower truncates before it can fetch.
+        let errors = results
+            .iter()
+            .any(|r| r.error_code != 0 || r.diverging_epoch.is_some());
         let now = Instant::now();
         if total >= request.min_bytes.max(0) as usize
             || errors

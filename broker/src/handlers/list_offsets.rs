@@ -19,25 +19,25 @@ pub const MAX_TIMESTAMP: i64 = -3;
 pub const EARLIEST_LOCAL: i64 = -4;
 pub const LATEST_TIERED: i64 = -5;
 
-/// (error code, timestamp, offset)
+/// (error code, timestamp, offset, leader epoch of the offset)
 pub async fn lookup(
     shard: &Rc<Shard>,
     topic: String,
     partition: i32,
     timestamp: i64,
-) -> (i16, i64, i64) {
+) -> (i16, i64, i64, i32) {
     let image = shard.image();
     let Some(owner) = image.owner(&topic, partition, shard.shared.shards) else {
         let code = image.missing_partition_error(shard.config().node_id, &topic, partition);
-        return (code, -1, -1);
+        return (code, -1, -1, -1);
     };
     shard
         .invoke_on(owner, move |shard| async move {
             let Some(p) = shard.partition(&topic, partition) else {
-                return (ResponseError::UnknownTopicOrPartition.code(), -1, -1);
+                return (ResponseError::UnknownTopicOrPartition.code(), -1, -1, -1);
             };
             if let Err(code) = p.check_leader(-1) {
-                return (code, -1, -1);
+                return (code, -1, -1, -1);
             }
             let log = &p.log;
             let hw = p.high_watermark().0;
@@ -45,7 +45,7 @@ pub async fn lookup(
                 LATEST => Ok(Some((hw, -1))),
                 // Nothing is tiered: there is no tiered offset, as Kafka answers without
                 // remote storage.
-                LATEST_TIERED => return (0, -1, -1),
+                LATEST_TIERED => return (0, -1, -1, -1),
                 EARLIEST | EARLIEST_LOCAL => Ok(Some((log.log_start_offset().0, -1))),
                 MAX_TIMESTAMP => log
                     .max_timestamp_offset()
@@ -55,15 +55,27 @@ pub async fn lookup(
                     .offset_for_timestamp(Timestamp(t))
                     .await
                     .map(|o| o.map(|(o, t)| (o.0, t.0))),
-                _ => return (ResponseError::InvalidRequest.code(), -1, -1),
+                _ => return (ResponseError::InvalidRequest.code(), -1, -1, -1),
             };
             match found {
-                Ok(Some((offset, ts))) if offset <= hw => (0, ts, offset),
-                Ok(_) => (0, -1, -1),
-                Err(e) => (log_error_code(&e), -1, -1),
+                Ok(Some((offset, ts))) if offset <= hw => (0, ts, offset, epoch_of(log, offset)),
+                Ok(_) => (0, -1, -1, -1),
+                Err(e) => (log_error_code(&e), -1, -1, -1),
             }
         })
         .await
+}
+
+/// The leader epoch of the batch holding `offset` (for the log end, of the last batch), as Kafka
+/// answers it, so a consumer that checks its position by OffsetForLeaderEpoch finds it inside
+/// that epoch. The current epoch when the log holds no epoch yet.
+fn epoch_of(log: &sluice_engine::Log<sluice_engine::DmaStorage>, offset: i64) -> i32 {
+    let epochs = log.leader_epochs();
+    let i = epochs.partition_point(|&(_, start)| start.0 <= offset);
+    if i == 0 {
+        return epochs.first().map_or(0, |(e, _)| e.0);
+    }
+    epochs[i - 1].0 .0
 }
 
 /// The first version that may ask for `timestamp`; an older request asking for it is answered
@@ -86,8 +98,8 @@ pub async fn handle(
     for topic in request.topics {
         let mut t = ListOffsetsTopicResponse::default().with_name(topic.name.clone());
         for p in topic.partitions {
-            let (code, ts, offset) = if version < first_version(p.timestamp) {
-                (ResponseError::UnsupportedVersion.code(), -1, -1)
+            let (code, ts, offset, epoch) = if version < first_version(p.timestamp) {
+                (ResponseError::UnsupportedVersion.code(), -1, -1, -1)
             } else {
                 lookup(
                     shard,
@@ -104,7 +116,7 @@ pub async fn handle(
                 .with_offset(offset);
             if version >= 4 {
                 // The epoch of the offset found; none when there is no offset.
-                pr.leader_epoch = if code == 0 && offset >= 0 { 0 } else { -1 };
+                pr.leader_epoch = if code == 0 && offset >= 0 { epoch } else { -1 };
             }
             t.partitions.push(pr);
         }

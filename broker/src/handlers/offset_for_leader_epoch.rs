@@ -2,9 +2,10 @@
 //! compare with their position to detect that the log was truncated under them. Answered by the
 //! partition's owner shard from the log's leader epoch cache.
 //!
-//! Every partition has had one leader, this node, at `LEADER_EPOCH` since it was created: the
-//! cache holds the epochs the log's batches carry, and the current epoch starts at the log end
-//! when no batch carries it yet (Kafka writes that entry when a replica becomes leader).
+//! Answered by the partition's leader only. The cache holds the epochs the log's batches carry
+//! (each leader stamps its own into what it appends, and followers keep them), and the current
+//! epoch starts at the log end when no batch carries it yet (Kafka writes that entry when a
+//! replica becomes leader).
 
 use std::rc::Rc;
 

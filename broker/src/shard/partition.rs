@@ -83,11 +83,12 @@ impl Partition {
             if let Replica::Leader(l) = &mut *replica {
                 if l.leader_epoch.0 == u.leader_epoch {
                     // The same leadership: the image brings the committed ISR (the answer to an
-                    // AlterPartition, or a change the controller made itself).
-                    l.on_committed(
-                        u.isr.iter().map(|&b| BrokerId(b)).collect(),
-                        PartitionEpoch(u.partition_epoch),
-                    );
+                    // AlterPartition, or a change the controller made itself) when the
+                    // partition's state changed; any other image leaves a pending change be.
+                    let isr: Vec<BrokerId> = u.isr.iter().map(|&b| BrokerId(b)).collect();
+                    if l.partition_epoch.0 != u.partition_epoch || l.isr != isr {
+                        l.on_committed(isr, PartitionEpoch(u.partition_epoch));
+                    }
                     l.config = u.config;
                     drop(replica);
                     self.changed.notify(usize::MAX);

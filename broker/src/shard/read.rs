@@ -283,8 +283,10 @@ fn diverging_epoch(
     match log.end_offset_for_epoch(sluice_engine::LeaderEpoch(last_fetched_epoch)) {
         Some((epoch, end)) if epoch.0 == last_fetched_epoch && end >= fetch_offset => None,
         Some((epoch, end)) => Some((epoch.0, end.0)),
-        // This leader has no epoch at or below the follower's: nothing in common is known.
-        None => Some((-1, -1)),
+        // This leader has no epoch at or below the follower's: nothing in common is known, and
+        // the follower starts again from this log's start. (-1, -1) would read as "no
+        // divergence" on the wire.
+        None => Some((-1, log.log_start_offset().0)),
     }
 }
 

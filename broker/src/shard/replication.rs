@@ -76,6 +76,11 @@ fn followed_from(shard: &Shard, leader: i32) -> Vec<Followed> {
         .iter()
         .filter_map(|((topic, partition), p)| {
             let f = p.following().filter(|f| f.leader == leader)?;
+            // A log that failed a write or sync takes no more records (the leader sees it fall
+            // behind and takes it out of the ISR).
+            if p.log.poisoned().is_some() {
+                return None;
+            }
             let topic_id = image.topics.get(topic)?.id;
             Some(Followed {
                 topic: topic.clone(),
@@ -199,7 +204,10 @@ fn fetch_request(shard: &Shard, followed: &[Followed], wait_ms: u64) -> RequestK
         let partition = FetchPartition::default()
             .with_partition(f.partition)
             .with_current_leader_epoch(f.leader_epoch)
-            .with_fetch_offset(log.log_end_offset().0)
+            // What this replica has as durable as its flush.mode says (its log end, once the
+            // last round's flush is done): never more, so the leader's high watermark only
+            // counts records on this disk.
+            .with_fetch_offset(log.high_watermark().0)
             .with_last_fetched_epoch(last_fetched_epoch)
             .with_log_start_offset(log.log_start_offset().0)
             .with_partition_max_bytes(REPLICA_FETCH_MAX_BYTES);
