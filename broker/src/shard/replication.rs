@@ -247,12 +247,14 @@ async fn apply_response(
 ) -> bool {
     let mut healthy = true;
     let mut appended: Vec<Rc<Partition>> = Vec::new();
+    // By topic id and partition: no search per partition of the response.
+    let by_key: std::collections::HashMap<(uuid::Uuid, i32), &Followed> = followed
+        .iter()
+        .map(|f| ((f.topic_id, f.partition), f))
+        .collect();
     for topic in response.responses {
         for pd in topic.partitions {
-            let Some(f) = followed
-                .iter()
-                .find(|f| f.topic_id == topic.topic_id && f.partition == pd.partition_index)
-            else {
+            let Some(&f) = by_key.get(&(topic.topic_id, pd.partition_index)) else {
                 continue;
             };
             match apply_partition(f, pd).await {
