@@ -28,14 +28,15 @@ PARTITIONS = 3
 LAG_MS = 3000
 
 
-@pytest.fixture(scope="module")
-def cluster(request):
-    c = Cluster(3, name="replication", extra_args=["--replica-lag-time-max-ms", LAG_MS])
+def running(request, c: Cluster):
+    """Starts `c`, waits until its brokers are registered, yields it, and stops it; the nodes'
+    log tails are printed when a test failed, and any panic fails the module."""
     failed_before = request.session.testsfailed
     try:
         c.start()
         wait_for("every broker registered and unfenced",
-                 lambda: all(len(admin(n.bootstrap).list_topics(timeout=10).brokers) == 3 for n in c.nodes))
+                 lambda: all(len(admin(n.bootstrap).list_topics(timeout=10).brokers) == len(c.brokers)
+                             for n in c.brokers))
     except BaseException:
         print(c.log_tails())
         c.stop()
@@ -50,6 +51,11 @@ def cluster(request):
         assert not panics, f"node {n.node_id} panicked:\n" + "\n".join(panics)
         if not failed and not os.environ.get("KEEP_LOGS"):
             n.remove()
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    yield from running(request, Cluster(3, name="replication", extra_args=["--replica-lag-time-max-ms", LAG_MS]))
 
 
 def wait_for(what: str, check, timeout: float = 30.0):
@@ -213,26 +219,8 @@ def raw_produce(bootstrap: str, topic: str, acks: int, values: list[bytes]) -> d
 def split(request):
     """Three controllers and three brokers as separate processes, so that brokers can go down
     while the controller quorum keeps its majority."""
-    c = Cluster(3, brokers=3, name="min-isr", extra_args=["--replica-lag-time-max-ms", LAG_MS])
-    failed_before = request.session.testsfailed
-    try:
-        c.start()
-        wait_for("every broker registered and unfenced",
-                 lambda: all(len(admin(n.bootstrap).list_topics(timeout=10).brokers) == 3 for n in c.brokers))
-    except BaseException:
-        print(c.log_tails())
-        c.stop()
-        raise
-    yield c
-    failed = request.session.testsfailed > failed_before
-    if failed:
-        print(c.log_tails())
-    c.stop()
-    for n in c.nodes:
-        panics = [line for line in n.log_text().splitlines() if "panicked" in line]
-        assert not panics, f"node {n.node_id} panicked:\n" + "\n".join(panics)
-        if not failed and not os.environ.get("KEEP_LOGS"):
-            n.remove()
+    yield from running(request, Cluster(3, brokers=3, name="min-isr",
+                                        extra_args=["--replica-lag-time-max-ms", LAG_MS]))
 
 
 def test_with_two_of_three_replicas_down_acks_all_is_refused_and_nothing_unacknowledged_is_kept(split):

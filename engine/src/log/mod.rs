@@ -338,18 +338,7 @@ impl<S: Storage> Log<S> {
         drop(in_order);
         let turn = self.wait_turn(ticket).await;
         // Make room first: nothing is assigned an offset until there is space to write it.
-        loop {
-            let now = self.clock.now_ms();
-            if self.has_room(len, now, &config) {
-                break;
-            }
-            let _io = self.io.lock().await;
-            self.check_usable()?;
-            if self.has_room(len, now, &config) {
-                break;
-            }
-            self.make_room_locked(len, now, &config).await?;
-        }
+        self.wait_for_room(len, &config).await?;
         // No await from here until the batch is buffered: offsets are assigned in order.
         let now = self.clock.now_ms();
         let duplicate = {
@@ -461,18 +450,7 @@ impl<S: Storage> Log<S> {
         }
         let ticket = self.ticket();
         let turn = self.wait_turn(ticket).await;
-        loop {
-            let now = self.clock.now_ms();
-            if self.has_room(len, now, &config) {
-                break;
-            }
-            let _io = self.io.lock().await;
-            self.check_usable()?;
-            if self.has_room(len, now, &config) {
-                break;
-            }
-            self.make_room_locked(len, now, &config).await?;
-        }
+        self.wait_for_room(len, &config).await?;
         let now = self.clock.now_ms();
         let info = {
             let mut st = self.state.borrow_mut();
@@ -519,6 +497,23 @@ impl<S: Storage> Log<S> {
             stats.appended_bytes += len;
         }
         Ok(info)
+    }
+
+    /// Rolls or retains until a batch of `len` bytes fits in the active segment. Nothing is
+    /// assigned an offset before there is space to write it.
+    async fn wait_for_room(&self, len: u64, config: &LogConfig) -> Result<()> {
+        loop {
+            let now = self.clock.now_ms();
+            if self.has_room(len, now, config) {
+                return Ok(());
+            }
+            let _io = self.io.lock().await;
+            self.check_usable()?;
+            if self.has_room(len, now, config) {
+                return Ok(());
+            }
+            self.make_room_locked(len, now, config).await?;
+        }
     }
 
     /// Makes everything a follower appended as durable as `flush.mode` asks, and returns the
