@@ -71,6 +71,21 @@ pub struct BrokerConfig {
     pub group_consumer_heartbeat_interval_ms: u64,
     /// `offsets.topic.num.partitions`
     pub offsets_topic_partitions: i32,
+    /// `offsets.topic.replication.factor` as set; [`BrokerConfig::offsets_topic_replication_factor`]
+    /// gives the one in force.
+    pub offsets_topic_replication_factor_set: Option<i16>,
+    /// `default.replication.factor`: replicas of a topic created without a replication factor
+    /// (auto-created topics, CreateTopics asking for -1).
+    pub default_replication_factor: i16,
+    /// `min.insync.replicas` for topics that set none: the in-sync replicas an acks=all produce
+    /// needs.
+    pub min_insync_replicas: i32,
+    /// `auto.leader.rebalance.enable`: the controller gives partitions back to their preferred
+    /// replica every `leader.imbalance.check.interval.seconds` once it is in sync.
+    pub auto_leader_rebalance_enable: bool,
+    pub leader_imbalance_check_interval_seconds: u64,
+    /// `unclean.leader.election.enable` for topics that set none.
+    pub unclean_leader_election_enable: bool,
     /// `max.connections`: client connections the broker holds open at once, over all shards;
     /// more are accepted and closed at once, with a (rate-limited) log line.
     pub max_connections: usize,
@@ -367,6 +382,12 @@ impl Default for BrokerConfig {
             group_consumer_session_timeout_ms: GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT,
             group_consumer_heartbeat_interval_ms: GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT,
             offsets_topic_partitions: 50,
+            offsets_topic_replication_factor_set: None,
+            default_replication_factor: 1,
+            min_insync_replicas: 1,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_seconds: 300,
+            unclean_leader_election_enable: false,
             max_connections: MAX_CONNECTIONS_DEFAULT,
             max_connections_per_ip: MAX_CONNECTIONS_DEFAULT,
             connections_max_idle_ms: CONNECTIONS_MAX_IDLE_MS_DEFAULT,
@@ -433,6 +454,18 @@ struct FileConfig {
     group_consumer_heartbeat_interval_ms: Option<u64>,
     #[serde(rename = "offsets.topic.num.partitions")]
     offsets_topic_partitions: Option<i32>,
+    #[serde(rename = "offsets.topic.replication.factor")]
+    offsets_topic_replication_factor: Option<i16>,
+    #[serde(rename = "default.replication.factor")]
+    default_replication_factor: Option<i16>,
+    #[serde(rename = "min.insync.replicas")]
+    min_insync_replicas: Option<i32>,
+    #[serde(rename = "auto.leader.rebalance.enable")]
+    auto_leader_rebalance_enable: Option<bool>,
+    #[serde(rename = "leader.imbalance.check.interval.seconds")]
+    leader_imbalance_check_interval_seconds: Option<u64>,
+    #[serde(rename = "unclean.leader.election.enable")]
+    unclean_leader_election_enable: Option<bool>,
     #[serde(rename = "max.connections")]
     max_connections: Option<usize>,
     #[serde(rename = "max.connections.per.ip")]
@@ -610,6 +643,24 @@ impl BrokerConfig {
         if let Some(v) = file.offsets_topic_partitions {
             self.offsets_topic_partitions = v.max(1);
         }
+        if let Some(v) = file.offsets_topic_replication_factor {
+            self.offsets_topic_replication_factor_set = Some(v);
+        }
+        if let Some(v) = file.default_replication_factor {
+            self.default_replication_factor = v;
+        }
+        if let Some(v) = file.min_insync_replicas {
+            self.min_insync_replicas = v;
+        }
+        if let Some(v) = file.auto_leader_rebalance_enable {
+            self.auto_leader_rebalance_enable = v;
+        }
+        if let Some(v) = file.leader_imbalance_check_interval_seconds {
+            self.leader_imbalance_check_interval_seconds = v;
+        }
+        if let Some(v) = file.unclean_leader_election_enable {
+            self.unclean_leader_election_enable = v;
+        }
         if let Some(v) = file.log_retention_check_interval_ms {
             self.log_retention_check_interval_ms = v;
         }
@@ -650,6 +701,25 @@ impl BrokerConfig {
                 self.group_min_session_timeout_ms,
                 self.group_max_session_timeout_ms
             );
+        }
+        if self.default_replication_factor < 1 {
+            anyhow::bail!("default.replication.factor must be at least 1 (Kafka's default is 1)");
+        }
+        if self
+            .offsets_topic_replication_factor_set
+            .is_some_and(|rf| rf < 1)
+        {
+            anyhow::bail!(
+                "offsets.topic.replication.factor must be at least 1 (Kafka's default is 3)"
+            );
+        }
+        if self.leader_imbalance_check_interval_seconds == 0 {
+            anyhow::bail!(
+                "leader.imbalance.check.interval.seconds must be at least 1 (Kafka's default is 300)"
+            );
+        }
+        if self.min_insync_replicas < 1 {
+            anyhow::bail!("min.insync.replicas must be at least 1 (Kafka's default is 1)");
         }
         if self.replica_lag_time_max_ms == 0 {
             anyhow::bail!("replica.lag.time.max.ms must be at least 1 (Kafka's default is 30000)");
@@ -817,6 +887,14 @@ impl BrokerConfig {
     /// single-node default has no voters list (its quorum is itself).
     pub fn is_cluster(&self) -> bool {
         !self.controller_quorum_voters.is_empty()
+    }
+
+    /// `offsets.topic.replication.factor` in force: as set, else Kafka's 3 in a cluster and 1
+    /// on the single-node default (as Kafka's own single-node `server.properties` sets it).
+    /// `__consumer_offsets` is not created until the cluster has that many brokers, as in Kafka.
+    pub fn offsets_topic_replication_factor(&self) -> i16 {
+        self.offsets_topic_replication_factor_set
+            .unwrap_or(if self.is_cluster() { 3 } else { 1 })
     }
 
     /// This node's entry in `controller.quorum.voters`, if it is a voter.

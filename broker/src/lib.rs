@@ -136,6 +136,30 @@ struct ServeArgs {
     /// (`replica.fetch.wait.max.ms`). Default 500, as Kafka.
     #[arg(long)]
     replica_fetch_wait_max_ms: Option<u64>,
+    /// Replicas of `__consumer_offsets` (`offsets.topic.replication.factor`). Default 3 in a
+    /// cluster, as Kafka, and 1 on the single-node default.
+    #[arg(long)]
+    offsets_topic_replication_factor: Option<i16>,
+    /// Replicas of topics created without a replication factor (`default.replication.factor`).
+    /// Default 1, as Kafka.
+    #[arg(long)]
+    default_replication_factor: Option<i16>,
+    /// In-sync replicas an acks=all produce needs, for topics that set none
+    /// (`min.insync.replicas`). Default 1, as Kafka.
+    #[arg(long)]
+    min_insync_replicas: Option<i32>,
+    /// Whether the controller gives partitions back to their preferred replica once it is in
+    /// sync (`auto.leader.rebalance.enable`). Default true, as Kafka.
+    #[arg(long)]
+    auto_leader_rebalance_enable: Option<bool>,
+    /// How often the controller looks for partitions not led by their preferred replica
+    /// (`leader.imbalance.check.interval.seconds`). Default 300, as Kafka.
+    #[arg(long)]
+    leader_imbalance_check_interval_seconds: Option<u64>,
+    /// Whether an out-of-sync replica may lead a partition no in-sync replica can lead, for
+    /// topics that set none (`unclean.leader.election.enable`). Default false, as Kafka.
+    #[arg(long)]
+    unclean_leader_election_enable: Option<bool>,
     /// How often compacted topics are cleaned (`log.cleaner.backoff.ms`). Default 60000.
     #[arg(long)]
     log_cleaner_backoff_ms: Option<u64>,
@@ -222,6 +246,24 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.replica_fetch_wait_max_ms {
         config.replica_fetch_wait_max_ms = v;
+    }
+    if let Some(v) = args.offsets_topic_replication_factor {
+        config.offsets_topic_replication_factor_set = Some(v);
+    }
+    if let Some(v) = args.default_replication_factor {
+        config.default_replication_factor = v;
+    }
+    if let Some(v) = args.min_insync_replicas {
+        config.min_insync_replicas = v;
+    }
+    if let Some(v) = args.auto_leader_rebalance_enable {
+        config.auto_leader_rebalance_enable = v;
+    }
+    if let Some(v) = args.leader_imbalance_check_interval_seconds {
+        config.leader_imbalance_check_interval_seconds = v;
+    }
+    if let Some(v) = args.unclean_leader_election_enable {
+        config.unclean_leader_election_enable = v;
     }
     if let Some(v) = args.log_cleaner_backoff_ms {
         config.log_cleaner_backoff_ms = v;

@@ -254,6 +254,7 @@ pub const TOPIC_CONFIG_DEFAULTS: &[(&str, &str)] = &[
     ("retention.ms", "604800000"),
     ("segment.bytes", "1073741824"),
     ("segment.ms", "604800000"),
+    ("unclean.leader.election.enable", "false"),
 ];
 
 /// Builds the engine's config from topic overrides, checking every value.
@@ -341,6 +342,14 @@ pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, Strin
             "min.insync.replicas" => {
                 if int()? < 1 {
                     return Err(format!("min.insync.replicas={value} must be at least 1"));
+                }
+            }
+            // The controller's: whether an out-of-sync replica may lead when no in-sync one can.
+            "unclean.leader.election.enable" => {
+                if value != "true" && value != "false" {
+                    return Err(format!(
+                        "unclean.leader.election.enable={value:?}: expected true or false"
+                    ));
                 }
             }
             other => return Err(format!("unknown topic config {other:?}")),

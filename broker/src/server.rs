@@ -204,6 +204,9 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
         handed_over: std::sync::atomic::AtomicBool::new(false),
         metadata_ready: std::sync::atomic::AtomicBool::new(false),
         broker_epoch: std::sync::atomic::AtomicI64::new(-1),
+        coordinators: (0..config.offsets_topic_partitions)
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .collect(),
     });
     let meshes = mesh_builders(shards);
     tracing::info!(shards, node_id = config.node_id, roles = %config.process_roles, cluster_id = %config.cluster_id, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
@@ -220,11 +223,13 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 let id = senders.peer_id();
                 let shard = Shard::new(id, shared.clone(), image.clone(), senders);
                 shard.serve_jobs(receivers);
+                // Groups load once the image names this node the leader of their offsets
+                // partitions (`Shard::on_offsets_leadership`).
                 let opened = async {
                     for topic in image.topics.values() {
                         shard.open_owned(topic).await?;
                     }
-                    shard.load_offsets().await
+                    anyhow::Ok(())
                 }
                 .await;
                 if let Err(e) = opened {

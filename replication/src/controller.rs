@@ -37,6 +37,14 @@ pub const INTERNAL_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_stat
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Most brokers one partition may be placed on.
 pub const REPLICATION_FACTOR_MAX: i16 = 64;
+/// Kafka's `leader.imbalance.check.interval.seconds` default, in milliseconds.
+pub const LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
+/// Most leaderships one automatic rebalance moves (Kafka's controller moves at most 1000 per
+/// pass too), so one pass stays one modest metadata batch.
+pub const REBALANCE_ELECTIONS_MAX: usize = 1_000;
+/// ElectLeaders election types, as Kafka numbers them.
+pub const ELECTION_PREFERRED: i8 = 0;
+pub const ELECTION_UNCLEAN: i8 = 1;
 
 /// Validates a resource's configs as they would be after a change; `Err` is the message for
 /// INVALID_CONFIG. The broker passes its own checks (it knows which values its logs accept).
@@ -64,6 +72,13 @@ pub struct ControllerConfig {
     /// The largest replication factor CreateTopics takes: the broker holds it at 1 until its
     /// followers replicate (issue 14), so that no topic claims replicas it does not have.
     pub replication_factor_max: i16,
+    /// `auto.leader.rebalance.enable`: every `leader_imbalance_check_interval_ms`, partitions
+    /// whose preferred replica (the first) is an unfenced in-sync replica but not the leader
+    /// get it back as leader.
+    pub auto_leader_rebalance: bool,
+    pub leader_imbalance_check_interval_ms: u64,
+    /// `unclean.leader.election.enable` for topics that do not set it.
+    pub unclean_leader_election: bool,
     /// Seeds topic ids and placement; the simulator fixes it, the broker draws it at random.
     pub seed: u64,
 }
@@ -80,6 +95,9 @@ impl ControllerConfig {
             config_validator: None,
             config_default: None,
             replication_factor_max: REPLICATION_FACTOR_MAX,
+            auto_leader_rebalance: true,
+            leader_imbalance_check_interval_ms: LEADER_IMBALANCE_CHECK_INTERVAL_MS_DEFAULT,
+            unclean_leader_election: false,
             seed: 0,
         }
     }
@@ -324,6 +342,31 @@ pub enum ControllerRequest {
     AllocateProducerIds(AllocateProducerIdsRequest),
     Migrate(MigrateRequest),
     AlterPartition(AlterPartitionRequest),
+    ElectLeaders(ElectLeadersRequest),
+}
+
+/// Kafka's ElectLeaders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElectLeadersRequest {
+    /// [`ELECTION_PREFERRED`] or [`ELECTION_UNCLEAN`].
+    pub election_type: i8,
+    /// `None`: every partition (and then partitions that need no election are left out of
+    /// the answer, as Kafka leaves them out).
+    pub partitions: Option<Vec<(String, Vec<i32>)>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElectLeadersResponse {
+    pub error_code: i16,
+    pub results: Vec<ElectionResult>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElectionResult {
+    pub topic: String,
+    pub partition_id: i32,
+    pub error_code: i16,
+    pub error_message: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -337,6 +380,7 @@ pub enum ControllerResponse {
     AllocateProducerIds(AllocateProducerIdsResponse),
     Migrate(MigrateResponse),
     AlterPartition(AlterPartitionResponse),
+    ElectLeaders(ElectLeadersResponse),
 }
 
 impl ControllerRequest {
@@ -428,6 +472,24 @@ impl ControllerRequest {
                     partitions: vec![],
                 })
             }
+            ControllerRequest::ElectLeaders(r) => {
+                ControllerResponse::ElectLeaders(ElectLeadersResponse {
+                    error_code,
+                    results: r
+                        .partitions
+                        .iter()
+                        .flatten()
+                        .flat_map(|(topic, ids)| {
+                            ids.iter().map(move |&partition_id| ElectionResult {
+                                topic: topic.clone(),
+                                partition_id,
+                                error_code,
+                                error_message: None,
+                            })
+                        })
+                        .collect(),
+                })
+            }
         }
     }
 }
@@ -448,6 +510,8 @@ pub struct Controller {
     sessions: BTreeMap<BrokerId, u64>,
     /// Brokers that asked for controlled shutdown since they registered.
     shutting_down: BTreeSet<BrokerId>,
+    /// When the next automatic leader rebalance is due (ms), active controller only.
+    next_rebalance_ms: u64,
     /// The offset the records being produced will commit at (set by `handle` and `tick`).
     next_offset: Offset,
     rng: StdRng,
@@ -461,6 +525,7 @@ impl Controller {
             speculative: None,
             sessions: BTreeMap::new(),
             shutting_down: BTreeSet::new(),
+            next_rebalance_ms: 0,
             next_offset: Offset(0),
             rng,
         }
@@ -483,6 +548,7 @@ impl Controller {
             .map(|b| (b.id, now_ms + self.config.broker_session_timeout_ms))
             .collect();
         self.shutting_down.clear();
+        self.next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_ms;
     }
 
     /// Stops being the active controller; uncommitted work is forgotten.
@@ -524,6 +590,7 @@ impl Controller {
             ControllerRequest::AllocateProducerIds(r) => self.allocate_producer_ids(r),
             ControllerRequest::Migrate(r) => self.migrate(r),
             ControllerRequest::AlterPartition(r) => self.alter_partition(r),
+            ControllerRequest::ElectLeaders(r) => self.elect_leaders(r),
         };
         ControllerResult { records, response }
     }
@@ -552,7 +619,191 @@ impl Controller {
             batch.push(Record::FenceBroker(BrokerFencingRecord { id, epoch }));
             self.emit(&mut records, batch);
         }
+        if self.config.auto_leader_rebalance && now_ms >= self.next_rebalance_ms {
+            self.next_rebalance_ms = now_ms + self.config.leader_imbalance_check_interval_ms;
+            let batch = self.rebalance_leaders();
+            if !batch.is_empty() {
+                self.emit(&mut records, batch);
+            }
+        }
         records
+    }
+
+    /// Preferred-leader elections for every partition whose preferred replica could lead but
+    /// does not (at most [`REBALANCE_ELECTIONS_MAX`]).
+    fn rebalance_leaders(&self) -> Vec<Record> {
+        let mut batch = Vec::new();
+        for topic in self.image().topics() {
+            for (&partition_id, p) in &topic.partitions {
+                if batch.len() >= REBALANCE_ELECTIONS_MAX {
+                    return batch;
+                }
+                if let Ok(change) = self.preferred_election(topic.id, partition_id, p) {
+                    batch.push(Record::PartitionChange(change));
+                }
+            }
+        }
+        batch
+    }
+
+    /// Whether a replica may be elected leader now: unfenced and not shutting down.
+    fn can_lead(&self, b: BrokerId) -> bool {
+        self.image().is_unfenced(b) && !self.shutting_down.contains(&b)
+    }
+
+    /// The change that makes the preferred (first) replica the leader, or why there is none.
+    fn preferred_election(
+        &self,
+        topic_id: TopicId,
+        partition_id: i32,
+        p: &PartitionRegistration,
+    ) -> Result<PartitionChangeRecord, (i16, String)> {
+        let Some(&preferred) = p.replicas.first() else {
+            return Err((
+                PREFERRED_LEADER_NOT_AVAILABLE,
+                "the partition has no replicas".into(),
+            ));
+        };
+        if p.leader == preferred {
+            return Err((
+                ELECTION_NOT_NEEDED,
+                "Leader election not needed for topic partition.".into(),
+            ));
+        }
+        if !p.isr.contains(&preferred) || !self.can_lead(preferred) {
+            return Err((
+                PREFERRED_LEADER_NOT_AVAILABLE,
+                format!(
+                    "the preferred replica {} is not an unfenced in-sync replica",
+                    preferred.0
+                ),
+            ));
+        }
+        Ok(PartitionChangeRecord {
+            partition_id,
+            topic_id,
+            leader: Some(preferred),
+            ..Default::default()
+        })
+    }
+
+    /// The change that gives a leaderless partition a leader: an unfenced in-sync replica, else
+    /// an eligible leader replica (KIP-966), else any unfenced replica, which loses whatever it
+    /// lacks of the old ISR's records (hence unclean). Its ISR is then the new leader alone.
+    fn unclean_election(
+        &self,
+        topic_id: TopicId,
+        partition_id: i32,
+        p: &PartitionRegistration,
+    ) -> Result<PartitionChangeRecord, (i16, String)> {
+        if p.leader != BrokerId::NONE {
+            return Err((
+                ELECTION_NOT_NEEDED,
+                "Leader election not needed for topic partition.".into(),
+            ));
+        }
+        let mut change = PartitionChangeRecord {
+            partition_id,
+            topic_id,
+            ..Default::default()
+        };
+        let clean = self.elect(p, &p.isr, BrokerId::NONE);
+        if clean != BrokerId::NONE {
+            change.leader = Some(clean);
+            return Ok(change);
+        }
+        let Some(&chosen) = p
+            .eligible_leader_replicas
+            .iter()
+            .chain(p.replicas.iter())
+            .find(|&&b| p.replicas.contains(&b) && self.can_lead(b))
+        else {
+            return Err((
+                ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                "no replica of the partition is on an unfenced broker".into(),
+            ));
+        };
+        change.leader = Some(chosen);
+        change.isr = Some(vec![chosen]);
+        change.eligible_leader_replicas = Some(vec![]);
+        Ok(change)
+    }
+
+    fn unclean_allowed(&self, topic: &str) -> bool {
+        self.image()
+            .topic_configs(topic)
+            .and_then(|c| c.get("unclean.leader.election.enable"))
+            .map_or(self.config.unclean_leader_election, |v| v == "true")
+    }
+
+    fn elect_leaders(&mut self, r: &ElectLeadersRequest) -> (Vec<Record>, ControllerResponse) {
+        if r.election_type != ELECTION_PREFERRED && r.election_type != ELECTION_UNCLEAN {
+            let mut response =
+                ControllerRequest::ElectLeaders(r.clone()).error_response(INVALID_REQUEST);
+            if let ControllerResponse::ElectLeaders(e) = &mut response {
+                e.error_code = INVALID_REQUEST;
+            }
+            return (vec![], response);
+        }
+        let every = r.partitions.is_none();
+        let wanted: Vec<(String, i32)> = match &r.partitions {
+            Some(list) => list
+                .iter()
+                .flat_map(|(t, ids)| ids.iter().map(move |&i| (t.clone(), i)))
+                .collect(),
+            None => self
+                .image()
+                .topics()
+                .flat_map(|t| t.partitions.keys().map(move |&i| (t.name.clone(), i)))
+                .collect(),
+        };
+        let mut batch = Vec::new();
+        let mut results = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (topic, partition_id) in wanted {
+            if !seen.insert((topic.clone(), partition_id)) {
+                continue;
+            }
+            let outcome = match self
+                .image()
+                .topic(&topic)
+                .and_then(|t| Some((t.id, t.partitions.get(&partition_id)?)))
+            {
+                None => Err((
+                    UNKNOWN_TOPIC_OR_PARTITION,
+                    "This server does not host this topic-partition.".to_string(),
+                )),
+                Some((id, p)) if r.election_type == ELECTION_PREFERRED => {
+                    self.preferred_election(id, partition_id, p)
+                }
+                Some((id, p)) => self.unclean_election(id, partition_id, p),
+            };
+            let (error_code, error_message) = match outcome {
+                Ok(change) => {
+                    batch.push(Record::PartitionChange(change));
+                    (NONE, None)
+                }
+                Err((ELECTION_NOT_NEEDED, _)) if every => continue,
+                Err((code, message)) => (code, Some(message)),
+            };
+            results.push(ElectionResult {
+                topic,
+                partition_id,
+                error_code,
+                error_message,
+            });
+        }
+        let mut records = Vec::new();
+        if !batch.is_empty() {
+            self.emit(&mut records, batch);
+        }
+        (
+            records,
+            ControllerResponse::ElectLeaders(ElectLeadersResponse {
+                error_code: NONE,
+                results,
+            }),
+        )
     }
 
     fn image(&self) -> &MetadataImage {
@@ -642,7 +893,21 @@ impl Controller {
                     }
                 }
                 if p.leader == broker {
-                    change.leader = Some(self.elect(p, &isr, broker));
+                    let leader = self.elect(p, &isr, broker);
+                    change.leader = Some(leader);
+                    if leader == BrokerId::NONE && self.unclean_allowed(&topic.name) {
+                        // No in-sync replica is left: with unclean election allowed, any
+                        // unfenced replica leads, alone in the ISR.
+                        if let Some(&other) = p
+                            .replicas
+                            .iter()
+                            .find(|&&b| b != broker && self.can_lead(b))
+                        {
+                            change.leader = Some(other);
+                            change.isr = Some(vec![other]);
+                            change.eligible_leader_replicas = Some(vec![]);
+                        }
+                    }
                 }
                 if change.isr.is_some() || change.leader.is_some() {
                     records.push(Record::PartitionChange(change));
@@ -678,6 +943,10 @@ impl Controller {
                             .filter(|b| *b != broker)
                             .collect(),
                     );
+                } else if p.replicas.contains(&broker) && self.unclean_allowed(&topic.name) {
+                    change.leader = Some(broker);
+                    change.isr = Some(vec![broker]);
+                    change.eligible_leader_replicas = Some(vec![]);
                 } else {
                     continue;
                 }
@@ -2268,6 +2537,230 @@ mod tests {
         // Back and caught up: unfenced, but not in any ISR until it catches up on data.
         h.heartbeat(1, epochs[0], false);
         assert!(!h.image.broker(BrokerId(1)).unwrap().fenced);
+    }
+
+    /// Fences broker `victim` by letting its session expire while the others heartbeat.
+    fn expire(h: &mut Harness, epochs: &[BrokerEpoch], victim: i32) {
+        let timeout = BROKER_SESSION_TIMEOUT_MS_DEFAULT;
+        let start = h.now_ms;
+        h.now_ms = start + timeout / 2;
+        for (i, e) in epochs.iter().enumerate() {
+            let id = i as i32 + 1;
+            if id != victim {
+                h.heartbeat(id, *e, false);
+            }
+        }
+        h.tick(start + timeout + 1);
+        assert!(h.image.broker(BrokerId(victim)).unwrap().fenced);
+    }
+
+    fn elect(
+        h: &mut Harness,
+        election_type: i8,
+        partitions: Option<Vec<(String, Vec<i32>)>>,
+    ) -> Vec<(String, i32, i16)> {
+        match h.run(ControllerRequest::ElectLeaders(ElectLeadersRequest {
+            election_type,
+            partitions,
+        })) {
+            ControllerResponse::ElectLeaders(r) => {
+                assert_eq!(r.error_code, NONE);
+                r.results
+                    .into_iter()
+                    .map(|e| (e.topic, e.partition_id, e.error_code))
+                    .collect()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Puts `back` into partition 0's ISR of topic `id`, as its leader would.
+    fn rejoin(h: &mut Harness, epochs: &[BrokerEpoch], id: TopicId, back: BrokerId) {
+        let p = h.image.topic_by_id(id).unwrap().partitions[&0].clone();
+        let mut isr = p.isr.clone();
+        isr.push(back);
+        let r = h.run(ControllerRequest::AlterPartition(AlterPartitionRequest {
+            broker_id: p.leader,
+            broker_epoch: epochs[p.leader.0 as usize - 1],
+            partitions: vec![AlterPartitionItem {
+                topic_id: id,
+                partition_id: 0,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                new_isr: isr.iter().map(|b| (*b, BrokerEpoch(-1))).collect(),
+            }],
+        }));
+        let ControllerResponse::AlterPartition(r) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(r.partitions[0].error_code, NONE);
+    }
+
+    #[test]
+    fn preferred_election_gives_the_first_replica_its_leadership_back_once_in_sync() {
+        let mut h = Harness::new();
+        h.controller.config.auto_leader_rebalance = false;
+        let epochs: Vec<BrokerEpoch> = (1..=3).map(|id| h.register(id, None)).collect();
+        let id = h.create(topic("t", 1, 3), false).topic_id.unwrap();
+        let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
+        let preferred = p(&h).replicas[0];
+        assert_eq!(p(&h).leader, preferred);
+        let all = |h: &mut Harness| elect(h, ELECTION_PREFERRED, Some(vec![("t".into(), vec![0])]));
+        assert_eq!(all(&mut h), vec![("t".into(), 0, ELECTION_NOT_NEEDED)]);
+        // Every partition, none needing an election: nothing to report, as Kafka answers.
+        assert_eq!(elect(&mut h, ELECTION_PREFERRED, None), vec![]);
+
+        expire(&mut h, &epochs, preferred.0);
+        let moved = p(&h);
+        assert_ne!(moved.leader, preferred);
+        assert_eq!(
+            all(&mut h),
+            vec![("t".into(), 0, PREFERRED_LEADER_NOT_AVAILABLE)]
+        );
+        // Back but not yet in sync: still not available.
+        h.heartbeat(preferred.0, epochs[preferred.0 as usize - 1], false);
+        assert_eq!(
+            all(&mut h),
+            vec![("t".into(), 0, PREFERRED_LEADER_NOT_AVAILABLE)]
+        );
+        rejoin(&mut h, &epochs, id, preferred);
+        assert_eq!(all(&mut h), vec![("t".into(), 0, NONE)]);
+        let now = p(&h);
+        assert_eq!(now.leader, preferred);
+        assert_eq!(now.leader_epoch.0, moved.leader_epoch.0 + 1);
+        assert_eq!(now.isr.len(), 3);
+        assert_eq!(
+            elect(
+                &mut h,
+                ELECTION_PREFERRED,
+                Some(vec![("nope".into(), vec![0]), ("t".into(), vec![7])])
+            ),
+            vec![
+                ("nope".into(), 0, UNKNOWN_TOPIC_OR_PARTITION),
+                ("t".into(), 7, UNKNOWN_TOPIC_OR_PARTITION)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_automatic_rebalance_moves_leaderships_back_to_preferred_replicas() {
+        let mut h = Harness::new();
+        h.controller.config.leader_imbalance_check_interval_ms = 60_000;
+        h.controller.activate(&h.image.clone(), 0);
+        let epochs: Vec<BrokerEpoch> = (1..=3).map(|id| h.register(id, None)).collect();
+        let id = h.create(topic("t", 1, 3), false).topic_id.unwrap();
+        let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
+        let preferred = p(&h).replicas[0];
+        expire(&mut h, &epochs, preferred.0);
+        h.heartbeat(preferred.0, epochs[preferred.0 as usize - 1], false);
+        rejoin(&mut h, &epochs, id, preferred);
+        assert_ne!(p(&h).leader, preferred);
+        // Before the interval is up nothing moves; at the next check the leadership does.
+        let at = h.now_ms;
+        for (i, e) in epochs.iter().enumerate() {
+            h.heartbeat(i as i32 + 1, *e, false);
+        }
+        h.tick(at.max(1));
+        if at < 60_000 {
+            assert_ne!(p(&h).leader, preferred);
+        }
+        for (i, e) in epochs.iter().enumerate() {
+            h.now_ms = 60_000;
+            h.heartbeat(i as i32 + 1, *e, false);
+        }
+        h.tick(60_000);
+        assert_eq!(p(&h).leader, preferred);
+    }
+
+    #[test]
+    fn unclean_election_only_where_allowed_and_only_when_no_in_sync_replica_can_lead() {
+        let mut h = Harness::new();
+        h.controller.config.auto_leader_rebalance = false;
+        let epochs: Vec<BrokerEpoch> = (1..=2).map(|id| h.register(id, None)).collect();
+        let id = h.create(topic("u", 1, 2), false).topic_id.unwrap();
+        let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
+        let start = p(&h);
+        let (leader, follower) = (
+            start.leader,
+            start
+                .replicas
+                .iter()
+                .copied()
+                .find(|b| *b != start.leader)
+                .unwrap(),
+        );
+        // The follower falls out of the ISR, then the leader dies: the partition is leaderless.
+        let r = h.run(ControllerRequest::AlterPartition(AlterPartitionRequest {
+            broker_id: leader,
+            broker_epoch: epochs[leader.0 as usize - 1],
+            partitions: vec![AlterPartitionItem {
+                topic_id: id,
+                partition_id: 0,
+                leader_epoch: start.leader_epoch,
+                partition_epoch: start.partition_epoch,
+                new_isr: vec![(leader, BrokerEpoch(-1))],
+            }],
+        }));
+        assert!(
+            matches!(r, ControllerResponse::AlterPartition(ref a) if a.partitions[0].error_code == NONE),
+            "{r:?}"
+        );
+        expire(&mut h, &epochs, leader.0);
+        assert_eq!(p(&h).leader, BrokerId::NONE);
+        let unclean =
+            |h: &mut Harness| elect(h, ELECTION_UNCLEAN, Some(vec![("u".into(), vec![0])]));
+        // ElectLeaders UNCLEAN is the operator's choice, whatever the topic says.
+        assert_eq!(unclean(&mut h), vec![("u".into(), 0, NONE)]);
+        let now = p(&h);
+        assert_eq!((now.leader, now.isr.clone()), (follower, vec![follower]));
+        assert_eq!(unclean(&mut h), vec![("u".into(), 0, ELECTION_NOT_NEEDED)]);
+        // An unknown election type fails the whole request.
+        let r = h.run(ControllerRequest::ElectLeaders(ElectLeadersRequest {
+            election_type: 5,
+            partitions: Some(vec![("u".into(), vec![0])]),
+        }));
+        let ControllerResponse::ElectLeaders(r) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(r.error_code, INVALID_REQUEST);
+        assert_eq!(r.results[0].error_code, INVALID_REQUEST);
+    }
+
+    #[test]
+    fn a_topic_allowing_unclean_election_gets_a_leader_when_its_last_in_sync_replica_dies() {
+        let mut h = Harness::new();
+        h.controller.config.auto_leader_rebalance = false;
+        let epochs: Vec<BrokerEpoch> = (1..=2).map(|id| h.register(id, None)).collect();
+        let mut t = topic("dirty", 1, 2);
+        t.configs = vec![("unclean.leader.election.enable".into(), Some("true".into()))];
+        let id = h.create(t, false).topic_id.unwrap();
+        let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
+        let start = p(&h);
+        let leader = start.leader;
+        let follower = start
+            .replicas
+            .iter()
+            .copied()
+            .find(|b| *b != leader)
+            .unwrap();
+        let r = h.run(ControllerRequest::AlterPartition(AlterPartitionRequest {
+            broker_id: leader,
+            broker_epoch: epochs[leader.0 as usize - 1],
+            partitions: vec![AlterPartitionItem {
+                topic_id: id,
+                partition_id: 0,
+                leader_epoch: start.leader_epoch,
+                partition_epoch: start.partition_epoch,
+                new_isr: vec![(leader, BrokerEpoch(-1))],
+            }],
+        }));
+        assert!(
+            matches!(r, ControllerResponse::AlterPartition(ref a) if a.partitions[0].error_code == NONE),
+            "{r:?}"
+        );
+        expire(&mut h, &epochs, leader.0);
+        let now = p(&h);
+        assert_eq!((now.leader, now.isr.clone()), (follower, vec![follower]));
     }
 
     #[test]

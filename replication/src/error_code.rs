@@ -23,6 +23,12 @@ pub const NOT_CONTROLLER: i16 = 41;
 pub const INVALID_REQUEST: i16 = 42;
 pub const FENCED_LEADER_EPOCH: i16 = 74;
 pub const STALE_BROKER_EPOCH: i16 = 77;
+/// ElectLeaders: the preferred replica is not an unfenced in-sync replica.
+pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+/// ElectLeaders: no replica may lead (unclean election found none unfenced).
+pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
+/// ElectLeaders: the partition already has the leader the election would give it.
+pub const ELECTION_NOT_NEEDED: i16 = 84;
 /// AlterPartition from a leader that read an older partition epoch than the controller's.
 pub const INVALID_UPDATE_VERSION: i16 = 95;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;

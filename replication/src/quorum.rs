@@ -934,6 +934,13 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
             a.error_code = NOT_CONTROLLER;
             a.partitions.clear();
         }
+        R::ElectLeaders(e) => {
+            e.error_code = NOT_CONTROLLER;
+            e.results.iter_mut().for_each(|p| {
+                p.error_code = NOT_CONTROLLER;
+                p.error_message = None;
+            });
+        }
     }
     r
 }

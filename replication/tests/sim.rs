@@ -688,6 +688,7 @@ impl Sim {
             }
             ControllerResponse::Migrate(r) => r.error_code == error_code::NOT_CONTROLLER,
             ControllerResponse::AlterPartition(r) => r.error_code == error_code::NOT_CONTROLLER,
+            ControllerResponse::ElectLeaders(r) => r.error_code == error_code::NOT_CONTROLLER,
         };
         if not_controller {
             self.acked.not_controller += 1;

@@ -15,9 +15,9 @@ import os
 import time
 
 import pytest
-from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka import KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (AclBinding, NewTopic, AclBindingFilter, AclOperation, AclPermissionType,
-                                   ResourcePatternType, ResourceType, ScramMechanism)
+                                   OffsetSpec, ResourcePatternType, ResourceType, ScramMechanism)
 from kafka.protocol.admin.acl import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from kafka.protocol.admin.cluster import AlterReplicaLogDirsRequest, DescribeLogDirsRequest
@@ -65,9 +65,21 @@ def create_and_wait(bootstrap: str, name: str, partitions: int) -> None:
     while True:
         md = client.list_topics(topic=name, timeout=10).topics[name]
         if md.error is None and sorted(md.partitions) == list(range(partitions)):
-            return
+            break
         assert time.monotonic() < deadline, md.error
         time.sleep(0.2)
+    # Listed is not yet led: Kafka's broker may answer NOT_LEADER_OR_FOLLOWER a moment longer,
+    # so wait until every partition answers ListOffsets.
+    while True:
+        futures = client.list_offsets({TopicPartition(name, p): OffsetSpec.latest() for p in range(partitions)},
+                                      request_timeout=10)
+        try:
+            for f in futures.values():
+                f.result(timeout=15)
+            return
+        except KafkaException as e:
+            assert time.monotonic() < deadline, e
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -343,7 +355,8 @@ def test_offset_for_leader_epoch_like_kafka(both):
     for b in both:
         create_and_wait(b.bootstrap, EPOCHS, 3)
     records = batch([b"x"] * 4, timestamp_ms=TS)
-    ask_both(both, produce(EPOCHS, 0, records))
+    for answers in ask_both(both, produce(EPOCHS, 0, records)):
+        assert answers[0]["responses"][0]["partition_responses"][0]["error_code"] == 0, answers
     parts = [(0, -1, 0), (2, 0, 0), (2, 5, 0), (0, -1, 3), (0, -1, -1), (9, -1, 0)]
     requests = [build(OffsetForLeaderEpochRequest, v, replica_id=-1, topics=[
         {"topic": EPOCHS, "partitions": [{"partition": p, "current_leader_epoch": c, "leader_epoch": e}

@@ -557,8 +557,12 @@ def test_requests_for_a_partition_led_elsewhere_name_its_leader(cluster):
     offsets = wait_for("the offsets topic with every partition led", lambda: (
         t := metadata(asked.bootstrap, "__consumer_offsets").topics["__consumer_offsets"]).error is None
         and t.partitions and all(p.leader >= 0 for p in t.partitions.values()) and t.partitions)
-    group = next(g for g in (f"group-{i}" for i in range(10_000))
-                 if offsets[_offsets_partition(g, len(offsets))].leader not in (-1, asked.node_id))
+    pipe.close()
+    # Failovers earlier in the module may have left one broker leading every offsets
+    # partition (they have three replicas): ask a broker that does not lead the group's.
+    group, other = next((g, n) for g in (f"group-{i}" for i in range(10_000)) for n in cluster.brokers
+                        if offsets[_offsets_partition(g, len(offsets))].leader not in (-1, n.node_id))
+    pipe = Pipeline(other.bootstrap)
     pipe.send(build(HeartbeatRequest, 4, group_id=group, generation_id=1, member_id="m", group_instance_id=None))
     (hb,) = pipe.responses()
     pipe.close()

@@ -5,7 +5,8 @@ in-sync follower that serves every acknowledged message, once, at its acknowledg
 With controllers apart from the brokers, two of three replicas down: acks=all refused with
 NOT_ENOUGH_REPLICAS below `min.insync.replicas`, acks=1 and reads go on, and after the
 followers return they rejoin the ISR and acks=all works again; and a leader that alone took
-records, died and came back truncates them away by the diverging epoch (KIP-320)."""
+records, died and came back truncates them away by the diverging epoch (KIP-320). A consumer
+group keeps its commits and goes on consuming when its coordinator is killed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import signal
 import time
 
 import pytest
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from kafka.protocol.producer.produce import ProduceRequest
@@ -26,6 +27,8 @@ from wire import Pipeline, batch, build
 
 PARTITIONS = 3
 LAG_MS = 3000
+# The cluster fixture's `leader.imbalance.check.interval.seconds` (Kafka's default is 300).
+REBALANCE_S = 3
 
 
 def running(request, c: Cluster):
@@ -55,7 +58,9 @@ def running(request, c: Cluster):
 
 @pytest.fixture(scope="module")
 def cluster(request):
-    yield from running(request, Cluster(3, name="replication", extra_args=["--replica-lag-time-max-ms", LAG_MS]))
+    yield from running(request, Cluster(3, name="replication", extra_args=[
+        "--replica-lag-time-max-ms", LAG_MS,
+        "--leader-imbalance-check-interval-seconds", REBALANCE_S]))
 
 
 def wait_for(what: str, check, timeout: float = 30.0):
@@ -186,10 +191,17 @@ def test_a_killed_leader_is_replaced_by_an_in_sync_follower_without_losing_anyth
     ends, messages = read_all(others, "failover", 1)
     assert ends[("failover", 0)] == 15_000
     check_exactly(acked, messages)
-    # The killed node comes back, catches up and rejoins the ISR.
+    # The killed node comes back, catches up and rejoins the ISR; it was the preferred
+    # replica, so the automatic rebalance gives it the leadership back.
     restart([victim])
     wait_for("the old leader back in the ISR",
              lambda: (p := partitions_of(cluster.bootstrap, "failover")) and sorted(p[0].isrs) == [1, 2, 3], 60)
+    assert partitions_of(cluster.bootstrap, "failover")[0].replicas[0] == leader
+    wait_for("the preferred replica leading again",
+             lambda: partitions_of(cluster.bootstrap, "failover")[0].leader == leader, 4 * REBALANCE_S + 10)
+    ends, messages = read_all(cluster.bootstrap, "failover", 1)
+    assert ends[("failover", 0)] == 15_000
+    check_exactly(acked, messages)
 
 
 def restart(nodes) -> None:
@@ -220,7 +232,8 @@ def split(request):
     """Three controllers and three brokers as separate processes, so that brokers can go down
     while the controller quorum keeps its majority."""
     yield from running(request, Cluster(3, brokers=3, name="min-isr",
-                                        extra_args=["--replica-lag-time-max-ms", LAG_MS]))
+                                        extra_args=["--replica-lag-time-max-ms", LAG_MS,
+                                                    "--auto-leader-rebalance-enable", "false"]))
 
 
 def test_with_two_of_three_replicas_down_acks_all_is_refused_and_nothing_unacknowledged_is_kept(split):
@@ -305,6 +318,126 @@ def test_a_returning_leader_truncates_what_it_alone_had_and_takes_the_new_leader
     restart(followers)
     wait_for("the ISR of three again", lambda: (p := partitions_of(old.bootstrap, "diverge")) and sorted(
         p[0].isrs) == sorted(n.node_id for n in split.brokers), 60)
+
+
+def test_preferred_leader_election_on_request_gives_the_leadership_back(split):
+    """With the automatic rebalance off, a preferred replica that was killed and came back
+    follows until ElectLeaders (what `kafka-leader-election --election-type PREFERRED` sends)
+    asks for it; then it leads again with every acknowledged record. Partitions already led by
+    their preferred replica need no election, as Kafka answers."""
+    from confluent_kafka import ElectionType
+
+    create_replicated(split.bootstrap, "preferred", 1)
+    parts = wait_for("the topic", lambda: partitions_of(split.bootstrap, "preferred"))
+    preferred = parts[0].replicas[0]
+    assert parts[0].leader == preferred
+    client = admin(split.bootstrap)
+    tp = TopicPartition("preferred", 0)
+
+    def elect() -> KafkaError | None:
+        answer = client.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=30)
+        return answer[tp]
+
+    assert elect().code() == KafkaError.ELECTION_NOT_NEEDED
+    acked = produce_keyed(split.bootstrap, "preferred", 0, 1_000)
+    victim = split.node(preferred)
+    victim.kill()
+    others = ",".join(n.bootstrap for n in split.brokers if n is not victim)
+    wait_for("another leader", lambda: (p := partitions_of(others, "preferred")) and p[0].leader not in (-1, preferred))
+    acked.update(produce_keyed(others, "preferred", 1_000, 1_000))
+    restart([victim])
+    wait_for("the preferred replica back in the ISR",
+             lambda: (p := partitions_of(split.bootstrap, "preferred")) and len(p[0].isrs) == 3, 60)
+    time.sleep(1)
+    assert partitions_of(split.bootstrap, "preferred")[0].leader != preferred, "moved back without being asked"
+    client = admin(split.bootstrap)
+    assert elect() is None
+    assert partitions_of(split.bootstrap, "preferred")[0].leader == preferred
+    assert elect().code() == KafkaError.ELECTION_NOT_NEEDED
+    ends, messages = read_all(split.bootstrap, "preferred", 1)
+    assert ends[("preferred", 0)] == 2_000
+    check_exactly(acked, messages)
+
+
+def test_a_group_keeps_consuming_with_its_commits_when_its_coordinator_is_killed(cluster):
+    """A subscribed consumer commits as it goes; the broker leading its group's
+    `__consumer_offsets` partition (its coordinator) is killed with kill -9. Another replica of
+    that partition becomes the coordinator with every acknowledged commit, and the consumer
+    carries on from them to the end."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    topic, group, total = "grouped", "survivors", 6_000
+    create_replicated(cluster.bootstrap, topic, 2)
+    wait_for("the topic", lambda: partitions_of(cluster.bootstrap, topic))
+    produce_keyed(cluster.bootstrap, topic, 0, total)
+    everyone = ",".join(n.bootstrap for n in cluster.nodes)
+    c = Consumer({"bootstrap.servers": everyone, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "session.timeout.ms": 10_000,
+                  "fetch.wait.max.ms": 100, **CLIENT_DEFAULTS})
+    seen: collections.Counter = collections.Counter()
+    committed: dict[int, int] = {}
+
+    def consume_until(done, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        since_commit = 0
+        while not done():
+            assert time.monotonic() < deadline, f"consumed {len(seen)} of {total}"
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            seen[int(m.value())] += 1
+            since_commit += 1
+            if since_commit >= 200:
+                try:
+                    for tp in c.commit(asynchronous=False):
+                        if tp.offset >= 0:  # a partition with nothing consumed yet has none
+                            committed[tp.partition] = tp.offset
+                except KafkaException:
+                    pass  # retriable while the coordinator moves; the next commit covers it
+                since_commit = 0
+
+    c.subscribe([topic])
+    try:
+        consume_until(lambda: len(seen) >= total // 2, 90)
+        before = dict(committed)
+        assert sum(before.values()) >= total // 2 - 200, before
+        # An admin client must outlive its futures: one dropped at once never answers.
+        client = admin(everyone)
+        coordinator = client.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15).coordinator.id
+        victim = cluster.node(coordinator)
+        victim.kill()
+        others = ",".join(n.bootstrap for n in cluster.nodes if n is not victim)
+        client = admin(others)
+
+        def moved():
+            try:
+                d = client.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+            except KafkaException:
+                return None
+            return d.coordinator.id not in (-1, coordinator) and d.coordinator.id
+
+        wait_for("another coordinator for the group", moved, 60)
+        offsets = client.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=15)[group].result(timeout=30)
+        after = {tp.partition: tp.offset for tp in offsets.topic_partitions}
+        assert all(after.get(p, -1) >= o for p, o in before.items()), (before, after)
+        consume_until(lambda: len(seen) >= total, 120)
+        try:
+            c.commit(asynchronous=False)
+        except KafkaException as e:
+            # Nothing consumed since the last commit.
+            assert e.args[0].code() == KafkaError._NO_OFFSET, e
+    finally:
+        c.close()
+    assert sorted(seen) == list(range(total))
+    ends, _ = read_all(others, topic, 2)
+    offsets = client.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=15)[group].result(timeout=30)
+    assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {p: ends[(topic, p)] for p in range(2)}
+    restart([victim])
+    wait_for("the killed broker registered again",
+             lambda: "broker state changed fenced=false" in victim.current_log(), 60)
 
 
 def test_an_idempotent_producer_keeps_exactly_once_while_its_leader_is_killed_three_times(cluster):

@@ -44,6 +44,7 @@ pub const FORWARDED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::ElectLeaders, 0, 2),
 ];
 
 fn answered(table: &[(ApiKey, i16, i16)], key: ApiKey, version: i16) -> bool {
@@ -426,6 +427,15 @@ pub fn controller_request(request: &RequestKind) -> Option<core::ControllerReque
                 })
                 .collect(),
         }),
+        RequestKind::ElectLeaders(r) => C::ElectLeaders(core::ElectLeadersRequest {
+            election_type: r.election_type,
+            partitions: r.topic_partitions.as_ref().map(|topics| {
+                topics
+                    .iter()
+                    .map(|t| (name(&t.topic.0), t.partitions.clone()))
+                    .collect()
+            }),
+        }),
         _ => return None,
     })
 }
@@ -702,6 +712,32 @@ pub fn admin_response(response: core::ControllerResponse, version: i16) -> Respo
                 })
                 .collect();
             ResponseKind::IncrementalAlterConfigs(r)
+        }
+        R::ElectLeaders(e) => {
+            use kafka_protocol::messages::elect_leaders_response::{
+                PartitionResult, ReplicaElectionResult,
+            };
+            let mut r = ElectLeadersResponse::default().with_error_code(e.error_code);
+            // Grouped by topic, in the order the topics first appear.
+            for result in e.results {
+                let partition = PartitionResult::default()
+                    .with_partition_id(result.partition_id)
+                    .with_error_code(result.error_code)
+                    .with_error_message(message(result.error_message));
+                match r
+                    .replica_election_results
+                    .iter_mut()
+                    .find(|t| t.topic.0.as_str() == result.topic)
+                {
+                    Some(t) => t.partition_result.push(partition),
+                    None => r.replica_election_results.push(
+                        ReplicaElectionResult::default()
+                            .with_topic(TopicName(StrBytes::from_string(result.topic)))
+                            .with_partition_result(vec![partition]),
+                    ),
+                }
+            }
+            ResponseKind::ElectLeaders(r)
         }
         other => unreachable!("not an admin response: {other:?}"),
     }

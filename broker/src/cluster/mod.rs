@@ -212,6 +212,34 @@ pub async fn incremental_alter_configs(
     r
 }
 
+/// ElectLeaders (`kafka-leader-election`): at the controller, answered once this node's image
+/// has the new leaders.
+pub async fn elect_leaders(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::ElectLeadersRequest,
+    version: i16,
+) -> kafka_protocol::messages::ElectLeadersResponse {
+    let wait = applied_wait(request.timeout_ms);
+    let response = admin(
+        shard,
+        ApiKey::ElectLeaders,
+        version,
+        RequestKind::ElectLeaders(request),
+        wait,
+        |_, _| true,
+    )
+    .await;
+    let ResponseKind::ElectLeaders(r) = response else {
+        unreachable!("ElectLeaders answers ElectLeaders")
+    };
+    for t in &r.replica_election_results {
+        for p in t.partition_result.iter().filter(|p| p.error_code == 0) {
+            tracing::info!(topic = %t.topic.0, partition = p.partition_id, "leader elected on request");
+        }
+    }
+    r
+}
+
 /// Why the broker's own creation of a topic (auto-creation, the offsets topic) failed.
 #[derive(Debug)]
 pub enum CreateError {
@@ -235,6 +263,7 @@ pub async fn create_topic(
     shard: &Rc<Shard>,
     name: &str,
     partitions: i32,
+    replication_factor: i16,
     configs: std::collections::BTreeMap<String, String>,
     validate_only: bool,
 ) -> Result<(), CreateError> {
@@ -245,7 +274,7 @@ pub async fn create_topic(
             name.to_string(),
         )))
         .with_num_partitions(partitions)
-        .with_replication_factor(-1)
+        .with_replication_factor(replication_factor)
         .with_configs(
             configs
                 .into_iter()
@@ -285,10 +314,12 @@ pub async fn create_offsets_topic(shard: &Rc<Shard>) -> Result<(), CreateError> 
     configs.insert("cleanup.policy".to_string(), "compact".to_string());
     configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
     let partitions = shard.config().offsets_topic_partitions;
+    let replication_factor = shard.config().offsets_topic_replication_factor();
     create_topic(
         shard,
         crate::group::offsets_topic::OFFSETS_TOPIC,
         partitions,
+        replication_factor,
         configs,
         false,
     )

@@ -152,6 +152,13 @@ impl ClusterNode {
             ControllerConfig::new(BrokerId(config.node_id), config.cluster_id.clone());
         controller.broker_session_timeout_ms = config.broker_session_timeout_ms;
         controller.num_partitions = config.num_partitions;
+        controller.default_replication_factor = config.default_replication_factor;
+        controller.min_insync_replicas = config.min_insync_replicas as usize;
+        controller.auto_leader_rebalance = config.auto_leader_rebalance_enable;
+        controller.leader_imbalance_check_interval_ms = config
+            .leader_imbalance_check_interval_seconds
+            .saturating_mul(1000);
+        controller.unclean_leader_election = config.unclean_leader_election_enable;
         controller.config_validator = Some(validate_config);
         controller.config_default = Some(config_default);
         controller.seed = uuid::Uuid::new_v4().as_u64_pair().1;
@@ -828,6 +835,7 @@ fn all_not_controller(response: &ResponseKind) -> bool {
         ResponseKind::IncrementalAlterConfigs(r) => {
             !r.responses.is_empty() && r.responses.iter().all(|t| t.error_code == nc)
         }
+        ResponseKind::ElectLeaders(r) => r.error_code == nc,
         _ => false,
     }
 }

@@ -12,9 +12,12 @@
 //! `group.protocol=consumer` member joins it, and converts back when the last such member
 //! leaves, as Kafka 4's `group.consumer.migration.policy` (default `bidirectional`) allows.
 //!
-//! Committed offsets are appended to the group's `__consumer_offsets` partition (durable before
-//! the commit is acknowledged) and rebuilt from it when the shard starts. Group membership is
-//! in memory: after a broker restart members get UNKNOWN_MEMBER_ID and simply rejoin.
+//! Committed offsets are appended to the group's `__consumer_offsets` partition (on every
+//! in-sync replica before the commit is acknowledged). The leader of that partition is the
+//! group's coordinator: a replica that becomes leader rebuilds its groups from the log, one that
+//! stops being leader drops them (`Shard::on_offsets_leadership`), as Kafka's coordinators move.
+//! Group membership is in memory: after a restart or a move members get UNKNOWN_MEMBER_ID and
+//! simply rejoin.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -34,6 +37,10 @@ pub mod consumer_protocol;
 pub mod offsets_topic;
 
 use offsets_topic::{CommitKey, CommitValue, OFFSETS_TOPIC};
+
+/// How long a commit waits for the in-sync replicas of its offsets partition (Kafka's
+/// `offsets.commit.timeout.ms` default).
+const OFFSETS_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Members one group may have (Kafka's `group.max.size` defaults to unlimited; a bound is kept).
 pub const GROUP_MEMBERS_MAX: usize = 10_000;
@@ -1210,13 +1217,42 @@ impl Shard {
             });
         }
         let batch = builder.build();
-        // Stamped with the offsets partition's leader epoch, as every leader's append is.
+        // Stamped with the offsets partition's leader epoch, as every leader's append is, and
+        // acknowledged once every in-sync replica has it (Kafka writes commits with acks=all).
+        // Errors are Kafka's for a commit: the client finds the coordinator again or retries.
         let epoch = log
             .check_leader(-1)
-            .unwrap_or(crate::shard::partition::LEADER_EPOCH);
-        if let Err(e) = log.log.append(BytesMut::from(&batch[..]), epoch).await {
-            tracing::error!(group = %group_id, error = %e, "could not store committed offsets");
-            return Err(crate::handlers::errors::log_error_code(&e));
+            .map_err(|_| err(ResponseError::NotCoordinator))?;
+        log.check_acks_all()
+            .map_err(|_| err(ResponseError::CoordinatorNotAvailable))?;
+        let info = match log.log.append(BytesMut::from(&batch[..]), epoch).await {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::error!(group = %group_id, error = %e, "could not store committed offsets");
+                return Err(match crate::handlers::errors::log_error_code(&e) {
+                    c if c == err(ResponseError::MessageTooLarge)
+                        || c == err(ResponseError::RecordListTooLarge) =>
+                    {
+                        err(ResponseError::InvalidCommitOffsetSize)
+                    }
+                    c if c == err(ResponseError::KafkaStorageError) => {
+                        err(ResponseError::NotCoordinator)
+                    }
+                    c => c,
+                });
+            }
+        };
+        self.notify_appended();
+        let code = log
+            .wait_acks_all(info.last_offset.next(), OFFSETS_COMMIT_TIMEOUT)
+            .await;
+        if code != 0 {
+            tracing::debug!(group = %group_id, code, "committed offsets not acknowledged by the in-sync replicas");
+            return Err(if code == err(ResponseError::NotLeaderOrFollower) {
+                err(ResponseError::NotCoordinator)
+            } else {
+                err(ResponseError::CoordinatorNotAvailable)
+            });
         }
         let mut groups = self.groups.groups.borrow_mut();
         let group = groups
@@ -1235,60 +1271,48 @@ impl Shard {
         Ok(())
     }
 
-    /// Rebuilds committed offsets from this shard's `__consumer_offsets` partitions.
-    pub async fn load_offsets(self: &Rc<Self>) -> anyhow::Result<()> {
-        let owned: Vec<_> = self
-            .partitions
-            .borrow()
-            .iter()
-            .filter(|((t, _), _)| t == OFFSETS_TOPIC)
-            .map(|(_, p)| p.clone())
-            .collect();
-        self.load_offsets_of(owned).await
-    }
-
-    /// Rebuilds committed offsets from the given `__consumer_offsets` partitions (all of this
-    /// shard's at start; in a cluster, also each one that opens here later).
+    /// Rebuilds the groups of one `__consumer_offsets` partition from its log, as the
+    /// coordinator of the leadership `still_leading` checks: it stops as soon as that
+    /// leadership ends, so a load never applies what a newer one has read after it.
     pub async fn load_offsets_of(
         self: &Rc<Self>,
-        owned: Vec<Rc<crate::shard::Partition>>,
-    ) -> anyhow::Result<()> {
+        partition: &crate::shard::Partition,
+        still_leading: impl Fn() -> bool,
+    ) -> anyhow::Result<usize> {
         let mut loaded = 0usize;
-        for partition in owned {
-            let log = &partition.log;
-            let end = log.high_watermark();
-            let mut cur = log.log_start_offset();
-            while cur < end {
-                let batches = log.read(cur, 4 << 20, end).await?;
-                if batches.is_empty() {
-                    break;
-                }
-                for b in batches {
-                    cur = b.last_offset.next();
-                    for record in Records::new(&b.bytes) {
-                        let Ok(record) = record else { break };
-                        let Some(key) = record.key.and_then(offsets_topic::decode_key) else {
-                            continue;
-                        };
-                        let mut groups = self.groups.groups.borrow_mut();
-                        let group = groups
-                            .entry(key.group.clone())
-                            .or_insert_with(|| Group::new(&key.group));
-                        match record.value.and_then(offsets_topic::decode_value) {
-                            Some(v) => {
-                                group.offsets.insert(
-                                    (key.topic, key.partition),
-                                    Committed {
-                                        offset: v.offset,
-                                        leader_epoch: v.leader_epoch,
-                                        metadata: v.metadata,
-                                    },
-                                );
-                                loaded += 1;
-                            }
-                            None => {
-                                group.offsets.remove(&(key.topic, key.partition));
-                            }
+        let log = &partition.log;
+        let end = log.high_watermark();
+        let mut cur = log.log_start_offset();
+        while cur < end {
+            let batches = log.read(cur, 4 << 20, end).await?;
+            if batches.is_empty() || !still_leading() {
+                break;
+            }
+            let mut groups = self.groups.groups.borrow_mut();
+            for b in batches {
+                cur = b.last_offset.next();
+                for record in Records::new(&b.bytes) {
+                    let Ok(record) = record else { break };
+                    let Some(key) = record.key.and_then(offsets_topic::decode_key) else {
+                        continue;
+                    };
+                    let group = groups
+                        .entry(key.group.clone())
+                        .or_insert_with(|| Group::new(&key.group));
+                    match record.value.and_then(offsets_topic::decode_value) {
+                        Some(v) => {
+                            group.offsets.insert(
+                                (key.topic, key.partition),
+                                Committed {
+                                    offset: v.offset,
+                                    leader_epoch: v.leader_epoch,
+                                    metadata: v.metadata,
+                                },
+                            );
+                            loaded += 1;
+                        }
+                        None => {
+                            group.offsets.remove(&(key.topic, key.partition));
                         }
                     }
                 }
@@ -1299,36 +1323,78 @@ impl Shard {
             .groups
             .borrow_mut()
             .retain(|_, g| !g.offsets.is_empty() || !g.members.is_empty());
-        if loaded > 0 {
+        Ok(loaded)
+    }
+
+    /// Drops the groups of `__consumer_offsets` partition `index` from memory (this broker no
+    /// longer coordinates them): members waiting in JoinGroup or SyncGroup get
+    /// NOT_COORDINATOR and find the new coordinator, as Kafka's members do.
+    pub fn unload_groups(&self, index: i32) {
+        let partitions = self.config().offsets_topic_partitions;
+        let mut groups = self.groups.groups.borrow_mut();
+        let gone: Vec<String> = groups
+            .keys()
+            .filter(|id| offsets_topic::partition_for(id, partitions) == index)
+            .cloned()
+            .collect();
+        for id in &gone {
+            let Some(mut group) = groups.remove(id) else {
+                continue;
+            };
+            for m in group.members.values_mut() {
+                if let Some(w) = m.join_waiter.take() {
+                    let _ = w.send(JoinResult {
+                        error: err(ResponseError::NotCoordinator),
+                        member_id: m.id.clone(),
+                        generation: -1,
+                        ..Default::default()
+                    });
+                }
+                if let Some(w) = m.sync_waiter.take() {
+                    let _ = w.send(SyncResult {
+                        error: err(ResponseError::NotCoordinator),
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+        if !gone.is_empty() {
             tracing::info!(
                 shard = self.id,
-                commits = loaded,
-                "committed offsets loaded"
+                partition = index,
+                groups = gone.len(),
+                "unloaded groups: no longer their coordinator"
             );
         }
-        Ok(())
     }
 }
 
-/// The shard that coordinates `group_id`: the owner of its `__consumer_offsets` partition.
 /// The error for a group request when this broker has no coordinator for the group: in a
 /// cluster whose offsets partition for the group is led by another broker, NOT_COORDINATOR (the
-/// client asks FindCoordinator again and moves, as with Kafka); else COORDINATOR_NOT_AVAILABLE
-/// (the offsets topic is not there yet, or its partition has no leader).
+/// client asks FindCoordinator again and moves, as with Kafka); led here but still loading,
+/// COORDINATOR_LOAD_IN_PROGRESS; else COORDINATOR_NOT_AVAILABLE (the offsets topic is not there
+/// yet, or its partition has no leader).
 pub fn no_coordinator(shard: &Shard, group_id: &str) -> i16 {
     let p = offsets_topic::partition_for(group_id, shard.config().offsets_topic_partitions);
     let image = shard.image();
-    if image
-        .leader_of(OFFSETS_TOPIC, p)
-        .is_some_and(|(info, _)| info.leader >= 0 && info.leader != shard.config().node_id)
-    {
-        ResponseError::NotCoordinator.code()
-    } else {
-        ResponseError::CoordinatorNotAvailable.code()
+    match image.leader_of(OFFSETS_TOPIC, p) {
+        Some((info, _)) if info.leader >= 0 && info.leader != shard.config().node_id => {
+            ResponseError::NotCoordinator.code()
+        }
+        // Led here, its groups still loading from the log: the client retries.
+        Some((info, _)) if info.leader == shard.config().node_id => {
+            ResponseError::CoordinatorLoadInProgress.code()
+        }
+        _ => ResponseError::CoordinatorNotAvailable.code(),
     }
 }
 
+/// The shard that coordinates `group_id`: the owner of its `__consumer_offsets` partition,
+/// while this node leads that partition and has loaded its groups.
 pub fn coordinator_shard(shard: &Shard, group_id: &str) -> Option<usize> {
     let p = offsets_topic::partition_for(group_id, shard.config().offsets_topic_partitions);
+    if !shard.shared.is_coordinator(p) {
+        return None;
+    }
     shard.image().owner(OFFSETS_TOPIC, p, shard.shared.shards)
 }

@@ -96,6 +96,7 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
                 shard,
                 &name,
                 config.num_partitions,
+                -1,
                 Default::default(),
                 false,
             )

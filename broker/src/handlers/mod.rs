@@ -68,6 +68,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DeleteRecords, 0, 2),
     // Kafka 4's 5 and 6 belong to transactions (KIP-890, KIP-939), which are not here yet.
     (ApiKey::InitProducerId, 0, 4),
@@ -156,6 +157,9 @@ pub async fn dispatch(
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
             crate::cluster::incremental_alter_configs(shard, r, version).await,
         ),
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(crate::cluster::elect_leaders(shard, r, version).await)
+        }
         RequestKind::ApiVersions(r) => {
             ResponseKind::ApiVersions(api_versions::handle(&r, version, None))
         }

@@ -61,8 +61,9 @@ impl Shard {
                     .effective_topic_configs(me, meta)
                     .get("min.insync.replicas")
                     .and_then(|v| v.parse().ok())
-                    .unwrap_or(1)
+                    .unwrap_or(self.config().min_insync_replicas as usize)
             });
+            let offsets = topic == crate::group::offsets_topic::OFFSETS_TOPIC;
             p.update_role(RoleUpdate {
                 me,
                 leader: if registered { info.leader } else { -1 },
@@ -75,13 +76,70 @@ impl Shard {
                     min_insync_replicas,
                 },
             });
+            if offsets {
+                self.on_offsets_leadership(index, &p);
+            }
             if registered && info.leader >= 0 && info.leader != me {
                 leaders.insert(info.leader);
             }
         }
+        // Offsets partitions that left this shard take their groups with them.
+        let gone: Vec<i32> = self
+            .coordinating
+            .borrow()
+            .keys()
+            .copied()
+            .filter(|&i| {
+                self.partition(crate::group::offsets_topic::OFFSETS_TOPIC, i)
+                    .is_none()
+            })
+            .collect();
+        for index in gone {
+            self.coordinating.borrow_mut().remove(&index);
+            self.shared.set_coordinator(index, false);
+            self.unload_groups(index);
+        }
         for leader in leaders {
             super::replication::ensure_fetcher(self, leader);
         }
+    }
+
+    /// Moves group coordination with the leadership of `__consumer_offsets` partition `index`:
+    /// a new leadership unloads what an earlier one loaded and rebuilds the groups from the log;
+    /// the end of one unloads them. Group requests get COORDINATOR_LOAD_IN_PROGRESS until the
+    /// load is done, NOT_COORDINATOR once another broker leads.
+    fn on_offsets_leadership(self: &Rc<Self>, index: i32, p: &Rc<Partition>) {
+        let epoch = p.check_leader(-1).ok().map(|e| e.0);
+        let current = self.coordinating.borrow().get(&index).copied();
+        if epoch == current {
+            return;
+        }
+        self.shared.set_coordinator(index, false);
+        self.unload_groups(index);
+        let Some(epoch) = epoch else {
+            self.coordinating.borrow_mut().remove(&index);
+            return;
+        };
+        self.coordinating.borrow_mut().insert(index, epoch);
+        let shard = self.clone();
+        let p = p.clone();
+        glommio::spawn_local(async move {
+            let still = || shard.coordinating.borrow().get(&index) == Some(&epoch);
+            let started = std::time::Instant::now();
+            match shard.load_offsets_of(&p, still).await {
+                Ok(commits) if still() => {
+                    shard.shared.set_coordinator(index, true);
+                    tracing::info!(partition = index, leader_epoch = epoch, commits, elapsed_ms = started.elapsed().as_millis() as u64, "coordinating the groups of __consumer_offsets partition");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    // Its groups stay unavailable (COORDINATOR_LOAD_IN_PROGRESS) rather than
+                    // served from a partial view; the next leadership change loads again.
+                    tracing::error!(partition = index, error = %e, "loading the groups of an offsets partition failed");
+                }
+            }
+        })
+        .detach();
     }
 
     /// Brings this shard's partitions in line with `image`.
@@ -142,18 +200,8 @@ impl Shard {
         }
         let mut errors = Vec::new();
         for topic in image.topics.values() {
-            match self.open_owned(topic).await {
-                // A cluster places offsets partitions here after start: load their commits.
-                Ok(opened)
-                    if topic.name == crate::group::offsets_topic::OFFSETS_TOPIC
-                        && !opened.is_empty() =>
-                {
-                    if let Err(e) = self.load_offsets_of(opened).await {
-                        errors.push(format!("loading committed offsets: {e}"));
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => errors.push(e.to_string()),
+            if let Err(e) = self.open_owned(topic).await {
+                errors.push(e.to_string());
             }
             match log_config(&image.effective_topic_configs(self.config().node_id, topic)) {
                 Ok(config) => {

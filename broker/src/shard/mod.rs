@@ -53,6 +53,27 @@ pub struct Shared {
     /// fetch with (KIP-903) so a leader never adds a replica to the ISR on a fetch from an
     /// earlier incarnation.
     pub broker_epoch: std::sync::atomic::AtomicI64,
+    /// Per `__consumer_offsets` partition: whether this node coordinates its groups (leads it
+    /// and has loaded them). Set by the owner shard, read by any shard a group request reaches.
+    pub coordinators: Vec<std::sync::atomic::AtomicBool>,
+}
+
+impl Shared {
+    pub fn is_coordinator(&self, offsets_partition: i32) -> bool {
+        usize::try_from(offsets_partition)
+            .ok()
+            .and_then(|i| self.coordinators.get(i))
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    pub fn set_coordinator(&self, offsets_partition: i32, on: bool) {
+        if let Some(c) = usize::try_from(offsets_partition)
+            .ok()
+            .and_then(|i| self.coordinators.get(i))
+        {
+            c.store(on, std::sync::atomic::Ordering::Release);
+        }
+    }
 }
 
 pub struct RequestGuard {
@@ -75,6 +96,9 @@ pub struct Shard {
     pub fetch_sessions: RefCell<crate::handlers::fetch::FetchSessions>,
     /// The leaders this shard's replica fetchers copy from (one fetcher each).
     pub fetchers: RefCell<std::collections::HashSet<i32>>,
+    /// The `__consumer_offsets` partitions this shard coordinates groups for, with the leader
+    /// epoch whose load started (their groups may still be loading).
+    pub coordinating: RefCell<HashMap<i32, i32>>,
     in_flight: std::cell::Cell<usize>,
     /// The metadata node; on shard 0 only.
     pub cluster: RefCell<Option<Rc<crate::cluster::node::ClusterNode>>>,
@@ -98,6 +122,7 @@ impl Shard {
             groups: Default::default(),
             fetch_sessions: Default::default(),
             fetchers: Default::default(),
+            coordinating: Default::default(),
             cluster: RefCell::new(None),
             in_flight: std::cell::Cell::new(0),
             senders,
