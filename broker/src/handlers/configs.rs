@@ -109,6 +109,7 @@ fn topic_config_doc(key: &str) -> (i8, &'static str) {
         "retention.ms" => (TYPE_LONG, "How long records are kept, measured from a segment's largest record timestamp (or its last write, without timestamps); -1 for ever."),
         "segment.bytes" => (TYPE_INT, "The size at which a segment is closed and a new one started."),
         "segment.ms" => (TYPE_LONG, "The age at which a segment is closed and a new one started."),
+        "unclean.leader.election.enable" => (TYPE_BOOLEAN, "Whether an out-of-sync replica may lead when no in-sync replica can (it may lose acknowledged records)."),
         _ => (TYPE_STRING, ACCEPTED_ONLY),
     }
 }
