@@ -1271,11 +1271,12 @@ impl Shard {
         Ok(())
     }
 
-    /// Rebuilds the groups of one `__consumer_offsets` partition from its log, as the
+    /// Rebuilds the groups of `__consumer_offsets` partition `index` from its log, as the
     /// coordinator of the leadership `still_leading` checks: it stops as soon as that
     /// leadership ends, so a load never applies what a newer one has read after it.
     pub async fn load_offsets_of(
         self: &Rc<Self>,
+        index: i32,
         partition: &crate::shard::Partition,
         still_leading: impl Fn() -> bool,
     ) -> anyhow::Result<usize> {
@@ -1318,11 +1319,14 @@ impl Shard {
                 }
             }
         }
-        // A group whose every commit was deleted (DeleteGroups, OffsetDelete) is gone.
-        self.groups
-            .groups
-            .borrow_mut()
-            .retain(|_, g| !g.offsets.is_empty() || !g.members.is_empty());
+        // A group of this partition whose every commit was deleted (DeleteGroups, OffsetDelete)
+        // is gone; other partitions' groups are not this load's.
+        let partitions = self.config().offsets_topic_partitions;
+        self.groups.groups.borrow_mut().retain(|id, g| {
+            offsets_topic::partition_for(id, partitions) != index
+                || !g.offsets.is_empty()
+                || !g.members.is_empty()
+        });
         Ok(loaded)
     }
 

@@ -126,16 +126,25 @@ impl Shard {
         glommio::spawn_local(async move {
             let still = || shard.coordinating.borrow().get(&index) == Some(&epoch);
             let started = std::time::Instant::now();
-            match shard.load_offsets_of(&p, still).await {
-                Ok(commits) if still() => {
-                    shard.shared.set_coordinator(index, true);
-                    tracing::info!(partition = index, leader_epoch = epoch, commits, elapsed_ms = started.elapsed().as_millis() as u64, "coordinating the groups of __consumer_offsets partition");
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    // Its groups stay unavailable (COORDINATOR_LOAD_IN_PROGRESS) rather than
-                    // served from a partial view; the next leadership change loads again.
-                    tracing::error!(partition = index, error = %e, "loading the groups of an offsets partition failed");
+            while still() {
+                match shard.load_offsets_of(index, &p, still).await {
+                    Ok(commits) => {
+                        if still() {
+                            shard.shared.set_coordinator(index, true);
+                            tracing::info!(partition = index, leader_epoch = epoch, commits, elapsed_ms = started.elapsed().as_millis() as u64, "coordinating the groups of __consumer_offsets partition");
+                        }
+                        return;
+                    }
+                    Err(e) => {
+                        // Never served from a partial view: the groups stay unavailable
+                        // (COORDINATOR_LOAD_IN_PROGRESS) and the load starts over.
+                        tracing::error!(partition = index, error = %e, "loading the groups of an offsets partition failed; trying again in a second");
+                        if !still() {
+                            return; // a newer leadership has its own load
+                        }
+                        shard.unload_groups(index);
+                        glommio::timer::sleep(std::time::Duration::from_secs(1)).await;
+                    }
                 }
             }
         })
