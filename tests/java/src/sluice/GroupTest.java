@@ -994,9 +994,23 @@ public final class GroupTest {
         return bad.isEmpty() ? null : bad.size() + " assignments without an epoch, first: " + bad.subList(0, Math.min(3, bad.size()));
     }
 
+    /**
+     * Null when every commit succeeded, except a consumer-protocol batch commit sent just before a
+     * heartbeat answer bumped the member epoch: it arrives with the old epoch and is refused
+     * STALE_MEMBER_EPOCH, as Kafka's coordinator refuses it, and a later commit covers it.
+     */
     static String commitsSucceeded(List<Member> ms) {
-        List<Event> f = commitFailures(ms);
+        List<Event> f = new ArrayList<>();
+        for (Event e : commitFailures(ms)) {
+            if (!(e.where().equals("batch") && staleEpoch(e))) {
+                f.add(e);
+            }
+        }
         return f.isEmpty() ? null : f.size() + " commits failed, first: " + f.subList(0, Math.min(3, f.size()));
+    }
+
+    static boolean staleEpoch(Event e) {
+        return e.error().startsWith("CommitFailedException") && e.error().contains("stale member epoch");
     }
 
     /** The highest offset committed (and acknowledged) per partition, -1 where none. */
@@ -1625,8 +1639,7 @@ public final class GroupTest {
             List<Event> refused = new ArrayList<>();
             List<Event> otherFailures = new ArrayList<>();
             for (Event e : commitFailures(ms)) {
-                boolean rejoining = e.error().startsWith("RebalanceInProgressException")
-                    || (e.error().startsWith("CommitFailedException") && e.error().contains("stale member epoch"));
+                boolean rejoining = e.error().startsWith("RebalanceInProgressException") || staleEpoch(e);
                 if (e.where().equals("batch") && rejoining) {
                     refused.add(e);
                 } else {
