@@ -2574,11 +2574,9 @@ mod tests {
         }
     }
 
-    /// Puts `back` into partition 0's ISR of topic `id`, as its leader would.
-    fn rejoin(h: &mut Harness, epochs: &[BrokerEpoch], id: TopicId, back: BrokerId) {
+    /// Sets partition 0's ISR of topic `id` to `isr` by AlterPartition, as its leader would.
+    fn set_isr(h: &mut Harness, epochs: &[BrokerEpoch], id: TopicId, isr: Vec<BrokerId>) {
         let p = h.image.topic_by_id(id).unwrap().partitions[&0].clone();
-        let mut isr = p.isr.clone();
-        isr.push(back);
         let r = h.run(ControllerRequest::AlterPartition(AlterPartitionRequest {
             broker_id: p.leader,
             broker_epoch: epochs[p.leader.0 as usize - 1],
@@ -2594,6 +2592,13 @@ mod tests {
             panic!("{r:?}")
         };
         assert_eq!(r.partitions[0].error_code, NONE);
+    }
+
+    /// Puts `back` into partition 0's ISR of topic `id`.
+    fn rejoin(h: &mut Harness, epochs: &[BrokerEpoch], id: TopicId, back: BrokerId) {
+        let mut isr = h.image.topic_by_id(id).unwrap().partitions[&0].isr.clone();
+        isr.push(back);
+        set_isr(h, epochs, id, isr);
     }
 
     #[test]
@@ -2690,21 +2695,7 @@ mod tests {
                 .unwrap(),
         );
         // The follower falls out of the ISR, then the leader dies: the partition is leaderless.
-        let r = h.run(ControllerRequest::AlterPartition(AlterPartitionRequest {
-            broker_id: leader,
-            broker_epoch: epochs[leader.0 as usize - 1],
-            partitions: vec![AlterPartitionItem {
-                topic_id: id,
-                partition_id: 0,
-                leader_epoch: start.leader_epoch,
-                partition_epoch: start.partition_epoch,
-                new_isr: vec![(leader, BrokerEpoch(-1))],
-            }],
-        }));
-        assert!(
-            matches!(r, ControllerResponse::AlterPartition(ref a) if a.partitions[0].error_code == NONE),
-            "{r:?}"
-        );
+        set_isr(&mut h, &epochs, id, vec![leader]);
         expire(&mut h, &epochs, leader.0);
         assert_eq!(p(&h).leader, BrokerId::NONE);
         let unclean =
@@ -2743,21 +2734,7 @@ mod tests {
             .copied()
             .find(|b| *b != leader)
             .unwrap();
-        let r = h.run(ControllerRequest::AlterPartition(AlterPartitionRequest {
-            broker_id: leader,
-            broker_epoch: epochs[leader.0 as usize - 1],
-            partitions: vec![AlterPartitionItem {
-                topic_id: id,
-                partition_id: 0,
-                leader_epoch: start.leader_epoch,
-                partition_epoch: start.partition_epoch,
-                new_isr: vec![(leader, BrokerEpoch(-1))],
-            }],
-        }));
-        assert!(
-            matches!(r, ControllerResponse::AlterPartition(ref a) if a.partitions[0].error_code == NONE),
-            "{r:?}"
-        );
+        set_isr(&mut h, &epochs, id, vec![leader]);
         expire(&mut h, &epochs, leader.0);
         let now = p(&h);
         assert_eq!((now.leader, now.isr.clone()), (follower, vec![follower]));
