@@ -247,7 +247,9 @@ pub const TOPIC_CONFIG_DEFAULTS: &[(&str, &str)] = &[
     ("delete.retention.ms", "86400000"),
     ("flush.mode", "batch"),
     ("flush.ms", "1000"),
+    ("follower.replication.throttled.replicas", ""),
     ("index.interval.bytes", "4096"),
+    ("leader.replication.throttled.replicas", ""),
     ("max.message.bytes", "1048588"),
     ("message.timestamp.type", "CreateTime"),
     ("retention.bytes", "-1"),
@@ -349,6 +351,20 @@ pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, Strin
                 if value != "true" && value != "false" {
                     return Err(format!(
                         "unclean.leader.election.enable={value:?}: expected true or false"
+                    ));
+                }
+            }
+            // The replication throttle's replicas (`kafka-reassign-partitions --throttle`):
+            // `*` or `partition:broker` pairs. The follower's is applied by its fetchers.
+            "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
+                let pairs_ok = value.split(',').map(str::trim).all(|pair| {
+                    pair.split_once(':').is_some_and(|(p, b)| {
+                        p.trim().parse::<i32>().is_ok() && b.trim().parse::<i32>().is_ok()
+                    })
+                });
+                if !(value.trim() == "*" || value.trim().is_empty() || pairs_ok) {
+                    return Err(format!(
+                        "{key}={value:?}: expected * or a list of partition:broker pairs"
                     ));
                 }
             }

@@ -20,9 +20,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::error_code::*;
-use crate::image::{MetadataImage, PartitionRegistration};
+use crate::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::placement::{place, PlacementBroker, PlacementError};
 use crate::records::*;
+
+mod reassignment;
 
 /// Kafka's `broker.session.timeout.ms` default.
 pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
@@ -343,6 +345,57 @@ pub enum ControllerRequest {
     Migrate(MigrateRequest),
     AlterPartition(AlterPartitionRequest),
     ElectLeaders(ElectLeadersRequest),
+    AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
+    ListPartitionReassignments(ListPartitionReassignmentsRequest),
+}
+
+/// One partition of an AlterPartitionReassignments: its index and target replicas, or `None`
+/// to cancel its reassignment.
+pub type ReassignablePartition = (i32, Option<Vec<BrokerId>>);
+
+/// Kafka's AlterPartitionReassignments (KIP-455).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterPartitionReassignmentsRequest {
+    /// Per topic, its partitions' targets.
+    pub topics: Vec<(String, Vec<ReassignablePartition>)>,
+    /// Version 1 (KIP-1101): `false` refuses a target of another size than the replica set.
+    pub allow_replication_factor_change: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterPartitionReassignmentsResponse {
+    pub error_code: i16,
+    pub results: Vec<ReassignmentResult>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReassignmentResult {
+    pub topic: String,
+    pub partition_id: i32,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
+/// Kafka's ListPartitionReassignments; `None` lists every ongoing reassignment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListPartitionReassignmentsRequest {
+    pub topics: Option<Vec<(String, Vec<i32>)>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListPartitionReassignmentsResponse {
+    pub error_code: i16,
+    pub reassignments: Vec<OngoingReassignment>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OngoingReassignment {
+    pub topic: String,
+    pub partition_id: i32,
+    /// The whole replica set while it moves: the target, then the replicas leaving.
+    pub replicas: Vec<BrokerId>,
+    pub adding_replicas: Vec<BrokerId>,
+    pub removing_replicas: Vec<BrokerId>,
 }
 
 /// Kafka's ElectLeaders.
@@ -381,6 +434,8 @@ pub enum ControllerResponse {
     Migrate(MigrateResponse),
     AlterPartition(AlterPartitionResponse),
     ElectLeaders(ElectLeadersResponse),
+    AlterPartitionReassignments(AlterPartitionReassignmentsResponse),
+    ListPartitionReassignments(ListPartitionReassignmentsResponse),
 }
 
 impl ControllerRequest {
@@ -490,6 +545,20 @@ impl ControllerRequest {
                         .collect(),
                 })
             }
+            ControllerRequest::AlterPartitionReassignments(_) => {
+                ControllerResponse::AlterPartitionReassignments(
+                    AlterPartitionReassignmentsResponse {
+                        error_code,
+                        results: vec![],
+                    },
+                )
+            }
+            ControllerRequest::ListPartitionReassignments(_) => {
+                ControllerResponse::ListPartitionReassignments(ListPartitionReassignmentsResponse {
+                    error_code,
+                    reassignments: vec![],
+                })
+            }
         }
     }
 }
@@ -591,6 +660,10 @@ impl Controller {
             ControllerRequest::Migrate(r) => self.migrate(r),
             ControllerRequest::AlterPartition(r) => self.alter_partition(r),
             ControllerRequest::ElectLeaders(r) => self.elect_leaders(r),
+            ControllerRequest::AlterPartitionReassignments(r) => self.alter_reassignments(r),
+            ControllerRequest::ListPartitionReassignments(r) => {
+                (vec![], self.list_reassignments(r))
+            }
         };
         ControllerResult { records, response }
     }
@@ -1767,6 +1840,21 @@ impl Controller {
         } else {
             elr.clear();
         }
+        // The ISR that takes in the last replica a reassignment adds completes it.
+        let after = PartitionRegistration {
+            isr: isr.clone(),
+            eligible_leader_replicas: elr.clone(),
+            ..p.clone()
+        };
+        if let Some(done) = self.complete_reassignment(&after, &isr) {
+            let mut change = PartitionChangeRecord {
+                partition_id: item.partition_id,
+                topic_id: item.topic_id,
+                ..Default::default()
+            };
+            reassignment::fill_change(&mut change, p, &done);
+            return Ok(Some(change));
+        }
         if elr != p.eligible_leader_replicas {
             change.eligible_leader_replicas = Some(elr);
         }
@@ -2599,6 +2687,223 @@ mod tests {
         let mut isr = h.image.topic_by_id(id).unwrap().partitions[&0].isr.clone();
         isr.push(back);
         set_isr(h, epochs, id, isr);
+    }
+
+    fn reassign(
+        h: &mut Harness,
+        topic: &str,
+        partition: i32,
+        target: Option<Vec<i32>>,
+    ) -> (i16, Option<String>) {
+        let r = h.run(ControllerRequest::AlterPartitionReassignments(
+            AlterPartitionReassignmentsRequest {
+                topics: vec![(
+                    topic.into(),
+                    vec![(
+                        partition,
+                        target.map(|t| t.into_iter().map(BrokerId).collect()),
+                    )],
+                )],
+                allow_replication_factor_change: true,
+            },
+        ));
+        let ControllerResponse::AlterPartitionReassignments(mut r) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(r.error_code, NONE);
+        let result = r.results.remove(0);
+        (result.error_code, result.error_message)
+    }
+
+    fn ongoing(h: &mut Harness) -> Vec<OngoingReassignment> {
+        let r = h.run(ControllerRequest::ListPartitionReassignments(
+            ListPartitionReassignmentsRequest { topics: None },
+        ));
+        let ControllerResponse::ListPartitionReassignments(r) = r else {
+            panic!("{r:?}")
+        };
+        r.reassignments
+    }
+
+    fn ids(v: &[i32]) -> Vec<BrokerId> {
+        v.iter().copied().map(BrokerId).collect()
+    }
+
+    #[test]
+    fn a_reassignment_adds_replicas_then_drops_the_old_once_the_new_are_in_sync() {
+        let mut h = Harness::new();
+        h.controller.config.auto_leader_rebalance = false;
+        let epochs: Vec<BrokerEpoch> = (1..=4).map(|id| h.register(id, None)).collect();
+        let id = h
+            .create(
+                CreatableTopic {
+                    assignments: vec![(0, ids(&[1, 2, 3]))],
+                    ..topic("t", -1, -1)
+                },
+                false,
+            )
+            .topic_id
+            .unwrap();
+        let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
+        let before = p(&h);
+        assert_eq!(before.leader, BrokerId(1));
+
+        // Move 1,2,3 to 4,2,3: 4 is added and must catch up; 1 (the leader) leaves last.
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![4, 2, 3])), (NONE, None));
+        let moving = p(&h);
+        assert_eq!(moving.replicas, ids(&[4, 2, 3, 1]));
+        assert_eq!(moving.adding_replicas, ids(&[4]));
+        assert_eq!(moving.removing_replicas, ids(&[1]));
+        assert_eq!(moving.isr, before.isr);
+        assert_eq!(moving.leader, BrokerId(1));
+        assert_eq!(
+            moving.leader_epoch, before.leader_epoch,
+            "adding fences no one"
+        );
+        assert_eq!(
+            ongoing(&mut h),
+            vec![OngoingReassignment {
+                topic: "t".into(),
+                partition_id: 0,
+                replicas: ids(&[4, 2, 3, 1]),
+                adding_replicas: ids(&[4]),
+                removing_replicas: ids(&[1]),
+            }]
+        );
+
+        // The new replica catches up: the leader's ISR expansion completes the move, and the
+        // leaving leader hands over to the first target replica in the ISR.
+        rejoin(&mut h, &epochs, id, BrokerId(4));
+        let done = p(&h);
+        assert_eq!(done.replicas, ids(&[4, 2, 3]));
+        assert_eq!(done.isr, ids(&[2, 3, 4]));
+        assert!(done.adding_replicas.is_empty() && done.removing_replicas.is_empty());
+        assert_eq!(done.leader, BrokerId(4));
+        assert_eq!(done.leader_epoch.0, before.leader_epoch.0 + 1);
+        assert_eq!(ongoing(&mut h), vec![]);
+        assert_eq!(
+            reassign(&mut h, "t", 0, None).0,
+            NO_REASSIGNMENT_IN_PROGRESS
+        );
+
+        // A shrink and a reorder need no catching up: done at once, the epoch moves on when
+        // a replica leaves.
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![2, 4])).0, NONE);
+        let shrunk = p(&h);
+        assert_eq!(shrunk.replicas, ids(&[2, 4]));
+        assert_eq!(shrunk.isr, ids(&[2, 4]));
+        assert_eq!(shrunk.leader, BrokerId(4));
+        assert_eq!(shrunk.leader_epoch.0, done.leader_epoch.0 + 1);
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![4, 2])).0, NONE);
+        assert_eq!(p(&h).replicas, ids(&[4, 2]));
+        assert_eq!(
+            p(&h).leader_epoch,
+            shrunk.leader_epoch,
+            "a reorder fences no one"
+        );
+        // The same target again changes nothing.
+        let offset = h.image.offset();
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![4, 2])).0, NONE);
+        assert_eq!(h.image.offset(), offset);
+    }
+
+    #[test]
+    fn a_cancelled_reassignment_goes_back_to_the_original_replicas() {
+        let mut h = Harness::new();
+        h.controller.config.auto_leader_rebalance = false;
+        let epochs: Vec<BrokerEpoch> = (1..=4).map(|id| h.register(id, None)).collect();
+        let id = h
+            .create(
+                CreatableTopic {
+                    assignments: vec![(0, ids(&[1, 2]))],
+                    ..topic("t", -1, -1)
+                },
+                false,
+            )
+            .topic_id
+            .unwrap();
+        let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
+        let before = p(&h);
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![3, 4])).0, NONE);
+        assert_eq!(p(&h).replicas, ids(&[3, 4, 1, 2]));
+        // One of the two new replicas catches up: not done until both have.
+        rejoin(&mut h, &epochs, id, BrokerId(3));
+        assert_eq!(p(&h).isr, ids(&[1, 2, 3]));
+        assert_eq!(p(&h).adding_replicas, ids(&[3, 4]));
+        // A new target replaces the one in progress, from the original replicas.
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![3, 2])).0, NONE);
+        let retargeted = p(&h);
+        assert_eq!(
+            retargeted.replicas,
+            ids(&[3, 2]),
+            "3 is in sync: done at once"
+        );
+        assert_eq!(retargeted.isr, ids(&[2, 3]));
+        assert_eq!(retargeted.leader, BrokerId(3));
+
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![1, 4])).0, NONE);
+        assert_eq!(p(&h).adding_replicas, ids(&[1, 4]));
+        assert_eq!(reassign(&mut h, "t", 0, None), (NONE, None));
+        let cancelled = p(&h);
+        assert_eq!(cancelled.replicas, ids(&[3, 2]));
+        assert!(cancelled.adding_replicas.is_empty() && cancelled.removing_replicas.is_empty());
+        assert_eq!(cancelled.leader, BrokerId(3));
+        assert!(cancelled.leader_epoch.0 > before.leader_epoch.0);
+        assert_eq!(ongoing(&mut h), vec![]);
+    }
+
+    #[test]
+    fn a_cancellation_drops_an_added_replica_that_led() {
+        let mut h = Harness::new();
+        h.controller.config.auto_leader_rebalance = false;
+        let epochs: Vec<BrokerEpoch> = (1..=3).map(|id| h.register(id, None)).collect();
+        let id = h
+            .create(
+                CreatableTopic {
+                    assignments: vec![(0, ids(&[1, 2]))],
+                    ..topic("t", -1, -1)
+                },
+                false,
+            )
+            .topic_id
+            .unwrap();
+        let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
+        // Targets Kafka refuses.
+        assert_eq!(
+            reassign(&mut h, "t", 0, Some(vec![3, 1, 4])).0,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        assert_eq!(
+            reassign(&mut h, "t", 0, Some(vec![3, 3])).0,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        assert_eq!(
+            reassign(&mut h, "t", 0, Some(vec![])).0,
+            INVALID_REPLICA_ASSIGNMENT
+        );
+        assert_eq!(
+            reassign(&mut h, "t", 9, Some(vec![1])).0,
+            UNKNOWN_TOPIC_OR_PARTITION
+        );
+        assert_eq!(
+            reassign(&mut h, "u", 0, Some(vec![1])).0,
+            UNKNOWN_TOPIC_OR_PARTITION
+        );
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![3, 1, 2])).0, NONE);
+        rejoin(&mut h, &epochs, id, BrokerId(3));
+        assert_eq!(p(&h).replicas, ids(&[3, 1, 2]), "nothing leaves: done");
+        // Grow once more, and this time the leader of the moving partition is an added one.
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![3])).0, NONE);
+        assert_eq!(p(&h).replicas, ids(&[3]));
+        assert_eq!(p(&h).leader, BrokerId(3));
+        assert_eq!(reassign(&mut h, "t", 0, Some(vec![1, 2])).0, NONE);
+        assert_eq!(p(&h).replicas, ids(&[1, 2, 3]));
+        assert_eq!(p(&h).leader, BrokerId(3));
+        // Cancelled before 1 and 2 caught up: back to 3 alone, which still leads.
+        assert_eq!(reassign(&mut h, "t", 0, None).0, NONE);
+        assert_eq!(p(&h).replicas, ids(&[3]));
+        assert_eq!(p(&h).isr, ids(&[3]));
+        assert_eq!(p(&h).leader, BrokerId(3));
     }
 
     #[test]

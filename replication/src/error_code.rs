@@ -29,6 +29,8 @@ pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
 pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
 /// ElectLeaders: the partition already has the leader the election would give it.
 pub const ELECTION_NOT_NEEDED: i16 = 84;
+/// AlterPartitionReassignments: a cancellation for a partition with no reassignment.
+pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 /// AlterPartition from a leader that read an older partition epoch than the controller's.
 pub const INVALID_UPDATE_VERSION: i16 = 95;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;

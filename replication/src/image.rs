@@ -442,6 +442,14 @@ impl MetadataImage {
                 if distinct.len() != p.replicas.len() {
                     return Err(format!("{}: repeated replica in {:?}", at(), p.replicas));
                 }
+                if let Some(b) = p
+                    .adding_replicas
+                    .iter()
+                    .chain(&p.removing_replicas)
+                    .find(|b| !p.replicas.contains(b))
+                {
+                    return Err(format!("{}: moving replica {b} is not a replica", at()));
+                }
                 if let Some(b) = p.isr.iter().find(|b| !p.replicas.contains(b)) {
                     return Err(format!("{}: ISR member {b} is not a replica", at()));
                 }

@@ -941,6 +941,17 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
                 p.error_message = None;
             });
         }
+        R::AlterPartitionReassignments(a) => {
+            a.error_code = NOT_CONTROLLER;
+            a.results.iter_mut().for_each(|p| {
+                p.error_code = NOT_CONTROLLER;
+                p.error_message = None;
+            });
+        }
+        R::ListPartitionReassignments(l) => {
+            l.error_code = NOT_CONTROLLER;
+            l.reassignments.clear();
+        }
     }
     r
 }

@@ -130,6 +130,22 @@ impl LeaderState {
         self.high_watermark
     }
 
+    /// The replica set changed within this leadership (a reassignment adds replicas): a new
+    /// replica is tracked from no fetch yet, a removed one is forgotten.
+    pub fn set_replicas(&mut self, replicas: Vec<BrokerId>) {
+        self.followers.retain(|b, _| replicas.contains(b));
+        for &r in replicas.iter().filter(|r| **r != self.me) {
+            self.followers.entry(r).or_insert(FollowerProgress {
+                log_end_offset: -1,
+                broker_epoch: BrokerEpoch(-1),
+                last_caught_up_ms: 0,
+                last_fetch_ms: 0,
+                last_fetch_leader_end: -1,
+            });
+        }
+        self.replicas = replicas;
+    }
+
     pub fn log_end_offset(&self) -> i64 {
         self.log_end_offset
     }
@@ -405,6 +421,37 @@ mod tests {
         // A produce ending at 120 is done; one ending at 121 waits.
         assert_eq!(l.acks_all_done(120), Some(NONE));
         assert_eq!(l.acks_all_done(121), None);
+    }
+
+    #[test]
+    fn a_replica_added_within_the_leadership_joins_the_isr_once_caught_up() {
+        let mut l = leader(&[1, 2, 3], 100, 100, 2);
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 1);
+        l.on_fetch(BrokerId(3), BrokerEpoch(6), 100, 1);
+        // A reassignment adds 4: not in the ISR, so it holds back no high watermark.
+        l.set_replicas(ids(&[4, 2, 3, 1]));
+        assert_eq!(l.follower(BrokerId(4)).unwrap().log_end_offset, -1);
+        assert_eq!(l.on_fetch(BrokerId(4), BrokerEpoch(9), 0, 2), (None, None));
+        assert_eq!(l.on_log_end(150), None, "2 and 3 have not fetched past 100");
+        let (_, join) = l.on_fetch(BrokerId(4), BrokerEpoch(9), 150, 3);
+        let join = join.expect("4 caught up");
+        assert_eq!(
+            join.new_isr,
+            vec![
+                (BrokerId(1), BrokerEpoch(-1)),
+                (BrokerId(2), BrokerEpoch(5)),
+                (BrokerId(3), BrokerEpoch(6)),
+                (BrokerId(4), BrokerEpoch(9)),
+            ]
+        );
+        // Removed again: forgotten, and a fetch from it changes nothing.
+        l.on_refused();
+        l.set_replicas(ids(&[2, 3, 1]));
+        assert!(l.follower(BrokerId(4)).is_none());
+        assert_eq!(
+            l.on_fetch(BrokerId(4), BrokerEpoch(9), 150, 4),
+            (None, None)
+        );
     }
 
     #[test]

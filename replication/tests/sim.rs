@@ -689,6 +689,12 @@ impl Sim {
             ControllerResponse::Migrate(r) => r.error_code == error_code::NOT_CONTROLLER,
             ControllerResponse::AlterPartition(r) => r.error_code == error_code::NOT_CONTROLLER,
             ControllerResponse::ElectLeaders(r) => r.error_code == error_code::NOT_CONTROLLER,
+            ControllerResponse::AlterPartitionReassignments(r) => {
+                r.error_code == error_code::NOT_CONTROLLER
+            }
+            ControllerResponse::ListPartitionReassignments(r) => {
+                r.error_code == error_code::NOT_CONTROLLER
+            }
         };
         if not_controller {
             self.acked.not_controller += 1;

@@ -1,7 +1,8 @@
 """Replication across three nodes on 127.0.0.1 (`--cores 1` each): partitions with three
 replicas, followers copying their leaders through Kafka's Fetch, acks=all acknowledged only
 once every in-sync replica has the records, and a leader killed with kill -9 replaced by an
-in-sync follower that serves every acknowledged message, once, at its acknowledged offset.
+in-sync follower that serves every acknowledged message, once, at its acknowledged offset; a
+follower SIGSTOPped leaves the ISR while writes go on, and rejoins once it caught up.
 With controllers apart from the brokers, two of three replicas down: acks=all refused with
 NOT_ENOUGH_REPLICAS below `min.insync.replicas`, acks=1 and reads go on, and after the
 followers return they rejoin the ISR and acks=all works again; and a leader that alone took
@@ -201,6 +202,30 @@ def test_a_killed_leader_is_replaced_by_an_in_sync_follower_without_losing_anyth
              lambda: partitions_of(cluster.bootstrap, "failover")[0].leader == leader, 4 * REBALANCE_S + 10)
     ends, messages = read_all(cluster.bootstrap, "failover", 1)
     assert ends[("failover", 0)] == 15_000
+    check_exactly(acked, messages)
+
+
+def test_a_stopped_follower_leaves_the_isr_and_rejoins_once_it_caught_up(cluster):
+    create_replicated(cluster.bootstrap, "paused", 1, min_isr=2)
+    wait_for("the topic", lambda: partitions_of(cluster.bootstrap, "paused"))
+    acked = produce_keyed(cluster.bootstrap, "paused", 0, 2_000)
+    p = partitions_of(cluster.bootstrap, "paused")[0]
+    follower = cluster.node(next(r for r in p.replicas if r != p.leader))
+    others = ",".join(n.bootstrap for n in cluster.nodes if n is not follower)
+    os.kill(follower.pid, signal.SIGSTOP)
+    try:
+        # Past replica.lag.time.max.ms (or its broker session) it leaves the ISR; the leader
+        # goes on taking acks=all writes with the two replicas left.
+        wait_for("the stopped follower out of the ISR",
+                 lambda: sorted(partitions_of(others, "paused")[0].isrs) == sorted(
+                     r for r in p.replicas if r != follower.node_id), 30)
+        acked.update(produce_keyed(others, "paused", 2_000, 3_000))
+    finally:
+        os.kill(follower.pid, signal.SIGCONT)
+    wait_for("the follower back in the ISR",
+             lambda: sorted(partitions_of(cluster.bootstrap, "paused")[0].isrs) == [1, 2, 3], 60)
+    ends, messages = read_all(cluster.bootstrap, "paused", 1)
+    assert ends[("paused", 0)] == 5_000
     check_exactly(acked, messages)
 
 

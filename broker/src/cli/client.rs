@@ -61,6 +61,10 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetFetch, 2, 8),
     (ApiKey::OffsetCommit, 2, 8),
+    // `sluice reassign` and `sluice elect-leaders`.
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::ElectLeaders, 0, 2),
     // `sluice cluster --bootstrap-controller`: the controller quorum.
     (ApiKey::DescribeQuorum, 0, 2),
 ];

@@ -1,6 +1,6 @@
 //! `sluice cluster`: the cluster id, controller and brokers from Metadata, topic and partition
-//! counts, and the API versions of the broker connected to, in the format of
-//! `kafka-broker-api-versions.sh`; with `--bootstrap-controller` (or `--quorum`, through the
+//! counts, under-replicated and offline partitions, and the API versions of the broker
+//! connected to, in the format of `kafka-broker-api-versions.sh`; with `--bootstrap-controller` (or `--quorum`, through the
 //! broker), the controller quorum as `kafka-metadata-quorum describe --status --replication`
 //! shows it.
 
@@ -8,6 +8,9 @@ use kafka_protocol::messages::ApiKey;
 
 use super::client::{api_name, check, Client};
 use super::Connection;
+
+/// Under-replicated or offline partitions listed by name; more are counted.
+const PARTITIONS_SHOWN: usize = 20;
 
 #[derive(clap::Args, Debug)]
 pub struct ClusterArgs {
@@ -119,6 +122,44 @@ pub fn run(args: &ClusterArgs) -> anyhow::Result<()> {
         "Topics: {} ({partitions} partitions)",
         response.topics.len()
     );
+    // The health signals: partitions with fewer in-sync replicas than replicas, and
+    // partitions with no leader (unreadable and unwritable).
+    let mut under = Vec::new();
+    let mut offline = Vec::new();
+    for t in &response.topics {
+        let name = t.name.as_ref().map_or("", |n| n.0.as_str());
+        for p in &t.partitions {
+            let ids = |v: &[kafka_protocol::messages::BrokerId]| {
+                v.iter()
+                    .map(|b| b.0.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let line = format!(
+                "  {name}-{}\tleader: {}\treplicas: [{}]\tisr: [{}]",
+                p.partition_index,
+                p.leader_id.0,
+                ids(&p.replica_nodes),
+                ids(&p.isr_nodes)
+            );
+            if p.leader_id.0 < 0 {
+                offline.push(line);
+            } else if p.isr_nodes.len() < p.replica_nodes.len() {
+                under.push(line);
+            }
+        }
+    }
+    under.sort();
+    offline.sort();
+    for (what, list) in [("Under-replicated", &under), ("Offline", &offline)] {
+        println!("{what} partitions: {}", list.len());
+        for line in list.iter().take(PARTITIONS_SHOWN) {
+            println!("{line}");
+        }
+        if list.len() > PARTITIONS_SHOWN {
+            println!("  ... and {} more", list.len() - PARTITIONS_SHOWN);
+        }
+    }
     println!("ApiVersions of {}:", client.address());
     for (&key, &(min, max)) in client.broker_versions() {
         let usable = match ApiKey::try_from(key)

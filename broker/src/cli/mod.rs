@@ -1,6 +1,7 @@
 //! Operator subcommands that speak the Kafka protocol to a running broker, like Kafka's own
-//! command-line tools and kcat: `topic`, `produce`, `consume`, `cluster` and `group`; and
-//! `storage`, which formats a data directory before a node first starts.
+//! command-line tools and kcat: `topic`, `produce`, `consume`, `cluster`, `group`, `reassign`
+//! and `elect-leaders`; and `storage`, which formats a data directory before a node first
+//! starts.
 //!
 //! Everything here is blocking and single-threaded on the calling thread (`client.rs`); the
 //! CLI never starts a shard. Results go to stdout, notes and errors to stderr, and any error
@@ -14,6 +15,7 @@ mod consume;
 mod dev_cluster;
 mod group;
 mod produce;
+mod reassign;
 mod storage;
 mod topic;
 
@@ -30,6 +32,10 @@ pub enum Command {
     Cluster(cluster::ClusterArgs),
     /// List, describe and delete consumer groups, show their lag and reset their offsets.
     Group(group::GroupArgs),
+    /// Move partition replicas between brokers, drain a broker, list or cancel reassignments.
+    Reassign(reassign::ReassignArgs),
+    /// Elect preferred (or, with --unclean, any) leaders, like kafka-leader-election.
+    ElectLeaders(reassign::ElectLeadersArgs),
     /// Format a data directory with its cluster id and node id (like kafka-storage).
     Storage(storage::StorageArgs),
     /// Run a cluster of combined nodes on loopback in the foreground (Ctrl-C stops it).
@@ -58,6 +64,8 @@ pub fn run(command: &Command) -> ! {
         Command::Consume(args) => consume::run(args),
         Command::Cluster(args) => cluster::run(args),
         Command::Group(args) => group::run(args),
+        Command::Reassign(args) => reassign::run(args),
+        Command::ElectLeaders(args) => reassign::elect(args),
         Command::Storage(args) => storage::run(args),
         Command::DevCluster(args) => dev_cluster::run(args),
     };

@@ -45,6 +45,8 @@ pub const FORWARDED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 fn answered(table: &[(ApiKey, i16, i16)], key: ApiKey, version: i16) -> bool {
@@ -436,6 +438,39 @@ pub fn controller_request(request: &RequestKind) -> Option<core::ControllerReque
                     .collect()
             }),
         }),
+        RequestKind::AlterPartitionReassignments(r) => {
+            C::AlterPartitionReassignments(core::AlterPartitionReassignmentsRequest {
+                topics: r
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        let partitions = t
+                            .partitions
+                            .iter()
+                            .map(|p| {
+                                let target = p
+                                    .replicas
+                                    .as_ref()
+                                    .map(|v| v.iter().map(|b| BrokerId(b.0)).collect());
+                                (p.partition_index, target)
+                            })
+                            .collect();
+                        (name(&t.name.0), partitions)
+                    })
+                    .collect(),
+                allow_replication_factor_change: r.allow_replication_factor_change,
+            })
+        }
+        RequestKind::ListPartitionReassignments(r) => {
+            C::ListPartitionReassignments(core::ListPartitionReassignmentsRequest {
+                topics: r.topics.as_ref().map(|topics| {
+                    topics
+                        .iter()
+                        .map(|t| (name(&t.name.0), t.partition_indexes.clone()))
+                        .collect()
+                }),
+            })
+        }
         _ => return None,
     })
 }
@@ -738,6 +773,60 @@ pub fn admin_response(response: core::ControllerResponse, version: i16) -> Respo
                 }
             }
             ResponseKind::ElectLeaders(r)
+        }
+        R::AlterPartitionReassignments(a) => {
+            use kafka_protocol::messages::alter_partition_reassignments_response::{
+                ReassignablePartitionResponse, ReassignableTopicResponse,
+            };
+            let mut r = AlterPartitionReassignmentsResponse::default()
+                .with_error_code(a.error_code)
+                .with_allow_replication_factor_change(version >= 1);
+            for result in a.results {
+                let partition = ReassignablePartitionResponse::default()
+                    .with_partition_index(result.partition_id)
+                    .with_error_code(result.error_code)
+                    .with_error_message(message(result.error_message));
+                match r
+                    .responses
+                    .iter_mut()
+                    .find(|t| t.name.0.as_str() == result.topic)
+                {
+                    Some(t) => t.partitions.push(partition),
+                    None => r.responses.push(
+                        ReassignableTopicResponse::default()
+                            .with_name(TopicName(StrBytes::from_string(result.topic)))
+                            .with_partitions(vec![partition]),
+                    ),
+                }
+            }
+            ResponseKind::AlterPartitionReassignments(r)
+        }
+        R::ListPartitionReassignments(l) => {
+            use kafka_protocol::messages::list_partition_reassignments_response::{
+                OngoingPartitionReassignment, OngoingTopicReassignment,
+            };
+            let ids = |v: Vec<BrokerId>| {
+                v.into_iter()
+                    .map(|b| kafka_protocol::messages::BrokerId(b.0))
+                    .collect()
+            };
+            let mut r = ListPartitionReassignmentsResponse::default().with_error_code(l.error_code);
+            for o in l.reassignments {
+                let partition = OngoingPartitionReassignment::default()
+                    .with_partition_index(o.partition_id)
+                    .with_replicas(ids(o.replicas))
+                    .with_adding_replicas(ids(o.adding_replicas))
+                    .with_removing_replicas(ids(o.removing_replicas));
+                match r.topics.iter_mut().find(|t| t.name.0.as_str() == o.topic) {
+                    Some(t) => t.partitions.push(partition),
+                    None => r.topics.push(
+                        OngoingTopicReassignment::default()
+                            .with_name(TopicName(StrBytes::from_string(o.topic)))
+                            .with_partitions(vec![partition]),
+                    ),
+                }
+            }
+            ResponseKind::ListPartitionReassignments(r)
         }
         other => unreachable!("not an admin response: {other:?}"),
     }

@@ -240,6 +240,60 @@ pub async fn elect_leaders(
     r
 }
 
+/// AlterPartitionReassignments (`kafka-reassign-partitions --execute`, `sluice reassign`): at the
+/// controller, answered once this node's image has the widened (or final) replica sets.
+pub async fn alter_partition_reassignments(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::AlterPartitionReassignmentsRequest,
+    version: i16,
+) -> kafka_protocol::messages::AlterPartitionReassignmentsResponse {
+    let wait = applied_wait(request.timeout_ms);
+    let response = admin(
+        shard,
+        ApiKey::AlterPartitionReassignments,
+        version,
+        RequestKind::AlterPartitionReassignments(request),
+        wait,
+        |_, _| true,
+    )
+    .await;
+    let ResponseKind::AlterPartitionReassignments(r) = response else {
+        unreachable!("AlterPartitionReassignments answers AlterPartitionReassignments")
+    };
+    for t in &r.responses {
+        for p in &t.partitions {
+            if p.error_code == 0 {
+                tracing::info!(topic = %t.name.0, partition = p.partition_index, "reassignment accepted");
+            } else {
+                tracing::warn!(topic = %t.name.0, partition = p.partition_index, error_code = p.error_code, message = ?p.error_message, "reassignment refused");
+            }
+        }
+    }
+    r
+}
+
+/// ListPartitionReassignments (`kafka-reassign-partitions --verify`): the controller's view.
+pub async fn list_partition_reassignments(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::ListPartitionReassignmentsRequest,
+    version: i16,
+) -> kafka_protocol::messages::ListPartitionReassignmentsResponse {
+    let wait = applied_wait(request.timeout_ms);
+    let response = admin(
+        shard,
+        ApiKey::ListPartitionReassignments,
+        version,
+        RequestKind::ListPartitionReassignments(request),
+        wait,
+        |_, _| true,
+    )
+    .await;
+    let ResponseKind::ListPartitionReassignments(r) = response else {
+        unreachable!("ListPartitionReassignments answers ListPartitionReassignments")
+    };
+    r
+}
+
 /// Why the broker's own creation of a topic (auto-creation, the offsets topic) failed.
 #[derive(Debug)]
 pub enum CreateError {

@@ -836,6 +836,8 @@ fn all_not_controller(response: &ResponseKind) -> bool {
             !r.responses.is_empty() && r.responses.iter().all(|t| t.error_code == nc)
         }
         ResponseKind::ElectLeaders(r) => r.error_code == nc,
+        ResponseKind::AlterPartitionReassignments(r) => r.error_code == nc,
+        ResponseKind::ListPartitionReassignments(r) => r.error_code == nc,
         _ => false,
     }
 }

@@ -102,6 +102,8 @@ fn topic_config_doc(key: &str) -> (i8, &'static str) {
         "delete.retention.ms" => (TYPE_LONG, "How long compaction keeps tombstones (null values) readable."),
         "flush.mode" => (TYPE_STRING, "Sluice: batch (fdatasync before a produce is acknowledged, group-committed), interval (every flush.ms) or none."),
         "flush.ms" => (TYPE_LONG, "Under flush.mode=interval, how often written data is fdatasync'd."),
+        "follower.replication.throttled.replicas" => (TYPE_LIST, "Replicas (partition:broker, or *) whose fetching as followers counts against follower.replication.throttled.rate."),
+        "leader.replication.throttled.replicas" => (TYPE_LIST, "Replicas (partition:broker, or *) named for the leader-side throttle; accepted, the follower side enforces the throttle."),
         "index.interval.bytes" => (TYPE_INT, "Bytes between two entries of the sparse offset and time indexes."),
         "max.message.bytes" => (TYPE_INT, "The largest record batch a produce may append."),
         "message.timestamp.type" => (TYPE_STRING, "CreateTime (the producer's timestamps) or LogAppendTime (the broker's clock)."),

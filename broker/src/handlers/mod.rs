@@ -69,6 +69,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DeleteRecords, 0, 2),
     // Kafka 4's 5 and 6 belong to transactions (KIP-890, KIP-939), which are not here yet.
     (ApiKey::InitProducerId, 0, 4),
@@ -160,6 +162,12 @@ pub async fn dispatch(
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(crate::cluster::elect_leaders(shard, r, version).await)
         }
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            crate::cluster::alter_partition_reassignments(shard, r, version).await,
+        ),
+        RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
+            crate::cluster::list_partition_reassignments(shard, r, version).await,
+        ),
         RequestKind::ApiVersions(r) => {
             ResponseKind::ApiVersions(api_versions::handle(&r, version, None))
         }

@@ -167,8 +167,8 @@ impl Shard {
             })
             .cloned()
             .collect();
-        // Partitions whose replica left this node (a cluster moved it): closed, their data
-        // kept, until replication's reassignment deletes what it moved.
+        // Partitions whose replica left this node (a reassignment moved it, and the replicas
+        // it moved to are in sync): their data goes too, as Kafka deletes a removed replica.
         let moved: Vec<(String, i32)> = self
             .partitions
             .borrow()
@@ -180,18 +180,17 @@ impl Shard {
             })
             .cloned()
             .collect();
-        for key in moved {
+        for (key, why) in stale.into_iter().map(|k| (k, "deleted partition")).chain(
+            moved
+                .into_iter()
+                .map(|k| (k, "deleted a replica moved off this node")),
+        ) {
             let removed = self.partitions.borrow_mut().remove(&key);
             if let Some(partition) = removed {
+                partition.stop_replica();
                 if let Err(e) = partition.log.close().await {
-                    tracing::warn!(topic = %key.0, partition = key.1, error = %e, "closing a partition that left this node");
+                    tracing::warn!(topic = %key.0, partition = key.1, error = %e, "closing a partition before deleting it");
                 }
-                tracing::info!(topic = %key.0, partition = key.1, "closed a partition whose replica left this node");
-            }
-        }
-        for key in stale {
-            let removed = self.partitions.borrow_mut().remove(&key);
-            if let Some(partition) = removed {
                 let dir = partition.log.dir().to_path_buf();
                 drop(partition);
                 let trash = dir.with_file_name(format!(
@@ -202,9 +201,9 @@ impl Shard {
                 if let Err(e) =
                     std::fs::rename(&dir, &trash).and_then(|_| std::fs::remove_dir_all(&trash))
                 {
-                    tracing::warn!(dir = %dir.display(), error = %e, "could not delete a deleted topic's partition directory");
+                    tracing::warn!(dir = %dir.display(), error = %e, "could not delete a partition directory");
                 }
-                tracing::info!(topic = %key.0, partition = key.1, "deleted partition");
+                tracing::info!(topic = %key.0, partition = key.1, "{why}");
             }
         }
         let mut errors = Vec::new();

@@ -96,6 +96,8 @@ pub struct Shard {
     pub fetch_sessions: RefCell<crate::handlers::fetch::FetchSessions>,
     /// The leaders this shard's replica fetchers copy from (one fetcher each).
     pub fetchers: RefCell<std::collections::HashSet<i32>>,
+    /// The follower replication throttle's bucket, shared by this shard's fetchers.
+    pub replica_throttle: RefCell<replication::ReplicaThrottle>,
     /// The `__consumer_offsets` partitions this shard coordinates groups for, with the leader
     /// epoch whose load started (their groups may still be loading).
     pub coordinating: RefCell<HashMap<i32, i32>>,
@@ -122,6 +124,7 @@ impl Shard {
             groups: Default::default(),
             fetch_sessions: Default::default(),
             fetchers: Default::default(),
+            replica_throttle: Default::default(),
             coordinating: Default::default(),
             cluster: RefCell::new(None),
             in_flight: std::cell::Cell::new(0),

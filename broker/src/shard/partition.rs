@@ -89,6 +89,12 @@ impl Partition {
                     if l.partition_epoch.0 != u.partition_epoch || l.isr != isr {
                         l.on_committed(isr, PartitionEpoch(u.partition_epoch));
                     }
+                    // A reassignment adds replicas within the leadership.
+                    let replicas: Vec<BrokerId> = u.replicas.iter().map(|&b| BrokerId(b)).collect();
+                    if l.replicas != replicas {
+                        tracing::info!(dir = %self.log.dir().display(), replicas = ?u.replicas, "the partition's replicas changed");
+                        l.set_replicas(replicas);
+                    }
                     l.config = u.config;
                     drop(replica);
                     self.changed.notify(usize::MAX);
@@ -272,6 +278,13 @@ impl Partition {
         if let Replica::Follower(f) = &mut *self.replica.borrow_mut() {
             f.high_watermark = hw;
         }
+    }
+
+    /// The replica leaves this node (deleted, or moved elsewhere): it neither leads nor
+    /// follows from now on, and whoever waits on it looks again.
+    pub fn stop_replica(&self) {
+        *self.replica.borrow_mut() = Replica::Unknown;
+        self.changed.notify(usize::MAX);
     }
 
     /// The leader and epoch this replica follows, if it is a follower.

@@ -39,6 +39,8 @@ const REPLICA_FETCH_MAX_BYTES: i32 = 1 << 20;
 const REPLICA_FETCH_RESPONSE_MAX_BYTES: i32 = 10 << 20;
 /// `replica.fetch.backoff.ms`, Kafka's default: the pause after a failed fetch.
 const REPLICA_FETCH_BACKOFF: Duration = Duration::from_millis(1000);
+/// How long a fetcher whose every partition is throttled waits for the bucket to refill.
+const THROTTLE_PAUSE: Duration = Duration::from_millis(100);
 /// How long a fetch may take beyond its wait at the leader before the connection is dropped.
 const REPLICA_SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
 /// A refused AlterPartition is not proposed again sooner than this: the image that brings the
@@ -65,6 +67,68 @@ struct Followed {
     partition: i32,
     leader_epoch: i32,
     replica: Rc<Partition>,
+    /// Named by the topic's `follower.replication.throttled.replicas` for this broker.
+    throttled: bool,
+}
+
+/// Kafka's follower replication throttle: `follower.replication.throttled.rate` (bytes per
+/// second, a dynamic config of this broker or the cluster default) over the partitions a
+/// topic's `follower.replication.throttled.replicas` names for this broker (`*`, or
+/// `partition:broker` pairs), as `kafka-reassign-partitions --throttle` sets them. A token
+/// bucket per shard, holding at most a second of the shard's share of the rate; while it is
+/// empty the fetchers leave throttled partitions out of their fetches, as Kafka's do.
+#[derive(Debug)]
+pub struct ReplicaThrottle {
+    /// Bytes that may still be fetched (negative: taken beyond the rate).
+    available: f64,
+    last: std::time::Instant,
+}
+
+impl Default for ReplicaThrottle {
+    fn default() -> Self {
+        ReplicaThrottle {
+            available: 0.0,
+            last: std::time::Instant::now(),
+        }
+    }
+}
+
+impl ReplicaThrottle {
+    /// Adds what `rate` (bytes per second) allowed since the last call; whether throttled
+    /// partitions may be fetched now.
+    fn refill(&mut self, rate: f64) -> bool {
+        let now = std::time::Instant::now();
+        let elapsed = now.duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.available = (self.available + rate * elapsed).min(rate);
+        self.available > 0.0
+    }
+
+    fn take(&mut self, bytes: usize) {
+        self.available -= bytes as f64;
+    }
+}
+
+/// This shard's share of `follower.replication.throttled.rate`, if one is set.
+fn throttle_rate(shard: &Shard) -> Option<f64> {
+    let image = shard.image();
+    let (value, _) = image.dynamic_broker_config(
+        shard.config().node_id,
+        "follower.replication.throttled.rate",
+    )?;
+    let rate: f64 = value.parse().ok().filter(|r: &f64| *r > 0.0)?;
+    Some(rate / shard.config().cores.max(1) as f64)
+}
+
+/// Whether a topic's `*.replication.throttled.replicas` value names `partition` on `broker`.
+pub fn names_replica(value: &str, partition: i32, broker: i32) -> bool {
+    let value = value.trim();
+    value == "*"
+        || value.split(',').any(|pair| {
+            pair.trim().split_once(':').is_some_and(|(p, b)| {
+                p.trim().parse() == Ok(partition) && b.trim().parse() == Ok(broker)
+            })
+        })
 }
 
 /// The partitions this shard follows from `leader`, in a stable order.
@@ -81,13 +145,18 @@ fn followed_from(shard: &Shard, leader: i32) -> Vec<Followed> {
             if p.log.poisoned().is_some() {
                 return None;
             }
-            let topic_id = image.topics.get(topic)?.id;
+            let meta = image.topics.get(topic)?;
+            let throttled = meta
+                .configs
+                .get("follower.replication.throttled.replicas")
+                .is_some_and(|v| names_replica(v, *partition, shard.config().node_id));
             Some(Followed {
                 topic: topic.clone(),
-                topic_id,
+                topic_id: meta.id,
                 partition: *partition,
                 leader_epoch: f.leader_epoch,
                 replica: p.clone(),
+                throttled,
             })
         })
         .collect();
@@ -135,7 +204,7 @@ async fn fetch_from(shard: &Rc<Shard>, leader: i32) {
     let mut failures = 0u32;
     tracing::info!(leader, shard = shard.id, "replica fetcher started");
     loop {
-        let followed = followed_from(shard, leader);
+        let mut followed = followed_from(shard, leader);
         if followed.is_empty() {
             tracing::info!(
                 leader,
@@ -143,6 +212,16 @@ async fn fetch_from(shard: &Rc<Shard>, leader: i32) {
                 "replica fetcher stopped: nothing left to follow"
             );
             return;
+        }
+        let rate = throttle_rate(shard);
+        if let Some(rate) = rate {
+            if !shard.replica_throttle.borrow_mut().refill(rate) {
+                followed.retain(|f| !f.throttled);
+                if followed.is_empty() {
+                    glommio::timer::sleep(THROTTLE_PAUSE).await;
+                    continue;
+                }
+            }
         }
         let image = shard.image();
         let address = image
@@ -189,6 +268,24 @@ async fn fetch_from(shard: &Rc<Shard>, leader: i32) {
             );
             glommio::timer::sleep(REPLICA_FETCH_BACKOFF).await;
             continue;
+        }
+        if rate.is_some() {
+            let by_key: std::collections::HashSet<(uuid::Uuid, i32)> = followed
+                .iter()
+                .filter(|f| f.throttled)
+                .map(|f| (f.topic_id, f.partition))
+                .collect();
+            let bytes: usize = response
+                .responses
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .filter(|p| by_key.contains(&(t.topic_id, p.partition_index)))
+                })
+                .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+                .sum();
+            shard.replica_throttle.borrow_mut().take(bytes);
         }
         if !apply_response(&followed, response).await {
             glommio::timer::sleep(REPLICA_FETCH_BACKOFF).await;
