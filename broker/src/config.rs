@@ -29,6 +29,9 @@ pub struct BrokerConfig {
     pub controller_listener: Option<SocketAddr>,
     /// `broker.rack`
     pub broker_rack: Option<String>,
+    /// `metrics.listener`: where Prometheus metrics are served (`HOST:PORT`, GET /metrics);
+    /// none by default.
+    pub metrics_listener: Option<String>,
     /// `broker.session.timeout.ms`: a broker that sends no heartbeat for this long is fenced.
     pub broker_session_timeout_ms: u64,
     /// `broker.heartbeat.interval.ms`: how often a broker heartbeats to the active controller.
@@ -363,6 +366,7 @@ impl Default for BrokerConfig {
             controller_listener_names: vec!["CONTROLLER".to_string()],
             controller_listener: None,
             broker_rack: None,
+            metrics_listener: None,
             broker_session_timeout_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT,
             broker_heartbeat_interval_ms: BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT,
             listener: "127.0.0.1:9092".parse().expect("valid address"),
@@ -422,6 +426,8 @@ struct FileConfig {
     controller_listener_names: Option<String>,
     #[serde(rename = "broker.rack")]
     broker_rack: Option<String>,
+    #[serde(rename = "metrics.listener")]
+    metrics_listener: Option<String>,
     #[serde(rename = "broker.session.timeout.ms")]
     broker_session_timeout_ms: Option<u64>,
     #[serde(rename = "broker.heartbeat.interval.ms")]
@@ -591,6 +597,9 @@ impl BrokerConfig {
         }
         if let Some(v) = file.broker_rack {
             self.broker_rack = Some(v).filter(|r| !r.is_empty());
+        }
+        if let Some(v) = file.metrics_listener {
+            self.metrics_listener = Some(v).filter(|l| !l.is_empty());
         }
         if let Some(v) = file.broker_session_timeout_ms {
             self.broker_session_timeout_ms = v;

@@ -13,6 +13,7 @@ mod config_catalog;
 mod group;
 mod handlers;
 mod metadata;
+mod metrics;
 mod net;
 mod server;
 mod shard;
@@ -69,6 +70,10 @@ struct ServeArgs {
     /// This broker's rack, for rack-aware replica placement (`broker.rack`).
     #[arg(long)]
     broker_rack: Option<String>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (`metrics.listener`). Off when
+    /// not given.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listener: Option<String>,
     /// A broker without a heartbeat for this long is fenced (`broker.session.timeout.ms`).
     /// Default 9000.
     #[arg(long)]
@@ -195,6 +200,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = &args.broker_rack {
         config.broker_rack = Some(v.clone()).filter(|r| !r.is_empty());
+    }
+    if let Some(v) = &args.metrics_listener {
+        config.metrics_listener = Some(v.clone()).filter(|l| !l.is_empty());
     }
     if let Some(v) = args.broker_session_timeout_ms {
         config.broker_session_timeout_ms = v;

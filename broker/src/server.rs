@@ -207,7 +207,15 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
         coordinators: (0..config.offsets_topic_partitions)
             .map(|_| std::sync::atomic::AtomicBool::new(false))
             .collect(),
+        metrics: Arc::new(crate::metrics::Metrics::new(shards)),
     });
+    if let Some(listener) = &config.metrics_listener {
+        let bootstrap = config
+            .process_roles
+            .broker
+            .then(|| format!("{}:{}", config.advertised_host, config.advertised_port));
+        crate::metrics::serve(listener, shared.metrics.clone(), bootstrap, config.node_id)?;
+    }
     let meshes = mesh_builders(shards);
     tracing::info!(shards, node_id = config.node_id, roles = %config.process_roles, cluster_id = %config.cluster_id, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
     let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shards, None))

@@ -5,23 +5,28 @@ throttle); a broker is drained with `sluice reassign drain`; leaders go back to 
 replicas with `kafka-leader-election`, and `kafka-log-dirs` shows the moved replicas. Nothing
 acknowledged is lost or duplicated, the producer sees no error, a removed replica's data is
 deleted, and `sluice cluster` reports no under-replicated or offline partition at the end.
-Apart from that, the follower replication throttle bounds how fast a new replica copies."""
+Apart from that, the follower replication throttle bounds how fast a new replica copies, and
+every node's Prometheus `/metrics` show leaders, replicas, ISR shrinks and expansions, produced
+records and each group's consumer lag (at its coordinator)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from kafka.protocol.admin.cluster import DescribeLogDirsRequest
 
 from cluster import Cluster
-from harness import CLIENT_DEFAULTS, SLUICE_BIN, admin
+from harness import CLIENT_DEFAULTS, SLUICE_BIN, admin, consumer, free_port
 from reference import DEPS, ensure_jars
 from test_replication import check_exactly, partitions_of, read_all, running, wait_for
 from wire import Pipeline, build
@@ -30,8 +35,34 @@ from wire import Pipeline, build
 @pytest.fixture(scope="module")
 def cluster(request):
     ensure_jars()
-    yield from running(request, Cluster(3, name="reassign", extra_args=[
-        "--replica-lag-time-max-ms", 3000, "--auto-leader-rebalance-enable", "false"]))
+    c = Cluster(3, name="reassign", extra_args=[
+        "--replica-lag-time-max-ms", 3000, "--auto-leader-rebalance-enable", "false"])
+    for n in c.nodes:
+        with_metrics(n)
+    yield from running(request, c)
+
+
+def with_metrics(n) -> None:
+    n.metrics_port = free_port()
+    n.extra_args += ["--metrics-listener", f"127.0.0.1:{n.metrics_port}"]
+
+
+def scrape(n) -> dict[str, float]:
+    """A node's /metrics as {"name{labels}": value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{n.metrics_port}/metrics", timeout=30) as r:
+        assert r.status == 200
+        text = r.read().decode()
+    assert text.endswith("# EOF\n"), text[-200:]
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def total(nodes, name: str) -> float:
+    return sum(scrape(n).get(name, 0.0) for n in nodes)
 
 
 def sluice(*args, timeout: float = 180) -> str:
@@ -118,6 +149,7 @@ def test_a_fourth_broker_takes_partitions_under_load_and_a_broker_is_drained(clu
         wait_for("some acknowledged messages", lambda: len(load.acked) > 2_000, 60)
         fourth = cluster.add_broker()
         assert fourth.node_id == 4
+        with_metrics(fourth)
         fourth.start(wait=False)
         fourth.wait_ready(wait_for_partitions=False)
         wait_for("four brokers", lambda: len(admin(cluster.bootstrap).list_topics(timeout=10).brokers) == 4)
@@ -241,3 +273,54 @@ def test_the_follower_throttle_bounds_how_fast_a_new_replica_copies(cluster):
             sluice("reassign", "list", "--bootstrap-server", cluster.bootstrap)), 90)
     assert replicas_of(cluster.bootstrap, topic)[0] == ([2, 3], [2, 3])
     assert log_dir_sizes(cluster.node(3).bootstrap, topic)[0] == total
+
+
+def test_metrics_show_leaders_isr_changes_bytes_and_consumer_lag(cluster):
+    topic = "observed"
+    nodes = [n for n in cluster.nodes if n.running()]
+    client = admin(cluster.bootstrap)
+    client.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3,
+                                   config={"min.insync.replicas": "2"})], operation_timeout=10)[topic].result(timeout=30)
+    wait_for("the partition led", lambda: partitions_of(cluster.bootstrap, topic)[0].leader >= 0)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **CLIENT_DEFAULTS})
+    for i in range(1_000):
+        p.produce(topic, value=b"%04d" % i)
+    assert p.flush(60) == 0
+    c = consumer(cluster.bootstrap, **{"group.id": "watchers", "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 400)], asynchronous=False)
+    finally:
+        c.close()
+
+    # Every partition of the cluster has one leader, counted by the broker that leads it.
+    md = admin(cluster.bootstrap).list_topics(timeout=10)
+    partitions = sum(len(t.partitions) for t in md.topics.values())
+    replicas = sum(len(q.replicas) for t in md.topics.values() for q in t.partitions.values())
+    wait_for("the gauges", lambda: total(nodes, "kafka_server_replicamanager_leadercount") == partitions
+             and total(nodes, "kafka_server_replicamanager_partitioncount") == replicas, 30)
+    assert total(nodes, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert total(nodes, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+    # Consumer lag, reported once: by the group's coordinator.
+    wanted = f'kafka_consumergroup_lag{{consumergroup="watchers",topic="{topic}",partition="0"}}'
+    assert total(nodes, wanted) == 600
+    assert total(nodes, 'kafka_consumergroup_lag_sum{consumergroup="watchers"}') == 600
+    leader = cluster.node(partitions_of(cluster.bootstrap, topic)[0].leader)
+    assert scrape(leader)["kafka_server_brokertopicmetrics_messagesin_total"] >= 1_000
+    assert scrape(leader)["kafka_server_brokertopicmetrics_bytesin_total"] >= 4_000
+
+    # A stopped follower: the leader counts a shrink and the partition under-replicated, then
+    # an expansion once the follower is back.
+    follower = cluster.node(next(r for r in partitions_of(cluster.bootstrap, topic)[0].replicas if r != leader.node_id))
+    before = scrape(leader)
+    os.kill(follower.pid, signal.SIGSTOP)
+    try:
+        wait_for("an ISR shrink", lambda: scrape(leader)["kafka_server_replicamanager_isrshrinks_total"]
+                 > before["kafka_server_replicamanager_isrshrinks_total"], 30)
+        wait_for("under-replicated", lambda: scrape(leader)["kafka_server_replicamanager_underreplicatedpartitions"] >= 1, 10)
+    finally:
+        os.kill(follower.pid, signal.SIGCONT)
+    wait_for("an ISR expansion", lambda: scrape(leader)["kafka_server_replicamanager_isrexpands_total"]
+             > before["kafka_server_replicamanager_isrexpands_total"], 60)
+    wait_for("nothing under-replicated", lambda: total(nodes, "kafka_server_replicamanager_underreplicatedpartitions") == 0, 60)
+    out = sluice("cluster", "--bootstrap-server", cluster.bootstrap)
+    assert "watchers\tlag: 600\tpartitions: 1" in out, out

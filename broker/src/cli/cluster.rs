@@ -1,5 +1,5 @@
 //! `sluice cluster`: the cluster id, controller and brokers from Metadata, topic and partition
-//! counts, under-replicated and offline partitions, and the API versions of the broker
+//! counts, under-replicated and offline partitions, consumer lag per group, and the API versions of the broker
 //! connected to, in the format of `kafka-broker-api-versions.sh`; with `--bootstrap-controller` (or `--quorum`, through the
 //! broker), the controller quorum as `kafka-metadata-quorum describe --status --replication`
 //! shows it.
@@ -159,6 +159,22 @@ pub fn run(args: &ClusterArgs) -> anyhow::Result<()> {
         if list.len() > PARTITIONS_SHOWN {
             println!("  ... and {} more", list.len() - PARTITIONS_SHOWN);
         }
+    }
+    // Consumer lag: per group, the log ends minus its commits, over its committed partitions.
+    match super::group_lags(&args.connection.bootstrap_server, None) {
+        Ok(lags) => {
+            let mut groups: std::collections::BTreeMap<&str, (i64, usize)> = Default::default();
+            for (group, _, _, lag) in &lags {
+                let g = groups.entry(group.as_str()).or_default();
+                g.0 += lag;
+                g.1 += 1;
+            }
+            println!("Consumer groups with commits: {}", groups.len());
+            for (group, (lag, partitions)) in groups {
+                println!("  {group}\tlag: {lag}\tpartitions: {partitions}");
+            }
+        }
+        Err(e) => eprintln!("note: consumer lag not available: {e:#}"),
     }
     println!("ApiVersions of {}:", client.address());
     for (&key, &(min, max)) in client.broker_versions() {

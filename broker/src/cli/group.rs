@@ -818,12 +818,21 @@ fn or_dash(s: &str) -> String {
     }
 }
 
-fn list(admin: &mut Admin, states: &[String]) -> anyhow::Result<()> {
+/// Group id → (state, protocol type) of the groups every broker (or only broker `only`)
+/// coordinates: each broker lists its own.
+fn list_groups(
+    admin: &mut Admin,
+    only: Option<i32>,
+) -> anyhow::Result<BTreeMap<String, (Option<String>, String)>> {
     let response = admin.cluster.metadata(Some(&[]), false)?;
     admin.brokers_known = true;
-    let mut broker_ids: Vec<i32> = response.brokers.iter().map(|b| b.node_id.0).collect();
+    let mut broker_ids: Vec<i32> = response
+        .brokers
+        .iter()
+        .map(|b| b.node_id.0)
+        .filter(|id| only.is_none_or(|o| o == *id))
+        .collect();
     broker_ids.sort_unstable();
-    // Group id → (state, protocol type); every broker lists the groups it coordinates.
     let mut groups: BTreeMap<String, (Option<String>, String)> = BTreeMap::new();
     for id in broker_ids {
         let client = admin.cluster.broker(id)?;
@@ -844,6 +853,45 @@ fn list(admin: &mut Admin, states: &[String]) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(groups)
+}
+
+/// The lag of every committed partition of the groups every broker (or only broker `only`)
+/// coordinates: (group, topic, partition, log end offset minus committed offset). Partitions
+/// whose log end cannot be read now (no leader) are left out.
+pub fn group_lags(
+    bootstrap: &str,
+    only: Option<i32>,
+) -> anyhow::Result<Vec<(String, String, i32, i64)>> {
+    let client = Client::bootstrap(bootstrap)?;
+    let mut admin = Admin {
+        cluster: Cluster::new(client),
+        coordinators: BTreeMap::new(),
+        brokers_known: false,
+    };
+    let groups = list_groups(&mut admin, only)?;
+    let mut committed: BTreeMap<String, BTreeMap<Tp, i64>> = BTreeMap::new();
+    for group in groups.keys() {
+        committed.insert(group.clone(), admin.committed(group, None)?);
+    }
+    let partitions: BTreeSet<Tp> = committed.values().flat_map(|c| c.keys().cloned()).collect();
+    let topics: BTreeSet<&str> = partitions.iter().map(|(t, _)| t.as_str()).collect();
+    let topics: Vec<&str> = topics.into_iter().collect();
+    let leaders = admin.leaders(&topics)?;
+    let ends = admin.list_offsets(&leaders, &partitions, LATEST)?;
+    let mut lags = Vec::new();
+    for (group, offsets) in committed {
+        for ((topic, partition), offset) in offsets {
+            if let Some(Ok(end)) = ends.get(&(topic.clone(), partition)) {
+                lags.push((group.clone(), topic, partition, (end - offset).max(0)));
+            }
+        }
+    }
+    Ok(lags)
+}
+
+fn list(admin: &mut Admin, states: &[String]) -> anyhow::Result<()> {
+    let mut groups = list_groups(admin, None)?;
     if !states.is_empty() {
         if groups.values().any(|(s, _)| s.is_none()) {
             bail!("--state needs ListGroups v4 or later, which reports group states; the broker does not support it");

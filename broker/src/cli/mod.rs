@@ -10,6 +10,7 @@
 use clap::Subcommand;
 
 pub mod client;
+pub use group::group_lags;
 mod cluster;
 mod consume;
 mod dev_cluster;

@@ -587,6 +587,16 @@ pub async fn handle(
         wait_any(listeners, deadline - now).await;
     };
 
+    let sent: usize = results.iter().map(|r| r.records.len()).sum();
+    let metrics = &shard.shared.metrics;
+    crate::metrics::Metrics::count(
+        if replica.is_some() {
+            &metrics.replication_bytes_out
+        } else {
+            &metrics.bytes_out
+        },
+        sent as u64,
+    );
     let mut response = FetchResponse::default();
     if version >= 7 {
         response.session_id = session_id;

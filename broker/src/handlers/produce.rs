@@ -99,6 +99,10 @@ async fn append_on_owner(
             {
                 Ok(info) => {
                     shard.notify_appended();
+                    let metrics = &shard.shared.metrics;
+                    let records_in = info.last_offset.0 - info.base_offset.0 + 1;
+                    crate::metrics::Metrics::count(&metrics.messages_in, records_in.max(0) as u64);
+                    crate::metrics::Metrics::count(&metrics.bytes_in, records.len() as u64);
                     if acks == -1 {
                         let code = p.wait_acks_all(info.last_offset.next(), timeout).await;
                         if code != 0 {

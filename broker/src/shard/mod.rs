@@ -56,6 +56,8 @@ pub struct Shared {
     /// Per `__consumer_offsets` partition: whether this node coordinates its groups (leads it
     /// and has loaded them). Set by the owner shard, read by any shard a group request reaches.
     pub coordinators: Vec<std::sync::atomic::AtomicBool>,
+    /// Counters and gauges for the Prometheus exporter (`metrics.rs`).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Shared {
@@ -281,7 +283,7 @@ impl Shard {
             for (task, &index) in opening.into_iter().zip(chunk) {
                 match task.await {
                     Ok(log) => {
-                        let partition = Rc::new(Partition::new(log));
+                        let partition = Rc::new(Partition::new(log, self.shared.metrics.clone()));
                         self.partitions
                             .borrow_mut()
                             .insert((topic.name.clone(), index as i32), partition.clone());

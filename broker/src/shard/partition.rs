@@ -50,6 +50,20 @@ pub struct Partition {
     pub changed: event_listener::Event,
     /// An AlterPartition is on its way to the controller.
     pub isr_change_in_flight: std::cell::Cell<bool>,
+    /// The node's metrics, for the ISR shrinks and expansions this replica leads.
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+/// Counts a committed ISR change of a partition this broker leads, as Kafka's
+/// `IsrShrinksPerSec` and `IsrExpandsPerSec` do.
+fn count_isr_change(metrics: &crate::metrics::Metrics, old: &[BrokerId], new: &[BrokerId]) {
+    use crate::metrics::Metrics;
+    if old.iter().any(|b| !new.contains(b)) {
+        Metrics::count(&metrics.isr_shrinks, 1);
+    }
+    if new.iter().any(|b| !old.contains(b)) {
+        Metrics::count(&metrics.isr_expands, 1);
+    }
 }
 
 /// Milliseconds on a clock local to this process, for replica lag.
@@ -61,12 +75,26 @@ pub fn now_ms() -> u64 {
 }
 
 impl Partition {
-    pub fn new(log: Log<DmaStorage>) -> Partition {
+    pub fn new(
+        log: Log<DmaStorage>,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Partition {
         Partition {
             log,
             replica: RefCell::new(Replica::Unknown),
             changed: event_listener::Event::new(),
             isr_change_in_flight: std::cell::Cell::new(false),
+            metrics,
+        }
+    }
+
+    /// For a leader: (in-sync replicas, replicas, `min.insync.replicas`), for the gauges.
+    pub fn replica_health(&self) -> Option<(usize, usize, usize)> {
+        match &*self.replica.borrow() {
+            Replica::Leader(l) => {
+                Some((l.isr.len(), l.replicas.len(), l.config.min_insync_replicas))
+            }
+            _ => None,
         }
     }
 
@@ -87,7 +115,9 @@ impl Partition {
                     // partition's state changed; any other image leaves a pending change be.
                     let isr: Vec<BrokerId> = u.isr.iter().map(|&b| BrokerId(b)).collect();
                     if l.partition_epoch.0 != u.partition_epoch || l.isr != isr {
+                        let old = l.isr.clone();
                         l.on_committed(isr, PartitionEpoch(u.partition_epoch));
+                        count_isr_change(&self.metrics, &old, &l.isr);
                     }
                     // A reassignment adds replicas within the leadership.
                     let replicas: Vec<BrokerId> = u.replicas.iter().map(|&b| BrokerId(b)).collect();
@@ -262,10 +292,12 @@ impl Partition {
     pub fn on_isr_answer(&self, error_code: i16, isr: Vec<i32>, partition_epoch: i32) {
         if let Replica::Leader(l) = &mut *self.replica.borrow_mut() {
             if error_code == 0 {
+                let old = l.isr.clone();
                 l.on_committed(
                     isr.into_iter().map(BrokerId).collect(),
                     PartitionEpoch(partition_epoch),
                 );
+                count_isr_change(&self.metrics, &old, &l.isr);
             } else {
                 l.on_refused();
             }

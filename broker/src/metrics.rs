@@ -1,0 +1,254 @@
+//! Prometheus metrics on an HTTP port (`metrics.listener`, e.g. `127.0.0.1:9644`), under the
+//! names Kafka's metrics get from the Prometheus JMX exporter (`kafka_server_replicamanager_*`,
+//! `kafka_controller_kafkacontroller_*`, `kafka_server_brokertopicmetrics_*`), and consumer lag
+//! as kafka-exporter names it (`kafka_consumergroup_lag`).
+//!
+//! Nothing here takes a lock on the data path. Shards count events (ISR shrinks and
+//! expansions, produced and fetched bytes) with relaxed atomic adds into [`Metrics`], and once a
+//! second each shard stores its partition gauges (partitions, leaders, under-replicated,
+//! under min ISR) into its own slot; shard 0 adds the controller's. The exporter is a thread
+//! of its own: per scrape it reads the atomics, and asks its own broker, over the Kafka
+//! protocol as any client would, for the lag of the groups this broker coordinates.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
+
+/// A shard's partition gauges, stored by the shard once a second.
+#[derive(Default, Debug)]
+pub struct ShardGauges {
+    pub partitions: AtomicI64,
+    pub leaders: AtomicI64,
+    /// Partitions it leads with fewer in-sync replicas than replicas.
+    pub under_replicated: AtomicI64,
+    /// Partitions it leads with fewer in-sync replicas than `min.insync.replicas`.
+    pub under_min_isr: AtomicI64,
+}
+
+/// Every metric of this node, written by the shards, read by the exporter.
+#[derive(Default, Debug)]
+pub struct Metrics {
+    pub shards: Vec<ShardGauges>,
+    pub isr_shrinks: AtomicU64,
+    pub isr_expands: AtomicU64,
+    /// Records and bytes appended by produce requests.
+    pub messages_in: AtomicU64,
+    pub bytes_in: AtomicU64,
+    /// Record bytes in fetch responses: to consumers, and to followers.
+    pub bytes_out: AtomicU64,
+    pub replication_bytes_out: AtomicU64,
+    /// 1 on the active controller (shard 0 stores it).
+    pub active_controller: AtomicI64,
+    /// Partitions without a leader, as the active controller counts them (0 elsewhere).
+    pub offline_partitions: AtomicI64,
+}
+
+impl Metrics {
+    pub fn new(shards: usize) -> Metrics {
+        Metrics {
+            shards: (0..shards).map(|_| ShardGauges::default()).collect(),
+            ..Default::default()
+        }
+    }
+
+    pub fn count(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sum(&self, gauge: impl Fn(&ShardGauges) -> &AtomicI64) -> i64 {
+        self.shards
+            .iter()
+            .map(|s| gauge(s).load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The text exposition of every metric, with `lags` as (group, topic, partition, lag).
+    pub fn render(&self, lags: &[(String, String, i32, i64)]) -> String {
+        let mut registry = Registry::default();
+        let gauge = |v: i64| ConstGauge::new(v);
+        let counter = |a: &AtomicU64| ConstCounter::new(a.load(Ordering::Relaxed));
+        registry.register(
+            "kafka_server_replicamanager_partitioncount",
+            "Partition replicas on this broker",
+            gauge(self.sum(|s| &s.partitions)),
+        );
+        registry.register(
+            "kafka_server_replicamanager_leadercount",
+            "Partitions this broker leads",
+            gauge(self.sum(|s| &s.leaders)),
+        );
+        registry.register(
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Partitions this broker leads with fewer in-sync replicas than replicas",
+            gauge(self.sum(|s| &s.under_replicated)),
+        );
+        registry.register(
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "Partitions this broker leads with fewer in-sync replicas than min.insync.replicas",
+            gauge(self.sum(|s| &s.under_min_isr)),
+        );
+        registry.register(
+            "kafka_server_replicamanager_isrshrinks",
+            "ISR shrinks of partitions this broker leads",
+            counter(&self.isr_shrinks),
+        );
+        registry.register(
+            "kafka_server_replicamanager_isrexpands",
+            "ISR expansions of partitions this broker leads",
+            counter(&self.isr_expands),
+        );
+        registry.register(
+            "kafka_server_brokertopicmetrics_messagesin",
+            "Records appended by produce requests",
+            counter(&self.messages_in),
+        );
+        registry.register(
+            "kafka_server_brokertopicmetrics_bytesin",
+            "Record bytes appended by produce requests",
+            counter(&self.bytes_in),
+        );
+        registry.register(
+            "kafka_server_brokertopicmetrics_bytesout",
+            "Record bytes sent to consumers",
+            counter(&self.bytes_out),
+        );
+        registry.register(
+            "kafka_server_brokertopicmetrics_replicationbytesout",
+            "Record bytes sent to follower replicas",
+            counter(&self.replication_bytes_out),
+        );
+        registry.register(
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "1 on the active controller",
+            gauge(self.active_controller.load(Ordering::Relaxed)),
+        );
+        registry.register(
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "Partitions without a leader (counted by the active controller)",
+            gauge(self.offline_partitions.load(Ordering::Relaxed)),
+        );
+        let lag = Family::<Vec<(String, String)>, Gauge>::default();
+        let lag_sum = Family::<Vec<(String, String)>, Gauge>::default();
+        for (group, topic, partition, l) in lags {
+            let group = label_value(group);
+            lag.get_or_create(&vec![
+                ("consumergroup".to_string(), group.clone()),
+                ("topic".to_string(), label_value(topic)),
+                ("partition".to_string(), partition.to_string()),
+            ])
+            .set(*l);
+            lag_sum
+                .get_or_create(&vec![("consumergroup".to_string(), group)])
+                .inc_by(*l);
+        }
+        registry.register(
+            "kafka_consumergroup_lag",
+            "Log end offset minus the committed offset, per partition of the groups this broker coordinates",
+            lag,
+        );
+        registry.register(
+            "kafka_consumergroup_lag_sum",
+            "The lag of a group this broker coordinates, over its partitions",
+            lag_sum,
+        );
+        let mut out = String::new();
+        encode(&mut out, &registry).expect("encoding into a String cannot fail");
+        out
+    }
+}
+
+/// A label value escaped as the exposition format wants it (backslash, double quote and
+/// newline), which prometheus-client's text encoder leaves to the caller: a Kafka group id may
+/// hold any of them.
+fn label_value(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Serves `GET /metrics` on `listener` from a thread of its own until the process ends;
+/// `bootstrap` is this broker's own client listener (for consumer lag), `None` on a
+/// controller-only node.
+pub fn serve(
+    listener: &str,
+    metrics: Arc<Metrics>,
+    bootstrap: Option<String>,
+    node_id: i32,
+) -> anyhow::Result<()> {
+    let server = tiny_http::Server::http(listener)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listener} (metrics): {e}"))?;
+    tracing::info!(listener, "serving Prometheus metrics at /metrics");
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for request in server.incoming_requests() {
+                let path = request.url().split('?').next().unwrap_or("").to_string();
+                if request.method() != &tiny_http::Method::Get || path != "/metrics" {
+                    let _ = request.respond(
+                        tiny_http::Response::from_string("only GET /metrics is served here\n")
+                            .with_status_code(404),
+                    );
+                    continue;
+                }
+                let lags = match &bootstrap {
+                    Some(b) => crate::cli::group_lags(b, Some(node_id)).unwrap_or_else(|e| {
+                        tracing::warn!(error = %format!("{e:#}"), "consumer lag for the metrics could not be read");
+                        Vec::new()
+                    }),
+                    None => Vec::new(),
+                };
+                let body = metrics.render(&lags);
+                let header = tiny_http::Header::from_bytes(
+                    &b"Content-Type"[..],
+                    &b"application/openmetrics-text; version=1.0.0; charset=utf-8"[..],
+                )
+                .expect("a valid header");
+                let _ = request.respond(tiny_http::Response::from_string(body).with_header(header));
+            }
+        })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_sums_the_shards_and_names_the_lag_labels() {
+        let m = Metrics::new(2);
+        m.shards[0].partitions.store(3, Ordering::Relaxed);
+        m.shards[1].partitions.store(4, Ordering::Relaxed);
+        m.shards[1].under_replicated.store(1, Ordering::Relaxed);
+        Metrics::count(&m.isr_shrinks, 2);
+        let text = m.render(&[
+            ("g\"1".into(), "t".into(), 0, 5),
+            ("g\"1".into(), "t".into(), 1, 7),
+        ]);
+        assert!(
+            text.contains("kafka_server_replicamanager_partitioncount 7\n"),
+            "{text}"
+        );
+        assert!(text.contains("kafka_server_replicamanager_underreplicatedpartitions 1\n"));
+        assert!(text.contains("kafka_server_replicamanager_isrshrinks_total 2\n"));
+        assert!(
+            text.contains(
+                "kafka_consumergroup_lag{consumergroup=\"g\\\"1\",topic=\"t\",partition=\"1\"} 7\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("kafka_consumergroup_lag_sum{consumergroup=\"g\\\"1\"} 12\n"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
