@@ -287,10 +287,23 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 while !shared.metadata_ready.load(Ordering::SeqCst) && !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(5)).await;
                 }
-                // A cluster node serves clients once it has the cluster's metadata (the quorum's
-                // committed log replayed), never from an empty image that would name only
-                // itself; each shard applies an image in its own time, so each waits for its own.
-                while cluster && shard.image().cluster.is_none() && !STOP.load(Ordering::SeqCst) {
+                // A cluster broker serves clients once its image holds the registration it made
+                // in this run, so it has everything committed before it (Kafka's initial
+                // catch-up): never from an empty image that would name only itself, nor from
+                // the stale one its own copy of the metadata log replays to after a restart
+                // (itself leading what moved while it was down). Each shard applies images in
+                // its own time, so each waits for its own.
+                let me = shared.config.node_id;
+                let caught_up = |shard: &Shard| {
+                    let epoch = shared.broker_epoch.load(Ordering::Acquire);
+                    let image = shard.image();
+                    match &image.cluster {
+                        None => false,
+                        Some(_) if !shared.config.process_roles.broker => true,
+                        Some(view) => epoch >= 0 && view.broker(me).is_some_and(|b| b.epoch == epoch),
+                    }
+                };
+                while cluster && !caught_up(&shard) && !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(5)).await;
                 }
                 let server = if shared.config.process_roles.broker && !STOP.load(Ordering::SeqCst) {

@@ -53,7 +53,7 @@ class Node(Broker):
         if self.is_broker:
             out.append(f"PLAINTEXT://{self.bootstrap}")
         if self.is_controller:
-            out.append(f"CONTROLLER://127.0.0.1:{self.controller_port}")
+            out.append(f"CONTROLLER://{self.host}:{self.controller_port}")
         return ",".join(out)
 
     def wait_ready(self, wait_for_partitions: bool = True) -> None:
@@ -67,7 +67,7 @@ class Node(Broker):
             if code is not None:
                 raise BrokerError(f"sluice exited with {code} while starting\n{self.log_tail()}")
             try:
-                socket.create_connection(("127.0.0.1", self.controller_port), timeout=0.5).close()
+                socket.create_connection((self.host, self.controller_port), timeout=0.5).close()
                 return
             except OSError:
                 if time.monotonic() > deadline:
@@ -84,15 +84,23 @@ class Cluster:
     broker-only nodes (ids after them)."""
 
     def __init__(self, nodes: int = 3, name: str = "cluster", extra_args=(), cluster_id: str | None = None,
-                 brokers: int = 0):
+                 brokers: int = 0, place=None):
+        """`place(node)`, if given, sets each node's `host` and `prefix` (a network namespace)
+        before the voters are named."""
         self.cluster_id = cluster_id or random_cluster_id()
         self.name = name
         self.extra_args = [str(a) for a in extra_args]
         controller_roles = "controller" if brokers else "broker,controller"
         self.nodes = [Node(i, name, roles=controller_roles) for i in range(1, nodes + 1)]
-        self.voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        self.place = place
+        for n in self.nodes:
+            if place:
+                place(n)
+        self.voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes if n.is_controller)
         for i in range(brokers):
             self.nodes.append(Node(nodes + 1 + i, name, roles="broker"))
+            if place:
+                place(self.nodes[-1])
         for n in self.nodes:
             self._configure(n)
 
@@ -107,6 +115,8 @@ class Cluster:
     def add_broker(self) -> Node:
         """A new broker-only node, formatted for this cluster, not yet started."""
         n = Node(max(m.node_id for m in self.nodes) + 1, self.name, roles="broker")
+        if self.place:
+            self.place(n)
         self._configure(n)
         self.nodes.append(n)
         return n

@@ -49,7 +49,9 @@ class BrokerError(AssertionError):
 
 
 class Broker:
-    """One `sluice` process on 127.0.0.1, restartable on the same data directory and port."""
+    """One `sluice` process on 127.0.0.1 (or `host`), restartable on the same data directory and
+    port. `prefix` goes before the command, e.g. `ip netns exec NS` to run it in a network
+    namespace."""
 
     def __init__(self, cores: int = 2, num_partitions: int = 1, name: str = "broker", extra_args=()):
         """`extra_args` go on the command line after the harness's own flags, e.g.
@@ -62,12 +64,14 @@ class Broker:
         self.num_partitions = num_partitions
         self.extra_args = [str(a) for a in extra_args]
         self.port = free_port()
+        self.host = "127.0.0.1"
+        self.prefix: list[str] = []
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -98,6 +102,7 @@ class Broker:
         log.flush()
         self.proc = subprocess.Popen(
             [
+                *self.prefix,
                 str(SLUICE_BIN),
                 "--data-dir", str(self.data_dir),
                 "--listeners", self.listeners(),
@@ -123,7 +128,7 @@ class Broker:
             if time.monotonic() > deadline:
                 raise BrokerError(f"sluice did not answer within {START_TIMEOUT_S} s\n{self.log_tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.host, self.port), timeout=0.5):
                     pass
             except OSError:
                 time.sleep(0.05)
@@ -191,7 +196,7 @@ class Broker:
         deadline = time.monotonic() + KILLED_PORT_CLOSES_S
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                socket.create_connection((self.host, port), timeout=0.2).close()
             except OSError:
                 return
             assert time.monotonic() < deadline, f"port {port} still accepts connections {KILLED_PORT_CLOSES_S} s after the kill"

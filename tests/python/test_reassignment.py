@@ -28,7 +28,7 @@ from kafka.protocol.admin.cluster import DescribeLogDirsRequest
 from cluster import Cluster
 from harness import CLIENT_DEFAULTS, SLUICE_BIN, admin, consumer, free_port
 from reference import DEPS, ensure_jars
-from test_replication import check_exactly, partitions_of, read_all, running, wait_for
+from test_replication import check_exactly, partitions_of, read_all, restart, running, wait_for
 from wire import Pipeline, build
 
 
@@ -324,3 +324,31 @@ def test_metrics_show_leaders_isr_changes_bytes_and_consumer_lag(cluster):
     wait_for("nothing under-replicated", lambda: total(nodes, "kafka_server_replicamanager_underreplicatedpartitions") == 0, 60)
     out = sluice("cluster", "--bootstrap-server", cluster.bootstrap)
     assert "watchers\tlag: 600\tpartitions: 1" in out, out
+
+
+def test_a_replica_moved_off_a_broker_while_it_was_down_is_deleted_when_it_returns(cluster):
+    topic = "left-behind"
+    client = admin(cluster.bootstrap)
+    client.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[2, 3, 4]])],
+                         operation_timeout=10)[topic].result(timeout=30)
+    wait_for("the partition led", lambda: partitions_of(cluster.bootstrap, topic)[0].leader >= 0)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", **CLIENT_DEFAULTS})
+    for i in range(100):
+        p.produce(topic, value=b"%d" % i)
+    assert p.flush(30) == 0
+    victim = cluster.node(4)
+    replica_dir = victim.data_dir / f"{topic}-0"
+    wait_for("broker 4's copy", lambda: replica_dir.exists())
+    victim.kill()
+    # Its replica leaves while it is down (a shrink completes at once).
+    sluice("reassign", "move", topic, "--partition", "0", "--replicas", "2,3",
+           "--bootstrap-server", cluster.node(2).bootstrap)
+    assert partitions_of(cluster.node(2).bootstrap, topic)[0].replicas == [2, 3]
+    assert replica_dir.exists()
+    restart([victim])
+    wait_for("the stray copy deleted", lambda: not replica_dir.exists(), 60)
+    # The restarted node replays its own metadata first (opening the replica), then catches up
+    # and deletes it; one that catches up from a snapshot never opens it and deletes the stray.
+    assert "deleted a replica moved off this node" in victim.current_log()
+    ends, messages = read_all(cluster.bootstrap, topic, 1)
+    assert sorted(int(m.value()) for m in messages) == list(range(100))

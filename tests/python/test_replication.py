@@ -15,6 +15,7 @@ import collections
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -506,26 +507,35 @@ def test_an_idempotent_producer_keeps_exactly_once_while_its_leader_is_killed_th
     t = threading.Thread(target=produce)
     t.start()
     try:
-        for _ in range(3):
-            time.sleep(rng.uniform(0.5, 2.0))
-            leaders = {pp.leader for pp in partitions_of(cluster.bootstrap, "under-fire").values()}
-            victim = cluster.node(rng.choice(sorted(x for x in leaders if x > 0)))
-            victim.kill()
-            time.sleep(rng.uniform(0.5, 1.5))
-            restart([victim])
-            # Registered again (its old incarnation's session over, its leaderships moved),
-            # caught up and back in the ISR before the next kill.
-            wait_for("the killed broker registered again",
-                     lambda: "broker state changed fenced=false" in victim.current_log(), 60)
-            wait_for("the killed broker back in every ISR",
-                     lambda: all(victim.node_id in pp.isrs
-                                 for pp in partitions_of(cluster.bootstrap, "under-fire").values()), 60)
+        kill_leaders(cluster, "under-fire", rng, 3)
     finally:
         t.join(240)
     assert not t.is_alive(), "the producer did not finish"
     assert not failures, f"{len(failures)} deliveries failed, first {failures[:5]}"
+    check_in_order_exactly_once(cluster, "under-fire", 2, acked, total)
+
+
+def kill_leaders(cluster, topic: str, rng, times: int) -> None:
+    """Kills a leader of `topic` with kill -9 `times` times at random moments, each brought
+    back, registered again and back in every ISR before the next kill."""
+    for _ in range(times):
+        time.sleep(rng.uniform(0.5, 2.0))
+        leaders = {pp.leader for pp in partitions_of(cluster.bootstrap, topic).values()}
+        victim = cluster.node(rng.choice(sorted(x for x in leaders if x > 0)))
+        victim.kill()
+        time.sleep(rng.uniform(0.5, 1.5))
+        restart([victim])
+        # Registered again (its old incarnation's session over, its leaderships moved),
+        # caught up and back in the ISR before the next kill.
+        wait_for("the killed broker registered again",
+                 lambda: "broker state changed fenced=false" in victim.current_log(), 60)
+        wait_for("the killed broker back in every ISR",
+                 lambda: all(victim.node_id in pp.isrs for pp in partitions_of(cluster.bootstrap, topic).values()), 60)
+
+
+def check_in_order_exactly_once(cluster, topic: str, partitions: int, acked, total: int) -> None:
     assert len(acked) == total, f"{total - len(acked)} messages unacknowledged"
-    ends, messages = read_all(cluster.bootstrap, "under-fire", 2)
+    ends, messages = read_all(cluster.bootstrap, topic, partitions)
     check_exactly(acked, messages)
     assert sum(ends.values()) == total, f"{sum(ends.values())} records in the log for {total} sent"
     last = {}
@@ -533,3 +543,43 @@ def test_an_idempotent_producer_keeps_exactly_once_while_its_leader_is_killed_th
         v = int(m.value())
         assert last.get(m.partition(), -1) < v, f"partition {m.partition()} out of produce order at {v}"
         last[m.partition()] = v
+
+
+def test_the_java_clients_idempotent_producer_keeps_exactly_once_while_its_leader_is_killed(cluster):
+    """The same with Apache Kafka's Java client (its idempotent producer, lz4-compressed
+    batches), run from tests/java/src/sluice/KeyedProducer.java with Java's source launcher."""
+    import random
+    import subprocess
+
+    from reference import DEPS, ensure_jars
+
+    ensure_jars()
+    create_replicated(cluster.bootstrap, "under-java-fire", 2, min_isr=2)
+    wait_for("the topic", lambda: partitions_of(cluster.bootstrap, "under-java-fire"))
+    total = 30_000
+    source = Path(__file__).resolve().parents[1] / "java" / "src" / "sluice" / "KeyedProducer.java"
+    out_path = cluster.nodes[0].root / "java-producer.out"
+    with open(out_path, "w") as out, open(cluster.nodes[0].root / "java-producer.err", "w") as err:
+        proc = subprocess.Popen(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{DEPS}/*",
+                                 str(source), cluster.bootstrap, "under-java-fire", "0", str(total), "lz4"],
+                                stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        try:
+            # The JVM compiles the source and connects first: start killing once it acks.
+            wait_for("the Java producer's first acknowledgements",
+                     lambda: out_path.stat().st_size > 0 or proc.poll() is not None, 60)
+            kill_leaders(cluster, "under-java-fire", random.Random(15), 3)
+            proc.wait(240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    lines = out_path.read_text().splitlines()
+    failures = [line for line in lines if line.startswith("fail ")]
+    assert not failures, f"{len(failures)} deliveries failed, first {failures[:5]}"
+    assert proc.returncode == 0 and lines and lines[-1] == "done", (proc.returncode, lines[-3:])
+    acked = {}
+    for line in lines:
+        if line.startswith("ack "):
+            _, value, partition, offset = line.split()
+            acked[int(value)] = (int(partition), int(offset))
+    check_in_order_exactly_once(cluster, "under-java-fire", 2, acked, total)

@@ -40,6 +40,11 @@ const PEER_QUEUE: usize = 4_096;
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// TCP_USER_TIMEOUT on connections between nodes: one whose sent data the peer has not
+/// acknowledged for this long fails, so that a connection into a network partition is
+/// dropped and dialled again instead of waiting out TCP's retransmission backoff (which after a
+/// long partition resumes minutes after the network heals).
+const INTERNODE_USER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The `to` of a hello frame: raft's "no node".
 const HELLO_TO: u64 = 0;
 
@@ -179,6 +184,9 @@ impl Transport {
         loop {
             match listener.accept().await {
                 Ok(stream) => {
+                    if let Err(e) = set_user_timeout(&stream, INTERNODE_USER_TIMEOUT) {
+                        tracing::debug!(error = %e, "could not set TCP_USER_TIMEOUT");
+                    }
                     let me = self.clone();
                     let inbound = inbound.clone();
                     glommio::spawn_local(async move {
@@ -215,7 +223,30 @@ pub(crate) async fn connect(addr: &str) -> std::io::Result<TcpStream> {
     )
     .await?;
     stream.set_nodelay(true).map_err(std::io::Error::from)?;
+    set_user_timeout(&stream, INTERNODE_USER_TIMEOUT)?;
     Ok(stream)
+}
+
+/// Sets TCP_USER_TIMEOUT (Linux): unacknowledged data older than `timeout` fails the socket.
+fn set_user_timeout(stream: &TcpStream, timeout: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let ms = libc::c_uint::try_from(timeout.as_millis()).unwrap_or(libc::c_uint::MAX);
+    // SAFETY: a valid socket descriptor for the duration of the call, and a pointer to a
+    // c_uint with its size, as setsockopt(2) takes for TCP_USER_TIMEOUT.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            (&ms as *const libc::c_uint).cast(),
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Reads one frame's body (after its size).

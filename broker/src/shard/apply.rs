@@ -41,6 +41,9 @@ impl Shard {
             .broker_epoch
             .load(std::sync::atomic::Ordering::Acquire);
         let registered = epoch >= 0 && view.broker(me).is_some_and(|b| b.epoch == epoch);
+        if registered && self.id == 0 && !self.strays_checked.replace(true) {
+            self.delete_strays(image);
+        }
         let partitions: Vec<((String, i32), Rc<Partition>)> = self
             .partitions
             .borrow()
@@ -101,6 +104,49 @@ impl Shard {
         }
         for leader in leaders {
             super::replication::ensure_fetcher(self, leader);
+        }
+    }
+
+    /// Deletes the directories of replicas that a reassignment moved off this node while it
+    /// was down (Kafka's stray replicas): a partition of a topic in the image that has no
+    /// replica here. Only once the image holds this run's registration, so it has every change
+    /// committed before, and only in a cluster: the single-node default imports topics from an
+    /// older metadata file after it registers. Directories of topics the image does not know
+    /// are left alone.
+    fn delete_strays(&self, image: &MetadataImage) {
+        if !self.config().is_cluster() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(&self.config().data_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((topic, index)) = name.rsplit_once('-') else {
+                continue;
+            };
+            let Ok(index) = index.parse::<usize>() else {
+                continue;
+            };
+            let stray = image
+                .topics
+                .get(topic)
+                .is_some_and(|t| t.shards.get(index) == Some(&crate::metadata::NOT_HOSTED));
+            if !stray || !entry.path().is_dir() {
+                continue;
+            }
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => {
+                    tracing::info!(
+                        topic,
+                        partition = index,
+                        "deleted a replica moved off this node while it was down"
+                    )
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %entry.path().display(), error = %e, "could not delete a stray replica")
+                }
+            }
         }
     }
 

@@ -98,6 +98,8 @@ pub struct Shard {
     pub fetch_sessions: RefCell<crate::handlers::fetch::FetchSessions>,
     /// The leaders this shard's replica fetchers copy from (one fetcher each).
     pub fetchers: RefCell<std::collections::HashSet<i32>>,
+    /// Whether shard 0 looked for replicas removed while this node was down (once per run).
+    pub strays_checked: std::cell::Cell<bool>,
     /// The follower replication throttle's bucket, shared by this shard's fetchers.
     pub replica_throttle: RefCell<replication::ReplicaThrottle>,
     /// The `__consumer_offsets` partitions this shard coordinates groups for, with the leader
@@ -127,6 +129,7 @@ impl Shard {
             fetch_sessions: Default::default(),
             fetchers: Default::default(),
             replica_throttle: Default::default(),
+            strays_checked: Default::default(),
             coordinating: Default::default(),
             cluster: RefCell::new(None),
             in_flight: std::cell::Cell::new(0),
