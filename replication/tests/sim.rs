@@ -109,6 +109,8 @@ struct Acked {
     topics: BTreeSet<TopicId>,
     registrations: Vec<(BrokerId, BrokerEpoch)>,
     producer_id_blocks: Vec<i64>,
+    /// Partitions whose reassignment (or cancellation) the controller accepted.
+    reassignments: u64,
     requests: u64,
     sent: u64,
     not_controller: u64,
@@ -613,7 +615,7 @@ impl Sim {
         }
         self.admin.next_request_ms = now + self.rng.gen_range(10..100);
         let name = format!("topic-{}", self.rng.gen_range(0..8));
-        let request = match self.rng.gen_range(0..10) {
+        let request = match self.rng.gen_range(0..12) {
             0..=4 => ControllerRequest::CreateTopics(CreateTopicsRequest {
                 topics: vec![CreatableTopic {
                     name,
@@ -627,6 +629,26 @@ impl Sim {
             5 | 6 => ControllerRequest::DeleteTopics(DeleteTopicsRequest {
                 topics: vec![TopicRef::Name(name)],
             }),
+            // Reassignments (and cancellations) while leaders change and nodes crash: the
+            // brokers here never fetch, so a move that adds a replica stays in progress and one
+            // that only shrinks or reorders completes at once.
+            10 | 11 => {
+                let target = if self.rng.gen_range(0..4) == 0 {
+                    None
+                } else {
+                    let mut brokers: Vec<BrokerId> =
+                        BROKERS.iter().map(|&b| BrokerId(b as i32)).collect();
+                    if self.rng.gen() {
+                        brokers.swap(0, 1);
+                    }
+                    brokers.truncate(self.rng.gen_range(1..=2));
+                    Some(brokers)
+                };
+                ControllerRequest::AlterPartitionReassignments(AlterPartitionReassignmentsRequest {
+                    topics: vec![(name, vec![(self.rng.gen_range(0..2), target)])],
+                    allow_replication_factor_change: true,
+                })
+            }
             7 => ControllerRequest::CreatePartitions(CreatePartitionsRequest {
                 topics: vec![CreatePartitionsTopic {
                     name,
@@ -754,6 +776,13 @@ impl Sim {
                     let b = self.brokers.iter_mut().find(|b| b.id == client).unwrap();
                     b.state = BrokerState::Unregistered;
                 }
+            }
+            ControllerResponse::AlterPartitionReassignments(r) => {
+                self.acked.reassignments += r
+                    .results
+                    .iter()
+                    .filter(|p| p.error_code == error_code::NONE)
+                    .count() as u64;
             }
             _ => {}
         }
@@ -899,6 +928,7 @@ fn run_many(voters: u64) {
     }
     let seeds = env_u64("SIM_SEEDS").unwrap_or(SEEDS_DEFAULT);
     let (mut crashes, mut jumps, mut snapshots, mut acked, mut batches) = (0, 0, 0, 0, 0);
+    let mut reassignments = 0;
     for seed in 0..seeds {
         let sim = run_seed(seed, voters);
         crashes += sim.crashes;
@@ -906,9 +936,14 @@ fn run_many(voters: u64) {
         snapshots += sim.snapshots_installed;
         acked += sim.acked.requests;
         batches += sim.log.len();
+        reassignments += sim.acked.reassignments;
     }
     eprintln!(
-        "{seeds} seeds, {voters} voters: {crashes} crashes, {jumps} clock jumps, {snapshots} snapshots installed, {acked} requests acknowledged, {batches} batches committed"
+        "{seeds} seeds, {voters} voters: {crashes} crashes, {jumps} clock jumps, {snapshots} snapshots installed, {acked} requests acknowledged ({reassignments} reassignments), {batches} batches committed"
+    );
+    assert!(
+        seeds == 0 || reassignments > 0,
+        "no run had a reassignment accepted"
     );
     assert!(
         seeds == 0 || snapshots > 0,
