@@ -57,7 +57,7 @@ def cluster(request, net):
 def test_a_leader_cut_off_from_the_majority_acknowledges_nothing_and_truncates_after_healing(cluster, net):
     create_replicated(cluster.bootstrap, "cut", 1, min_isr=2)
     wait_for("the topic", lambda: partitions_of(cluster.bootstrap, "cut"))
-    acked = produce_keyed(cluster.bootstrap, "cut", 0, 2_000)
+    acked = produce_keyed(cluster.bootstrap, "cut", 0, 2_000, **{"compression.type": "gzip"})
     before = partitions_of(cluster.bootstrap, "cut")[0]
     leader = before.leader
     assert before.replicas[0] == leader, "a new partition is led by its preferred replica"
@@ -75,7 +75,7 @@ def test_a_leader_cut_off_from_the_majority_acknowledges_nothing_and_truncates_a
         after = partitions_of(majority, "cut")[0]
         assert leader not in after.isrs, after.isrs
         # The majority goes on taking acknowledged writes.
-        acked.update(produce_keyed(majority, "cut", 2_000, 2_000))
+        acked.update(produce_keyed(majority, "cut", 2_000, 2_000, **{"compression.type": "snappy"}))
     finally:
         net.heal()
 

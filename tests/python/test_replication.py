@@ -467,8 +467,9 @@ def test_a_group_keeps_consuming_with_its_commits_when_its_coordinator_is_killed
 
 
 def test_an_idempotent_producer_keeps_exactly_once_while_its_leader_is_killed_three_times(cluster):
-    """30,000 keyed messages from an idempotent acks=all producer while the leader of their
-    partitions is killed with kill -9 three times at random moments and comes back each time:
+    """100,000 keyed, zstd-compressed messages from an idempotent acks=all producer while the
+    leader of their partitions is killed with kill -9 three times at random moments and comes
+    back each time:
     every acknowledged message is read back exactly once, at its acknowledged offset, in
     produce order per partition, and the killed brokers rejoin the ISR."""
     import random
@@ -477,9 +478,9 @@ def test_an_idempotent_producer_keeps_exactly_once_while_its_leader_is_killed_th
     create_replicated(cluster.bootstrap, "under-fire", 2, min_isr=2)
     wait_for("the topic", lambda: partitions_of(cluster.bootstrap, "under-fire"))
     rng = random.Random(14)
-    total = 30_000
+    total = 100_000
     p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
-                  "linger.ms": 5, "message.timeout.ms": 120_000, **CLIENT_DEFAULTS})
+                  "compression.type": "zstd", "linger.ms": 5, "message.timeout.ms": 120_000, **CLIENT_DEFAULTS})
     acked: dict[int, tuple[int, int]] = {}
     failures = []
     sent = [0]
@@ -556,7 +557,7 @@ def test_the_java_clients_idempotent_producer_keeps_exactly_once_while_its_leade
     ensure_jars()
     create_replicated(cluster.bootstrap, "under-java-fire", 2, min_isr=2)
     wait_for("the topic", lambda: partitions_of(cluster.bootstrap, "under-java-fire"))
-    total = 30_000
+    total = 100_000
     source = Path(__file__).resolve().parents[1] / "java" / "src" / "sluice" / "KeyedProducer.java"
     out_path = cluster.nodes[0].root / "java-producer.out"
     with open(out_path, "w") as out, open(cluster.nodes[0].root / "java-producer.err", "w") as err:

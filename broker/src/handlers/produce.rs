@@ -92,9 +92,13 @@ async fn append_on_owner(
             let signal = move || {
                 let _ = in_order.send(());
             };
+            // Fetches waiting on this shard look again as soon as the batch is readable: a
+            // follower copies it while this log makes it durable.
+            let waiting = shard.clone();
+            let buffered = move || waiting.notify_appended();
             match p
                 .log
-                .append_signalling(BytesMut::from(&records[..]), leader_epoch, signal)
+                .append_signalling(BytesMut::from(&records[..]), leader_epoch, signal, buffered)
                 .await
             {
                 Ok(info) => {

@@ -125,6 +125,9 @@ impl Shard {
             let Some((topic, index)) = name.rsplit_once('-') else {
                 continue;
             };
+            if name == crate::cluster::metadata_log::METADATA_DIR {
+                continue;
+            }
             let Ok(index) = index.parse::<usize>() else {
                 continue;
             };

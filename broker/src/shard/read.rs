@@ -191,8 +191,10 @@ pub async fn read_local(
             results.push(ReadResult::failed(code));
             continue;
         }
-        // A follower reads up to what the leader has as durable as its flush.mode says; a
-        // consumer up to the high watermark, what every ISR member has.
+        // A follower reads up to the leader's log end, durable or not: it makes what it copies
+        // durable itself while the leader does the same, and the high watermark (what every
+        // ISR member, the leader included, has as durable as its flush.mode says) is what
+        // acks=all and consumers wait for. A consumer reads up to the high watermark.
         let (hw, visible_end) = match read.replica {
             Some((follower, broker_epoch)) => {
                 if read.last_fetched_epoch >= 0 {
@@ -218,7 +220,7 @@ pub async fn read_local(
                         change,
                     );
                 }
-                (p.high_watermark(), log.high_watermark())
+                (p.high_watermark(), log.log_end_offset())
             }
             None => {
                 let hw = p.high_watermark();

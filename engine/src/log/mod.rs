@@ -313,18 +313,23 @@ impl<S: Storage> Log<S> {
     /// Appends one record batch (stamped with its offsets and `leader_epoch`) and returns when it
     /// is as durable as `flush.mode` asks.
     pub async fn append(&self, batch: BytesMut, leader_epoch: LeaderEpoch) -> Result<AppendInfo> {
-        self.append_signalling(batch, leader_epoch, || {}).await
+        self.append_signalling(batch, leader_epoch, || {}, || {})
+            .await
     }
 
     /// [`Log::append`], calling `in_order` as soon as the batch's place in this log's append
     /// order is fixed (every append started later goes after it), or once it is refused: before
     /// it waits for room, its turn or durability. A connection lets its next produce start then,
-    /// so pipelined produces keep their order and still share fdatasyncs.
+    /// so pipelined produces keep their order and still share fdatasyncs. `buffered` is called
+    /// once the batch has its offsets and can be read (by replica fetchers, which copy it while
+    /// this log makes it durable), before the wait for durability; never for a refused batch
+    /// or a duplicate.
     pub async fn append_signalling(
         &self,
         batch: BytesMut,
         leader_epoch: LeaderEpoch,
         in_order: impl FnOnce(),
+        buffered: impl FnOnce(),
     ) -> Result<AppendInfo> {
         // Called on every way out, the early refusals included.
         let in_order = CallOnDrop(Some(in_order));
@@ -417,6 +422,7 @@ impl<S: Storage> Log<S> {
             stats.appends += 1;
             stats.appended_bytes += len;
         }
+        buffered();
         self.wait_durable(info.last_offset.next(), config.flush_mode)
             .await?;
         Ok(info)
