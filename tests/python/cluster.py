@@ -143,9 +143,19 @@ class Cluster:
             n.wait_ready(wait_for_partitions=False)
 
     def stop(self) -> None:
-        for n in self.nodes:
+        # Broker-only nodes first, while the controllers can still confirm their controlled
+        # shutdowns (with the controllers gone each would wait out its session timeout).
+        # Every node is stopped even when one fails to stop cleanly; the first failure is
+        # raised after.
+        failures = []
+        for n in sorted(self.nodes, key=lambda n: n.is_controller):
             if n.running():
-                n.stop_cleanly()
+                try:
+                    n.stop_cleanly()
+                except BrokerError as e:
+                    failures.append(e)
+        if failures:
+            raise failures[0]
 
     def log_tails(self) -> str:
         return "\n".join(n.log_tail(40) for n in self.nodes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 
@@ -34,11 +35,13 @@ def setns(path: str) -> None:
 
 
 class Network:
-    def __init__(self, prefix: str, nodes: int):
+    def __init__(self, nodes: int):
+        """Namespaces named after this process (`slp<pid>-...`), so that runs side by side never
+        share one."""
         assert os.geteuid() == 0, "network namespaces need root"
         for tool in ("ip", "nft"):
             assert shutil.which(tool), f"{tool} is missing (tests/run installs it)"
-        self.prefix = prefix
+        self.prefix = f"slp{os.getpid()}"
         self.nodes = nodes
         self.original: int | None = None
         self.cut_nodes: set[int] = set()
@@ -100,7 +103,14 @@ class Network:
         self.cut_nodes.clear()
 
     def destroy(self) -> None:
-        existing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-        for name in existing:
-            if name.startswith(f"{self.prefix}-"):
+        """Deletes this network's namespaces, and those a test process that is gone left."""
+        for name in namespaces():
+            owner = re.match(r"slp(\d+)-", name)
+            gone = owner is not None and not os.path.exists(f"/proc/{owner.group(1)}")
+            if name.startswith(f"{self.prefix}-") or gone:
                 subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]

@@ -38,7 +38,7 @@ def state_at(node, topic: str) -> tuple[int, list[int]]:
 
 @pytest.fixture(scope="module")
 def net():
-    n = Network("slpart", 3)
+    n = Network(3)
     n.create()
     n.enter_clients()
     try:
