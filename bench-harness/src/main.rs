@@ -568,7 +568,11 @@ fn create_topics(bootstrap: &str, topics: &[String], w: &Workload) -> anyhow::Re
     let new: Vec<NewTopic> = topics
         .iter()
         .map(|t| {
-            let mut topic = NewTopic::new(t, w.partitions as i32, TopicReplication::Fixed(1));
+            let mut topic = NewTopic::new(
+                t,
+                w.partitions as i32,
+                TopicReplication::Fixed(w.replication_factor as i32),
+            );
             for (k, v) in &w.topic_config {
                 topic = topic.set(k, v);
             }
@@ -650,10 +654,11 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
     let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
     let prefix = format!("{}-{run_id}", w.name);
     eprintln!(
-        "sluice-bench: {} against {bootstrap}: {} topic(s) x {} partitions, {} B messages, {} producer(s) at {}, {} group(s) x {} consumer(s), acks={} compression={}{}{}",
+        "sluice-bench: {} against {bootstrap}: {} topic(s) x {} partitions (replication factor {}), {} B messages, {} producer(s) at {}, {} group(s) x {} consumer(s), acks={} compression={}{}{}",
         w.name,
         w.topics,
         w.partitions,
+        w.replication_factor,
         w.message_size,
         w.producers,
         if w.rate == 0 { "max rate".to_string() } else { format!("{} msg/s", w.rate) },

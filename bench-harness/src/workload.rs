@@ -30,6 +30,8 @@ pub struct Workload {
     pub name: String,
     pub topics: u32,
     pub partitions: u32,
+    /// Replicas of each created topic's partitions (1; 3 on a three-broker cluster).
+    pub replication_factor: u32,
     /// Payload bytes per message; at least 16 (the send timestamp and a sequence number).
     pub message_size: usize,
     pub keys: KeyDistribution,
@@ -88,6 +90,7 @@ impl Default for Workload {
             name: "bench".into(),
             topics: 1,
             partitions: 16,
+            replication_factor: 1,
             message_size: 1024,
             keys: KeyDistribution::None,
             key_count: 10_000,
@@ -156,6 +159,9 @@ pub struct Cli {
     pub topics: Option<u32>,
     #[arg(long)]
     pub partitions: Option<u32>,
+    /// Replicas per partition of the created topics (default 1).
+    #[arg(long)]
+    pub replication_factor: Option<u32>,
     #[arg(long)]
     pub message_size: Option<usize>,
     #[arg(long, value_enum)]
@@ -252,6 +258,7 @@ impl Cli {
             name,
             topics,
             partitions,
+            replication_factor,
             message_size,
             keys,
             key_count,
@@ -297,8 +304,12 @@ impl Workload {
                 crate::payload::HEADER_LEN
             );
         }
-        if self.topics == 0 || self.partitions == 0 || self.producers == 0 {
-            bail!("topics, partitions and producers must be at least 1");
+        if self.topics == 0
+            || self.partitions == 0
+            || self.producers == 0
+            || self.replication_factor == 0
+        {
+            bail!("topics, partitions, replication_factor and producers must be at least 1");
         }
         if self.consumer_groups > 0 && self.consumers_per_group == 0 {
             bail!("consumers_per_group must be at least 1 when there are consumer groups");
@@ -380,6 +391,9 @@ mod tests {
         assert_eq!(w.rate, 500, "the flag wins over the file's 20000");
         assert_eq!(w.producer_config["enable.idempotence"], "true");
         assert_eq!(w.batch_size, 1 << 20, "unset keys keep their defaults");
+        assert_eq!(w.replication_factor, 1);
+        let cli = Cli::parse_from(["sluice-bench", "--replication-factor", "3"]);
+        assert_eq!(cli.workload().unwrap().replication_factor, 3);
     }
 
     #[test]
@@ -387,6 +401,9 @@ mod tests {
         let cli = Cli::parse_from(["sluice-bench", "--message-size", "8"]);
         let e = cli.workload().unwrap_err().to_string();
         assert!(e.contains("message_size"), "{e}");
+        let cli = Cli::parse_from(["sluice-bench", "--replication-factor", "0"]);
+        let e = cli.workload().unwrap_err().to_string();
+        assert!(e.contains("replication_factor"), "{e}");
         let cli = Cli::parse_from(["sluice-bench", "--compression", "brotli"]);
         assert!(cli.workload().unwrap_err().to_string().contains("brotli"));
         let cli = Cli::parse_from(["sluice-bench", "--find-sustainable-rate", "--rate", "10"]);
