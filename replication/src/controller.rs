@@ -2729,21 +2729,28 @@ mod tests {
         v.iter().copied().map(BrokerId).collect()
     }
 
-    #[test]
-    fn a_reassignment_adds_replicas_then_drops_the_old_once_the_new_are_in_sync() {
+    /// Brokers 1..=`brokers` (the automatic rebalance off) and topic "t" with one partition on
+    /// `replicas`.
+    fn one_assigned_partition(
+        brokers: i32,
+        replicas: &[i32],
+    ) -> (Harness, Vec<BrokerEpoch>, TopicId) {
         let mut h = Harness::new();
         h.controller.config.auto_leader_rebalance = false;
-        let epochs: Vec<BrokerEpoch> = (1..=4).map(|id| h.register(id, None)).collect();
-        let id = h
-            .create(
-                CreatableTopic {
-                    assignments: vec![(0, ids(&[1, 2, 3]))],
-                    ..topic("t", -1, -1)
-                },
-                false,
-            )
-            .topic_id
-            .unwrap();
+        let epochs: Vec<BrokerEpoch> = (1..=brokers).map(|id| h.register(id, None)).collect();
+        let created = h.create(
+            CreatableTopic {
+                assignments: vec![(0, ids(replicas))],
+                ..topic("t", -1, -1)
+            },
+            false,
+        );
+        (h, epochs, created.topic_id.unwrap())
+    }
+
+    #[test]
+    fn a_reassignment_adds_replicas_then_drops_the_old_once_the_new_are_in_sync() {
+        let (mut h, epochs, id) = one_assigned_partition(4, &[1, 2, 3]);
         let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
         let before = p(&h);
         assert_eq!(before.leader, BrokerId(1));
@@ -2809,19 +2816,7 @@ mod tests {
 
     #[test]
     fn a_cancelled_reassignment_goes_back_to_the_original_replicas() {
-        let mut h = Harness::new();
-        h.controller.config.auto_leader_rebalance = false;
-        let epochs: Vec<BrokerEpoch> = (1..=4).map(|id| h.register(id, None)).collect();
-        let id = h
-            .create(
-                CreatableTopic {
-                    assignments: vec![(0, ids(&[1, 2]))],
-                    ..topic("t", -1, -1)
-                },
-                false,
-            )
-            .topic_id
-            .unwrap();
+        let (mut h, epochs, id) = one_assigned_partition(4, &[1, 2]);
         let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
         let before = p(&h);
         assert_eq!(reassign(&mut h, "t", 0, Some(vec![3, 4])).0, NONE);
@@ -2854,19 +2849,7 @@ mod tests {
 
     #[test]
     fn a_cancellation_drops_an_added_replica_that_led() {
-        let mut h = Harness::new();
-        h.controller.config.auto_leader_rebalance = false;
-        let epochs: Vec<BrokerEpoch> = (1..=3).map(|id| h.register(id, None)).collect();
-        let id = h
-            .create(
-                CreatableTopic {
-                    assignments: vec![(0, ids(&[1, 2]))],
-                    ..topic("t", -1, -1)
-                },
-                false,
-            )
-            .topic_id
-            .unwrap();
+        let (mut h, epochs, id) = one_assigned_partition(3, &[1, 2]);
         let p = |h: &Harness| h.image.topic_by_id(id).unwrap().partitions[&0].clone();
         // Targets Kafka refuses.
         assert_eq!(
