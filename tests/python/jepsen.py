@@ -84,6 +84,7 @@ import bisect
 import collections
 import ctypes
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -112,8 +113,11 @@ APPEND_KEYS = 12
 GROUP = "jepsen-queue-group"
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
-# Small segments roll often, so a full disk is met at a roll, as it would be on a busy broker.
-SEGMENT_BYTES = 1 << 20
+# Small segments, so that each node rolls one every few seconds at these rates: appends go into
+# preallocated segments, and a full disk is met when a roll (or a new checkpoint file) needs
+# blocks, as on a busy broker. Kafka 4 would refuse a `segment.bytes` below 1 MiB; Sluice takes
+# Kafka's older minimum.
+SEGMENT_BYTES = 64 << 10
 # Each node's filesystem (a sparse image): room for the preallocated segments of every partition
 # and a long run's records.
 DISK_BYTES = 1 << 30
@@ -127,6 +131,9 @@ LOSS_PERCENT = (10, 25, 50)
 
 # Messages per second of each producer; two librdkafka producers per workload and the Java one.
 PRODUCE_RATE = 40
+# Bytes after each value: with SEGMENT_BYTES, what makes every node roll a segment every second
+# or two.
+PAD_BYTES = 256
 QUEUE_CONSUMERS = 2
 APPEND_READERS = 2
 # After the last cycle, how long the consumers may take to see every acknowledged value.
@@ -135,6 +142,8 @@ DRAIN_S = 90.0
 RECOVERY_S = 45.0
 # How long a reassignment (membership fault and its heal) may take to complete.
 REASSIGN_S = 120.0
+# After the last heal, how long every partition may take to have all its replicas in sync again.
+HEALTHY_S = 60.0
 # The final read of one partition.
 FINAL_READ_S = 120.0
 # How long the first acknowledgements of every producer may take (the JVM compiles its source).
@@ -165,10 +174,34 @@ JAVA_SOURCE = REPO / "tests" / "java" / "src" / "sluice" / "JepsenQueue.java"
 JAVA_DEPS = REPO / "target" / "java-deps"
 
 CLIENT_LOG = logging.getLogger("librdkafka")
+# Set by the CLI's first SIGINT or SIGTERM: no more faults, then the drain, final read and checker.
+STOP_REQUESTED = threading.Event()
+
+
+def librdkafka_debug() -> dict:
+    """`JEPSEN_LIBRDKAFKA_DEBUG` (e.g. `eos`) turns on librdkafka's debug contexts for the
+    producers, logged to librdkafka.log."""
+    contexts = os.environ.get("JEPSEN_LIBRDKAFKA_DEBUG")
+    return {"debug": contexts} if contexts else {}
 
 
 def say(line: str) -> None:
     print(line, flush=True)
+
+
+def payload(value: str) -> bytes:
+    """What is sent for `value`: the value, `|`, then PAD_BYTES that depend only on it (hex of
+    its SHA-256, repeated), so a record whose bytes were mixed up with another's is caught."""
+    digest = hashlib.sha256(value.encode()).hexdigest()
+    return f"{value}|{(digest * (PAD_BYTES // len(digest) + 1))[:PAD_BYTES]}".encode()
+
+
+def value_of(raw: bytes | None) -> str:
+    """The value a record carries; `#corrupt` after it when its bytes are not what was sent for
+    it (then no producer sent it: the checker counts it as unexpected)."""
+    text = (raw or b"").decode(errors="replace")
+    value = text.split("|", 1)[0]
+    return value if payload(value) == raw else f"{value}#corrupt"
 
 
 # ---- histories ---------------------------------------------------------------------------------
@@ -176,8 +209,9 @@ def say(line: str) -> None:
 
 class ProducerHistory:
     """One producer's sends, in the order their outcomes arrived: (session, n, value, partition,
-    offset) when acknowledged, (session, n, value, -1, error name) when not. `session` counts the
-    producer instances (a new one after a fatal error); `n` is the send order."""
+    offset) when acknowledged (offset -1 when the client did not say it), (session, n, value, -1,
+    error name) when not. `session` counts the producer instances (a new one after a fatal
+    error); `n` is the send order."""
 
     def __init__(self, name: str, workload: str, topic: str):
         self.name = name
@@ -275,7 +309,7 @@ class LibrdkafkaProducer(Client):
             self.sessions += 1
             broken = threading.Event()
             p = Producer({"bootstrap.servers": self.bootstrap, "client.id": self.history.name,
-                          "logger": CLIENT_LOG, **PRODUCER_CONFIG})
+                          "logger": CLIENT_LOG, **PRODUCER_CONFIG, **librdkafka_debug()})
 
             next_at = time.monotonic()
             while not self.stopping.is_set() and not broken.is_set():
@@ -283,7 +317,13 @@ class LibrdkafkaProducer(Client):
                 self.history.attempted.add(value)
 
                 def on_delivery(err, msg, session=session, n=n, value=value):
-                    if err is None:
+                    if err is None and msg.offset() is None:
+                        # Delivered, librdkafka says, but with no offset: counted as
+                        # acknowledged (it must be read), its offset unknown.
+                        CLIENT_LOG.warning("%s: %s acknowledged on partition %s without an offset",
+                                           self.history.name, value, msg.partition())
+                        self.history.ack(session, n, value, msg.partition(), -1, self.observed)
+                    elif err is None:
                         self.history.ack(session, n, value, msg.partition(), msg.offset(), self.observed)
                     else:
                         self.history.fail(session, n, value, err.name())
@@ -292,7 +332,7 @@ class LibrdkafkaProducer(Client):
 
                 while True:
                     try:
-                        p.produce(self.history.topic, key=key, value=value, on_delivery=on_delivery)
+                        p.produce(self.history.topic, key=key, value=payload(value), on_delivery=on_delivery)
                         break
                     except BufferError:
                         p.poll(0.05)
@@ -344,7 +384,7 @@ class GroupConsumer(Client):
                 batch = []
                 for m in c.consume(num_messages=500, timeout=0.2):
                     if m.error() is None:
-                        batch.append((m.partition(), m.offset(), m.value().decode()))
+                        batch.append((m.partition(), m.offset(), value_of(m.value())))
                 if batch:
                     self.history.poll(batch, self.observed)
                     try:
@@ -372,7 +412,7 @@ class AppendReader(Client):
         self.history.events.append(("assign", partitions))
         try:
             while not self.stopping.is_set():
-                batch = [(m.partition(), m.offset(), m.value().decode())
+                batch = [(m.partition(), m.offset(), value_of(m.value()))
                          for m in c.consume(num_messages=500, timeout=0.2) if m.error() is None]
                 if batch:
                     self.history.poll(batch, self.observed)
@@ -426,7 +466,7 @@ class JavaQueueClient(Client):
             batch = []
             for r in words[2:]:
                 partition, offset, value = r.split(":", 2)
-                batch.append((int(partition), int(offset), value))
+                batch.append((int(partition), int(offset), value_of(value.encode())))
             self.consumer.poll(batch, self.observed)
         elif words[0] == "C" and words[1] == "commit_failed":
             self.commit_failures += 1
@@ -827,7 +867,7 @@ def final_read(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tu
                     continue
                 p = m.partition()
                 if m.offset() < ends[p]:
-                    out[p].append((m.offset(), m.value().decode()))
+                    out[p].append((m.offset(), value_of(m.value())))
                 if m.offset() >= ends[p] - 1:
                     pending.discard(p)
         return out
@@ -869,6 +909,7 @@ def check(producers: list[ProducerHistory], consumers: list[ConsumerHistory],
     workload_of_topic = {}
     attempted: set[str] = set()
     failed = 0
+    acks_without_offset = 0
     nonmonotonic_sends = 0
     for h in producers:
         workload_of_topic[h.topic] = h.workload
@@ -879,6 +920,10 @@ def check(producers: list[ProducerHistory], consumers: list[ConsumerHistory],
                 failed += 1
                 continue
             acked[value] = (h.workload, h.topic, partition, outcome)
+            if outcome < 0:
+                acks_without_offset += 1
+                note("acks_without_offset", f"{h.name} session {session} {value} on {h.topic}-{partition}")
+                continue
             observe(h.topic, partition, outcome, value)
             by_partition[(session, partition)].append((n, outcome, value))
         for (session, partition), sends in by_partition.items():
@@ -962,6 +1007,7 @@ def check(producers: list[ProducerHistory], consumers: list[ConsumerHistory],
         "acknowledged": len(acked),
         "acknowledged_by_workload": by_workload,
         "failed_sends": failed,
+        "acks_without_offset": acks_without_offset,
         "recovered": recovered,
         "final_read_records": sum(len(r) for parts in final.values() for r in parts.values()),
         "lost": len(lost),
@@ -1002,6 +1048,27 @@ def final_key_orders(parts: dict[int, list[tuple[int, str]]]) -> dict[str, list[
 
 # ---- a run -------------------------------------------------------------------------------------
 
+# What the nodes' logs say the faults did, counted over every node: evidence that they bite.
+LOG_EVENTS = {
+    "leaderships taken": "leading the partition",
+    "ISR changes": "ISR changed",
+    "divergent logs truncated": "follower log diverged",
+    "quorum leader changes": "metadata quorum leader leader=Some",
+    "starts": "===== start ",
+    "writes refused by a full disk": "No space left on device",
+}
+
+
+def log_events(cluster: Cluster) -> dict[str, int]:
+    counts = dict.fromkeys(LOG_EVENTS, 0)
+    for n in cluster.nodes:
+        for line in n.log_text().splitlines():
+            for name, needle in LOG_EVENTS.items():
+                if needle in line:
+                    counts[name] += 1
+    return counts
+
+
 
 def create_topics(bootstrap: str) -> None:
     client = admin(bootstrap)
@@ -1021,6 +1088,33 @@ def create_topics(bootstrap: str) -> None:
             return
         assert time.monotonic() < deadline, f"the workload topics never had leaders and full ISRs: {parts}"
         time.sleep(0.2)
+
+
+def open_fds(cluster: Cluster) -> dict[int, int]:
+    """Each running node's open file descriptors."""
+    out = {}
+    for n in cluster.nodes:
+        if n.running():
+            try:
+                out[n.node_id] = len(os.listdir(f"/proc/{n.pid}/fd"))
+            except OSError:
+                pass
+    return out
+
+
+def await_full_isrs(bootstrap: str, timeout: float) -> list[str]:
+    """Waits until every partition's ISR is all its replicas; returns those still short after
+    `timeout`, as `topic-partition isr/replicas`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        parts = topic_partitions(bootstrap)
+        short = [f"{t}-{p} {sorted(isr)}/{sorted(replicas)}" for (t, p), (_, replicas, isr) in sorted(parts.items())
+                 if sorted(isr) != sorted(replicas)]
+        if parts and not short:
+            return []
+        if time.monotonic() > deadline:
+            return short or ["no metadata"]
+        time.sleep(0.5)
 
 
 def wait_until(what: str, check, timeout: float) -> None:
@@ -1045,7 +1139,7 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
     client_log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
     CLIENT_LOG.addHandler(client_log)
     CLIENT_LOG.propagate = False
-    CLIENT_LOG.setLevel(logging.INFO)
+    CLIENT_LOG.setLevel(logging.DEBUG if librdkafka_debug() else logging.INFO)
 
     net = Network(nodes)
     disks: dict[int, Disk] = {}
@@ -1108,11 +1202,15 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         setup_s = time.monotonic() - started
         say(f"jepsen: cluster up and every producer acknowledged after {setup_s:.1f} s")
 
+        fds_max = [0]
+
         def progress() -> str:
             acked = {w: len(o.acked) for w, o in observed.items()}
             seen = {w: len(o.seen) for w, o in observed.items()}
+            fds = open_fds(cluster)
+            fds_max[0] = max([fds_max[0], *fds.values()])
             return (f"acked queue {acked['queue']} append {acked['append']}, "
-                    f"seen queue {seen['queue']} append {seen['append']}")
+                    f"seen queue {seen['queue']} append {seen['append']}, fds {max(fds.values(), default=0)}")
 
         plan = schedule(seed, cycles, faults)
         nemesis_errors: list[str] = []
@@ -1122,6 +1220,9 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         for i, (kind, hold, cycle_seed) in enumerate(plan, 1):
             if time_limit_s is not None and time.monotonic() - started > time_limit_s:
                 say(f"jepsen: time limit of {time_limit_s} s reached after {cycles_done} cycles")
+                break
+            if STOP_REQUESTED.is_set():
+                say(f"jepsen: stopping the faults after {cycles_done} cycles, as asked")
                 break
             broken = [c for c in clients if c.error is not None]
             if broken:
@@ -1161,6 +1262,7 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         # until they have seen every acknowledged value.
         nemesis.heal_everything()
         nemesis.recover()
+        under_replicated = await_full_isrs(nemesis.live_bootstrap(), HEALTHY_S)
         unseen_before_drain = {w: o.unseen() for w, o in observed.items()}
         for c in clients:
             if isinstance(c, LibrdkafkaProducer):
@@ -1193,6 +1295,8 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
             "notes": dict(nemesis.notes),
             "nemesis_errors": nemesis_errors,
             "unseen_before_drain": unseen_before_drain,
+            "under_replicated_at_end": under_replicated,
+            "node_open_fds_max": fds_max[0],
             "producer_sessions": {c.name: c.sessions for c in clients if isinstance(c, LibrdkafkaProducer)},
             "commit_failures": sum(getattr(c, "commit_failures", 0) for c in clients),
             "java_finished": java_client.finished if java_client else None,
@@ -1225,6 +1329,7 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
                 panics += [f"node {n.node_id}: {line}" for line in n.log_text().splitlines() if "panicked" in line]
                 shutil.copy(n.log_path, out / f"node-{n.node_id}.log")
             result["panics"] = panics
+            result["log_events"] = log_events(cluster)
         problems = []
         for d in disks.values():
             problems += d.remove()
@@ -1271,12 +1376,17 @@ def main() -> int:
         parser.error(f"unknown faults: {', '.join(unknown)}")
 
     def stop(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        if STOP_REQUESTED.is_set():
+            raise KeyboardInterrupt(f"signal {signum}")
+        say(f"jepsen: signal {signum}: finishing the cycle, then checking what was done (again to abort)")
+        STOP_REQUESTED.set()
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     result = run(args.cycles, seed, args.nodes, args.out, java=not args.no_java, faults=faults, keep=args.keep)
     say("jepsen: " + summary(result))
     say(f"jepsen: fault mix {json.dumps(result.get('fault_mix'))}")
+    say(f"jepsen: node logs {json.dumps(result.get('log_events'))}")
     if result["valid"]:
         say("jepsen: valid")
         return 0

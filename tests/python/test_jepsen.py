@@ -125,6 +125,18 @@ def test_a_reader_whose_view_of_a_key_is_not_a_prefix_of_its_order_is_incompatib
     assert r["incompatible_orders"] == 1 and r["inconsistent_offsets"] == 1, r
 
 
+def test_a_payload_whose_bytes_differ_from_what_was_sent_reads_as_an_unsent_value():
+    sent = jepsen.payload("qp-0")
+    assert jepsen.value_of(sent) == "qp-0"
+    flipped = sent[:-1] + (b"0" if sent[-1:] != b"0" else b"1")
+    assert jepsen.value_of(flipped) == "qp-0#corrupt"
+    assert jepsen.value_of(jepsen.payload("qp-1").replace(b"qp-1", b"qp-0")) == "qp-0#corrupt"
+    p = queue_producer([(0, 0, 0)])
+    c = queue_consumer([("assign", [0]), ("poll", [(0, 0, jepsen.value_of(flipped))])])
+    r = check([p], [c], final_of({0: ["qp-0"]}))
+    assert r["unexpected"] == 1 and r["inconsistent_offsets"] == 1 and r["unseen"] == 1, r
+
+
 def test_a_history_with_nothing_acknowledged_is_invalid():
     r = check([queue_producer([])], [queue_consumer([])], final_of({0: []}))
     assert r["anomalies"] == ["nothing acknowledged"], r

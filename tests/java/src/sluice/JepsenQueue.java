@@ -4,6 +4,8 @@ import java.io.BufferedWriter;
 import java.io.IOException;
 import java.io.OutputStreamWriter;
 import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.List;
@@ -39,12 +41,12 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * <pre>
  * P session S                  (a new producer instance; S counts from 0)
- * P ack S N PARTITION OFFSET   (value jNAME-N acknowledged)
+ * P ack S N PARTITION OFFSET   (value jNAME-N acknowledged; what is sent is its payload, padded)
  * P fail S N ERROR             (value jNAME-N not acknowledged: it may or may not be in the log)
  * C assign P,P,...             (onPartitionsAssigned, "-" for none)
  * C revoke P,P,...             (onPartitionsRevoked)
  * C lost P,P,...               (onPartitionsLost)
- * C poll P:OFFSET:VALUE ...    (one poll's records, in the order returned)
+ * C poll P:OFFSET:PAYLOAD ...  (one poll's records, in the order returned)
  * C commit_failed ERROR
  * attempted N                  (values jNAME-0 .. jNAME-(N-1) were sent)
  * done
@@ -59,6 +61,8 @@ public final class JepsenQueue {
     static final int REQUEST_TIMEOUT_MS = 5_000;
     /** How long the final flush and each close may take. */
     static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(30);
+    /** Bytes after each value, as jepsen.py's PAD_BYTES. */
+    static final int PAD_BYTES = 256;
 
     private final BufferedWriter out = new BufferedWriter(new OutputStreamWriter(System.out, StandardCharsets.UTF_8));
     private final AtomicBoolean stopping = new AtomicBoolean();
@@ -107,6 +111,29 @@ public final class JepsenQueue {
         return sb.toString();
     }
 
+    /**
+     * What is sent for {@code value}: the value, {@code |}, then PAD_BYTES that depend only on it
+     * (the hex of its SHA-256, repeated), as jepsen.py's {@code payload}.
+     */
+    static String payload(String value) {
+        byte[] digest;
+        try {
+            digest = MessageDigest.getInstance("SHA-256").digest(value.getBytes(StandardCharsets.UTF_8));
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
+        StringBuilder hex = new StringBuilder();
+        for (byte b : digest) {
+            hex.append(String.format("%02x", b));
+        }
+        StringBuilder out = new StringBuilder(value).append('|');
+        while (out.length() < value.length() + 1 + PAD_BYTES) {
+            out.append(hex);
+        }
+        out.setLength(value.length() + 1 + PAD_BYTES);
+        return out.toString();
+    }
+
     static String describe(Exception e) {
         return e.getClass().getSimpleName();
     }
@@ -147,7 +174,7 @@ public final class JepsenQueue {
                 while (!stopping.get() && !broken.get()) {
                     final long n = attempted++;
                     try {
-                        producer.send(new ProducerRecord<>(topic, null, "j" + name + "-" + n), (meta, error) -> {
+                        producer.send(new ProducerRecord<>(topic, null, payload("j" + name + "-" + n)), (meta, error) -> {
                             if (error != null) {
                                 emit("P fail " + s + " " + n + " " + describe(error));
                                 if (fatal(error)) {
