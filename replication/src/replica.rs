@@ -44,10 +44,31 @@ pub struct FollowerProgress {
     last_fetch_leader_end: i64,
 }
 
-/// An ISR change sent to the controller and not answered yet.
+/// An ISR change proposed to the controller and not answered yet. Until a definite answer
+/// (or an image with a newer partition state) the controller may have committed it, so the
+/// high watermark counts on its members too, and the change is sent again as it was.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingIsr {
     pub isr: Vec<BrokerId>,
+    pub change: IsrChange,
+}
+
+/// The controller's definite answer to a pending AlterPartition. A lost request or answer, a
+/// timeout, or a top-level error (NOT_CONTROLLER, ...) is no answer: the change stays pending
+/// and is sent again ([`LeaderState::pending_change`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IsrAnswer {
+    /// Committed: the partition's ISR and partition epoch now.
+    Committed {
+        isr: Vec<BrokerId>,
+        partition_epoch: PartitionEpoch,
+    },
+    /// Refused for this partition, with the controller's state of it.
+    Refused {
+        leader_epoch: LeaderEpoch,
+        isr: Vec<BrokerId>,
+        partition_epoch: PartitionEpoch,
+    },
 }
 
 /// The AlterPartition item the broker should send for this partition.
@@ -259,8 +280,7 @@ impl LeaderState {
     }
 
     fn propose(&mut self, isr: Vec<BrokerId>) -> IsrChange {
-        self.pending = Some(PendingIsr { isr: isr.clone() });
-        IsrChange {
+        let change = IsrChange {
             leader_epoch: self.leader_epoch,
             partition_epoch: self.partition_epoch,
             new_isr: isr
@@ -273,7 +293,17 @@ impl LeaderState {
                     (*b, epoch)
                 })
                 .collect(),
-        }
+        };
+        self.pending = Some(PendingIsr {
+            isr,
+            change: change.clone(),
+        });
+        change
+    }
+
+    /// The change waiting for the controller's answer, to send again after no answer.
+    pub fn pending_change(&self) -> Option<&IsrChange> {
+        self.pending.as_ref().map(|p| &p.change)
     }
 
     /// The controller answered the pending AlterPartition, or the metadata image brought the
@@ -294,9 +324,38 @@ impl LeaderState {
         self.advance_high_watermark()
     }
 
-    /// The controller refused the pending change (INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA,
-    /// ...): nothing changed; the next fetch or tick proposes again from the committed state.
-    pub fn on_refused(&mut self) {
+    /// The controller answered the pending change. A refusal (INVALID_UPDATE_VERSION,
+    /// INELIGIBLE_REPLICA, ...) comes with the controller's state of the partition: when that is
+    /// this leader's committed state, nothing changed and the next fetch or tick proposes again;
+    /// when it is newer at this leader epoch (an earlier send of the change was committed, or
+    /// the controller changed the ISR itself), it is the committed state from now on; from
+    /// another leader epoch, this leadership is over and the image will say so: the change stays
+    /// pending meanwhile. Returns the new high watermark if it moved.
+    pub fn on_isr_answer(&mut self, answer: IsrAnswer) -> Option<i64> {
+        match answer {
+            IsrAnswer::Committed {
+                isr,
+                partition_epoch,
+            } => self.on_committed(isr, partition_epoch),
+            IsrAnswer::Refused {
+                leader_epoch,
+                isr,
+                partition_epoch,
+            } => {
+                if leader_epoch != self.leader_epoch || partition_epoch.0 < self.partition_epoch.0 {
+                    None
+                } else if partition_epoch == self.partition_epoch {
+                    self.pending = None;
+                    None
+                } else {
+                    self.on_committed(isr, partition_epoch)
+                }
+            }
+        }
+    }
+
+    /// Forgets a pending change that was never sent (another was still in flight).
+    pub fn drop_unsent(&mut self) {
         self.pending = None;
     }
 
@@ -339,6 +398,193 @@ impl LeaderState {
         } else {
             Some(NONE)
         }
+    }
+}
+
+/// What a partition replica on this broker is, as the latest metadata image says. The broker's
+/// `Partition` keeps one per replica and the simulator one per simulated replica; both change
+/// it only through [`ReplicaRole::update`].
+#[derive(Clone, Debug)]
+pub enum ReplicaRole {
+    /// Opened, no image applied yet: refuses produce and fetch as not the leader.
+    Unknown,
+    Leader(Box<LeaderState>),
+    Follower(Follower),
+}
+
+/// A follower's knowledge of its leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Follower {
+    pub leader: BrokerId,
+    pub leader_epoch: LeaderEpoch,
+    /// The leader's high watermark as its last fetch response said (-1: not yet).
+    pub high_watermark: i64,
+}
+
+/// The partition's state in a metadata image, for [`ReplicaRole::update`]. `leader` is
+/// `BrokerId::NONE` for a partition without one, and also while this broker's registration of
+/// this run is not in the image yet (it leads nothing before).
+#[derive(Clone, Copy, Debug)]
+pub struct RoleUpdate<'a> {
+    pub me: BrokerId,
+    pub leader: BrokerId,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    pub replicas: &'a [BrokerId],
+    pub isr: &'a [BrokerId],
+    pub config: ReplicaConfig,
+}
+
+/// What [`ReplicaRole::update`] changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RoleChange {
+    /// Still leading at the same leader epoch. `old_isr`: the committed ISR changed from this;
+    /// `replicas_changed`: a reassignment added or removed replicas within the leadership.
+    SameLeadership {
+        old_isr: Option<Vec<BrokerId>>,
+        replicas_changed: bool,
+    },
+    /// Leads from now on, at a new leader epoch.
+    Leading,
+    /// Follows a new leader or leader epoch: the replica fetcher must know.
+    Following,
+    /// Still follows the same leader at the same epoch.
+    Unchanged,
+}
+
+impl ReplicaRole {
+    /// The high watermark this replica knows: its own as leader, its leader's as follower.
+    pub fn known_high_watermark(&self) -> i64 {
+        match self {
+            ReplicaRole::Leader(l) => l.high_watermark(),
+            ReplicaRole::Follower(f) => f.high_watermark,
+            ReplicaRole::Unknown => -1,
+        }
+    }
+
+    /// Brings the role in line with the image. `log_end` is the log's durable end (what a new
+    /// leadership starts from), `log_start` its start offset.
+    pub fn update(
+        &mut self,
+        u: RoleUpdate<'_>,
+        log_end: i64,
+        log_start: i64,
+        now_ms: u64,
+    ) -> RoleChange {
+        if u.leader == u.me {
+            if let ReplicaRole::Leader(l) = self {
+                if l.leader_epoch == u.leader_epoch {
+                    // The same leadership: the image brings the committed ISR (the answer to
+                    // an AlterPartition, or a change the controller made itself) when the
+                    // partition's state changed; any other image leaves a pending change be.
+                    let mut old_isr = None;
+                    if l.partition_epoch != u.partition_epoch || l.isr != u.isr {
+                        old_isr = Some(l.isr.clone());
+                        l.on_committed(u.isr.to_vec(), u.partition_epoch);
+                    }
+                    let replicas_changed = l.replicas != u.replicas;
+                    if replicas_changed {
+                        l.set_replicas(u.replicas.to_vec());
+                    }
+                    l.config = u.config;
+                    return RoleChange::SameLeadership {
+                        old_isr,
+                        replicas_changed,
+                    };
+                }
+            }
+            let mut state = LeaderState::new(
+                Leadership {
+                    me: u.me,
+                    leader_epoch: u.leader_epoch,
+                    partition_epoch: u.partition_epoch,
+                    replicas: u.replicas.to_vec(),
+                    isr: u.isr.to_vec(),
+                    log_end_offset: log_end,
+                    // Where it left off as a follower; with no followers in the ISR it moves
+                    // to the log end at once.
+                    high_watermark: self.known_high_watermark().max(log_start),
+                },
+                u.config,
+                now_ms,
+            );
+            state.on_log_end(log_end);
+            *self = ReplicaRole::Leader(Box::new(state));
+            return RoleChange::Leading;
+        }
+        let changed = match self {
+            ReplicaRole::Follower(f) => f.leader != u.leader || f.leader_epoch != u.leader_epoch,
+            _ => true,
+        };
+        if !changed {
+            return RoleChange::Unchanged;
+        }
+        *self = ReplicaRole::Follower(Follower {
+            leader: u.leader,
+            leader_epoch: u.leader_epoch,
+            high_watermark: self.known_high_watermark(),
+        });
+        RoleChange::Following
+    }
+
+    /// The high watermark readers of this replica see, given its log's durable end: the
+    /// leader's after telling it that end; a follower's leader's, never past its own log.
+    /// Returns it and whether a leader's moved.
+    pub fn high_watermark(&mut self, log_end: i64) -> (i64, bool) {
+        match self {
+            ReplicaRole::Leader(l) => {
+                let moved = l.on_log_end(log_end).is_some();
+                (l.high_watermark(), moved)
+            }
+            ReplicaRole::Follower(f) => (f.high_watermark.min(log_end).max(-1), false),
+            ReplicaRole::Unknown => (log_end, false),
+        }
+    }
+}
+
+/// KIP-320, at the leader: where a follower whose last fetched batch is of
+/// `last_fetched_epoch` and that fetches at `fetch_offset` diverged from this leader's log, as
+/// (epoch, end offset) to truncate by. `end_for_epoch` is the leader log's answer for that
+/// epoch (its end of it, or of the largest epoch below), `log_start` the leader's log start.
+/// The leader's end is returned when it is another epoch or ends before the fetch offset;
+/// `None` when the logs agree.
+pub fn diverging_epoch(
+    end_for_epoch: Option<(LeaderEpoch, i64)>,
+    last_fetched_epoch: LeaderEpoch,
+    fetch_offset: i64,
+    log_start: i64,
+) -> Option<(LeaderEpoch, i64)> {
+    match end_for_epoch {
+        Some((epoch, end)) if epoch == last_fetched_epoch && end >= fetch_offset => None,
+        Some(found) => Some(found),
+        // This leader has no epoch at or below the follower's: nothing in common is known, and
+        // the follower starts again from this log's start. (-1, -1) would read as "no
+        // divergence" on the wire.
+        None => Some((LeaderEpoch(-1), log_start)),
+    }
+}
+
+/// What a follower does when its leader answers OFFSET_OUT_OF_RANGE for its fetch offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartOver {
+    /// Its log ends before the leader's start: start over there, empty (Kafka's
+    /// `truncateFullyAndStartAt`).
+    At(i64),
+    /// Its log runs past the leader's high watermark: truncate back to it.
+    TruncateTo(i64),
+    /// Neither: fetch again later.
+    Retry,
+}
+
+/// A follower whose log ends at `local_end` was answered OFFSET_OUT_OF_RANGE with the leader's
+/// log start and high watermark.
+pub fn start_over(local_end: i64, leader_start: i64, leader_high_watermark: i64) -> StartOver {
+    if leader_start >= 0 && local_end < leader_start {
+        StartOver::At(leader_start)
+    } else if leader_high_watermark >= 0 && local_end > leader_high_watermark {
+        StartOver::TruncateTo(leader_high_watermark)
+    } else {
+        StartOver::Retry
     }
 }
 
@@ -445,7 +691,7 @@ mod tests {
             ]
         );
         // Removed again: forgotten, and a fetch from it changes nothing.
-        l.on_refused();
+        l.drop_unsent();
         l.set_replicas(ids(&[2, 3, 1]));
         assert!(l.follower(BrokerId(4)).is_none());
         assert_eq!(
@@ -514,10 +760,51 @@ mod tests {
         );
         let (_, grow) = l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 2);
         assert!(grow.is_some());
-        // A refusal drops the pending change; the next fetch asks again.
-        l.on_refused();
+        // A refusal at the committed state drops the pending change; the next fetch asks
+        // again.
+        let refused = IsrAnswer::Refused {
+            leader_epoch: l.leader_epoch,
+            isr: l.isr.clone(),
+            partition_epoch: l.partition_epoch,
+        };
+        l.on_isr_answer(refused);
         let (_, again) = l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 3);
         assert!(again.is_some());
+    }
+
+    /// Found by the simulator (seed 3, three controllers): a leader whose AlterPartition
+    /// adding a follower timed out took the change as refused, left the follower out of the
+    /// high watermark and acknowledged acks=all writes without it, while the controller had
+    /// committed the expansion; fenced with the other member, the controller then elected
+    /// the follower, which lacked those writes. A change without a definite answer stays
+    /// pending (its member counted), and is sent again.
+    #[test]
+    fn an_unanswered_expansion_keeps_its_member_in_the_high_watermark() {
+        let mut l = leader(&[1, 2], 100, 100, 2);
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 1);
+        let (_, grow) = l.on_fetch(BrokerId(3), BrokerEpoch(6), 100, 1);
+        let grow = grow.expect("3 caught up");
+        l.on_log_end(110);
+        // 2 has everything, 3 nothing new: the high watermark waits for 3, however long the
+        // answer takes.
+        assert_eq!(l.on_fetch(BrokerId(2), BrokerEpoch(5), 110, 2).0, None);
+        assert_eq!(l.high_watermark(), 100);
+        assert_eq!(
+            l.tick(1_000_000),
+            None,
+            "no shrink while a change is pending"
+        );
+        assert_eq!(l.pending_change(), Some(&grow), "sent again as it was");
+        // The retry is refused as stale: the first send was committed. That state counts.
+        let hw = l.on_isr_answer(IsrAnswer::Refused {
+            leader_epoch: l.leader_epoch,
+            isr: ids(&[1, 2, 3]),
+            partition_epoch: PartitionEpoch(l.partition_epoch.0 + 1),
+        });
+        assert_eq!(hw, None);
+        assert_eq!(l.isr, ids(&[1, 2, 3]));
+        assert_eq!(l.pending_change(), None);
+        assert_eq!(l.on_fetch(BrokerId(3), BrokerEpoch(6), 110, 3).0, Some(110));
     }
 
     #[test]

@@ -29,15 +29,19 @@ use sluice_replication::quorum::{
 };
 use sluice_replication::records::*;
 
+#[path = "sim/data.rs"]
+mod data;
+use data::{DataMsg, DataPlane, ALTER_BASE, DATA_PARTITIONS, DATA_TOPIC, PRODUCER_BASE};
+
 const STEP_MS: u64 = 5;
-const FAULT_PHASE_MS: u64 = 20_000;
+const FAULT_PHASE_MS: u64 = 60_000;
 /// After the faults stop, how long the cluster has to converge before the run fails.
 const HEAL_PHASE_MS_MAX: u64 = 30_000;
 const SESSION_TIMEOUT_MS: u64 = 2_000;
 const HEARTBEAT_INTERVAL_MS: u64 = 300;
 const REQUEST_TIMEOUT_MS: u64 = 1_500;
 const SNAPSHOT_INTERVAL_ENTRIES: u64 = 25;
-const BROKERS: [u64; 2] = [101, 102];
+const BROKERS: [u64; 3] = [101, 102, 103];
 const CLUSTER_ID: &str = "sim-cluster";
 /// Seeds per cluster size when `SIM_SEEDS` is not set.
 const SEEDS_DEFAULT: u64 = 100;
@@ -53,6 +57,8 @@ enum Payload {
         id: RequestId,
         response: ControllerResponse,
     },
+    /// Between brokers and the data plane's clients (data.rs).
+    Data(DataMsg),
 }
 
 struct InFlight {
@@ -140,6 +146,7 @@ struct Sim {
     crashes: u32,
     clock_jumps: u32,
     snapshots_installed: u32,
+    data: DataPlane,
 }
 
 const ADMIN: u64 = 1_000;
@@ -170,6 +177,7 @@ impl Sim {
                 },
             );
         }
+        let data = DataPlane::new(&mut rng);
         let brokers = BROKERS
             .iter()
             .map(|&id| Broker {
@@ -206,6 +214,7 @@ impl Sim {
             crashes: 0,
             clock_jumps: 0,
             snapshots_installed: 0,
+            data,
         }
     }
 
@@ -228,7 +237,18 @@ impl Sim {
     }
 
     fn cut(&self, a: u64, b: u64) -> bool {
-        a != ADMIN && b != ADMIN && self.isolated.contains(&a) != self.isolated.contains(&b)
+        // The admin and the data plane's clients reach every node; a broker's AlterPartition
+        // channel is cut with the broker.
+        let host = |id: u64| {
+            if id >= ALTER_BASE {
+                id - ALTER_BASE
+            } else {
+                id
+            }
+        };
+        let client = |id: u64| id == ADMIN || (PRODUCER_BASE..ALTER_BASE).contains(&id);
+        let (a, b) = (host(a), host(b));
+        !client(a) && !client(b) && self.isolated.contains(&a) != self.isolated.contains(&b)
     }
 
     fn run(&mut self) {
@@ -239,6 +259,7 @@ impl Sim {
         // Heal: no more faults, every node back, then wait for convergence.
         self.faults = false;
         self.isolated.clear();
+        self.data.disarm();
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
         for id in ids {
             if self.nodes[&id].node.is_none() {
@@ -312,6 +333,7 @@ impl Sim {
             }
         }
         self.run_brokers();
+        self.run_data();
         self.run_admin();
         for &id in &ids {
             self.drain(id);
@@ -337,6 +359,7 @@ impl Sim {
                 }
             }
             Payload::Response { id, response } => self.on_response(m.to, m.from, id, response),
+            Payload::Data(msg) => self.on_data(m.from, m.to, msg),
         }
     }
 
@@ -451,6 +474,15 @@ impl Sim {
             // The broker process dies with its node; the next one is a new incarnation.
             b.state = BrokerState::Unregistered;
             b.outstanding.clear();
+            // Its disk keeps what was synced, and now and then some torn sectors of the rest.
+            let mode = if self.rng.gen_range(0..4) == 0 {
+                sluice_engine::CrashMode::TornSectors {
+                    seed: self.rng.gen(),
+                }
+            } else {
+                sluice_engine::CrashMode::DropUnsynced
+            };
+            self.data.crash(id, mode);
         }
     }
 
@@ -478,6 +510,18 @@ impl Sim {
                 }
             }
         }
+        for &b in BROKERS.iter() {
+            if self.nodes[&b].node.is_some() && self.rng.gen_range(0..6_000) == 0 {
+                // A write or an fdatasync soon fails: the broker stops on it.
+                let n = self.rng.gen_range(0..40);
+                self.data.fail_storage_after(b, n);
+            }
+            if self.rng.gen_range(0..3_000) == 0 {
+                // The disk turns slow for a while.
+                let until = self.now + self.rng.gen_range(500..3_000);
+                self.data.brokers.get_mut(&b).unwrap().slow_disk_until = until;
+            }
+        }
         for id in ids {
             if self.nodes[&id].node.is_some() && self.rng.gen_range(0..4_000) == 0 {
                 self.crash(id);
@@ -503,9 +547,14 @@ impl Sim {
 
     fn controller_for(&mut self, client: u64) -> u64 {
         // A broker follows the log, so it knows the leader, as a Kafka broker does.
+        let host = if client >= ALTER_BASE {
+            client - ALTER_BASE
+        } else {
+            client
+        };
         let known = self
             .nodes
-            .get(&client)
+            .get(&host)
             .and_then(|n| n.node.as_ref())
             .and_then(|n| n.leader_id());
         if let Some(leader) = known {
@@ -539,6 +588,8 @@ impl Sim {
         };
         if client == ADMIN {
             self.admin.outstanding.insert(id, outstanding);
+        } else if client >= ALTER_BASE {
+            // The data plane tracks its broker's AlterPartition itself.
         } else {
             let b = self.brokers.iter_mut().find(|b| b.id == client).unwrap();
             b.outstanding.insert(id, outstanding);
@@ -615,6 +666,21 @@ impl Sim {
         }
         self.admin.next_request_ms = now + self.rng.gen_range(10..100);
         let name = format!("topic-{}", self.rng.gen_range(0..8));
+        if !self.data.topic_known() {
+            // The data plane's topic first (data.rs); it is never deleted.
+            let request = ControllerRequest::CreateTopics(CreateTopicsRequest {
+                topics: vec![CreatableTopic {
+                    name: DATA_TOPIC.into(),
+                    num_partitions: DATA_PARTITIONS,
+                    replication_factor: 3,
+                    assignments: vec![],
+                    configs: vec![("min.insync.replicas".into(), Some("2".into()))],
+                }],
+                validate_only: false,
+            });
+            self.request(ADMIN, request);
+            return;
+        }
         let request = match self.rng.gen_range(0..12) {
             0..=4 => ControllerRequest::CreateTopics(CreateTopicsRequest {
                 topics: vec![CreatableTopic {
@@ -629,23 +695,35 @@ impl Sim {
             5 | 6 => ControllerRequest::DeleteTopics(DeleteTopicsRequest {
                 topics: vec![TopicRef::Name(name)],
             }),
-            // Reassignments (and cancellations) while leaders change and nodes crash: the
-            // brokers here never fetch, so a move that adds a replica stays in progress and one
-            // that only shrinks or reorders completes at once.
+            // Reassignments (and cancellations) while leaders change and nodes crash: half of
+            // them move the data topic's partitions, whose brokers copy and then drop replicas
+            // (keeping at least `min.insync.replicas` of them); the other topics' brokers never
+            // fetch, so moves there that add a replica stay in progress and shrinks and
+            // reorders complete at once.
             10 | 11 => {
+                let data = self.rng.gen();
                 let target = if self.rng.gen_range(0..4) == 0 {
                     None
                 } else {
                     let mut brokers: Vec<BrokerId> =
                         BROKERS.iter().map(|&b| BrokerId(b as i32)).collect();
-                    if self.rng.gen() {
-                        brokers.swap(0, 1);
+                    for i in (1..brokers.len()).rev() {
+                        brokers.swap(i, self.rng.gen_range(0..=i));
                     }
-                    brokers.truncate(self.rng.gen_range(1..=2));
+                    let min = if data { 2 } else { 1 };
+                    brokers.truncate(self.rng.gen_range(min..=BROKERS.len()));
                     Some(brokers)
                 };
+                let (name, partition) = if data {
+                    (
+                        DATA_TOPIC.to_string(),
+                        self.rng.gen_range(0..DATA_PARTITIONS),
+                    )
+                } else {
+                    (name, self.rng.gen_range(0..2))
+                };
                 ControllerRequest::AlterPartitionReassignments(AlterPartitionReassignmentsRequest {
-                    topics: vec![(name, vec![(self.rng.gen_range(0..2), target)])],
+                    topics: vec![(name, vec![(partition, target)])],
                     allow_replication_factor_change: true,
                 })
             }
@@ -678,6 +756,11 @@ impl Sim {
     }
 
     fn on_response(&mut self, client: u64, from: u64, id: RequestId, response: ControllerResponse) {
+        if client >= ALTER_BASE {
+            self.controller_hint.insert(client, from);
+            self.on_alter_response(client - ALTER_BASE, id, response);
+            return;
+        }
         let outstanding = if client == ADMIN {
             self.admin.outstanding.remove(&id)
         } else {
@@ -802,7 +885,7 @@ impl Sim {
             n.node.as_ref().is_some_and(|m| {
                 m.image().offset() == commit && m.commit_index() == commit.0 as u64
             })
-        })
+        }) && self.data_converged(leader.image())
     }
 
     fn final_checks(&self) {
@@ -887,6 +970,7 @@ impl Sim {
             assert!(*last < image.next_producer_id());
         }
         assert!(self.acked.requests > 0, "the run acknowledged nothing");
+        self.data_final_checks(image);
     }
 }
 
@@ -929,6 +1013,8 @@ fn run_many(voters: u64) {
     let seeds = env_u64("SIM_SEEDS").unwrap_or(SEEDS_DEFAULT);
     let (mut crashes, mut jumps, mut snapshots, mut acked, mut batches) = (0, 0, 0, 0, 0);
     let mut reassignments = 0;
+    let (mut writes, mut reads, mut leaderships, mut truncations, mut storage_failures) =
+        (0, 0, 0, 0, 0);
     for seed in 0..seeds {
         let sim = run_seed(seed, voters);
         crashes += sim.crashes;
@@ -937,9 +1023,22 @@ fn run_many(voters: u64) {
         acked += sim.acked.requests;
         batches += sim.log.len();
         reassignments += sim.acked.reassignments;
+        writes += sim.data.acked.len();
+        reads += sim.data.consumed.len();
+        leaderships += sim.data.leaderships;
+        truncations += sim.data.truncations;
+        storage_failures += sim.data.storage_failures;
     }
     eprintln!(
-        "{seeds} seeds, {voters} voters: {crashes} crashes, {jumps} clock jumps, {snapshots} snapshots installed, {acked} requests acknowledged ({reassignments} reassignments), {batches} batches committed"
+        "{seeds} seeds, {voters} voters: {crashes} crashes, {jumps} clock jumps, {snapshots} snapshots installed, {acked} requests acknowledged ({reassignments} reassignments), {batches} batches committed; data plane: {writes} acks=all writes acknowledged, {reads} offsets read by consumers, {leaderships} leaderships, {truncations} follower truncations, {storage_failures} storage failures"
+    );
+    assert!(
+        seeds == 0 || (writes > 0 && reads > 0),
+        "the data plane acknowledged or read nothing"
+    );
+    assert!(
+        seeds < 10 || truncations > 0,
+        "no follower ever truncated: the faults do not reach the data plane"
     );
     assert!(
         seeds == 0 || reassignments > 0,
@@ -952,12 +1051,12 @@ fn run_many(voters: u64) {
 }
 
 #[test]
-fn three_controllers_two_brokers() {
+fn three_controllers_three_brokers() {
     run_many(3);
 }
 
 #[test]
-fn five_controllers_two_brokers() {
+fn five_controllers_three_brokers() {
     run_many(5);
 }
 
@@ -1007,4 +1106,13 @@ fn describe_one_seed() {
         }
     }
     eprintln!("{kinds:?}\n{}", sim.describe());
+    eprintln!(
+        "data plane: {} writes acknowledged, {} offsets read, {} leaderships, {} truncations, {} storage failures, produce errors {:?}",
+        sim.data.acked.len(),
+        sim.data.consumed.len(),
+        sim.data.leaderships,
+        sim.data.truncations,
+        sim.data.storage_failures,
+        sim.data.produce_errors
+    );
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use sluice_replication::records::{BrokerId, LeaderEpoch, PartitionEpoch};
 use sluice_replication::replica::ReplicaConfig;
 
 use super::partition::{Partition, RoleUpdate};
@@ -67,13 +68,15 @@ impl Shard {
                     .unwrap_or(self.config().min_insync_replicas as usize)
             });
             let offsets = topic == crate::group::offsets_topic::OFFSETS_TOPIC;
+            let ids = |v: &[i32]| v.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
+            let (replicas, isr) = (ids(&info.replicas), ids(&info.isr));
             p.update_role(RoleUpdate {
-                me,
-                leader: if registered { info.leader } else { -1 },
-                leader_epoch: info.leader_epoch,
-                partition_epoch: info.partition_epoch,
-                replicas: &info.replicas,
-                isr: &info.isr,
+                me: BrokerId(me),
+                leader: BrokerId(if registered { info.leader } else { -1 }),
+                leader_epoch: LeaderEpoch(info.leader_epoch),
+                partition_epoch: PartitionEpoch(info.partition_epoch),
+                replicas: &replicas,
+                isr: &isr,
                 config: ReplicaConfig {
                     replica_lag_time_max_ms: lag,
                     min_insync_replicas,

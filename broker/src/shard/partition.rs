@@ -8,39 +8,19 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
 use sluice_engine::{DmaStorage, LeaderEpoch, Log, Offset};
-use sluice_replication::records::{BrokerEpoch, BrokerId, PartitionEpoch};
-use sluice_replication::replica::{IsrChange, LeaderState, Leadership, ReplicaConfig};
+use sluice_replication::records::{BrokerEpoch, BrokerId};
+use sluice_replication::replica::{IsrAnswer, IsrChange, RoleChange};
 
 /// The leader epoch of a partition before any image named one (a single node's partitions
 /// from before the cluster era were written at it).
 pub const LEADER_EPOCH: LeaderEpoch = LeaderEpoch(0);
 
-/// What this replica is, as the latest metadata image says.
-pub enum Replica {
-    /// Opened, the image not applied yet: refuses produce and fetch as not the leader.
-    Unknown,
-    Leader(Box<LeaderState>),
-    Follower(Follower),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Follower {
-    pub leader: i32,
-    pub leader_epoch: i32,
-    /// The leader's high watermark as its last fetch response said (-1: not yet).
-    pub high_watermark: i64,
-}
+/// What this replica is, as the latest metadata image says: the sans-IO role the simulator
+/// drives too.
+pub use sluice_replication::replica::{Follower, ReplicaRole as Replica};
 
 /// The partition's state from the image, for [`Partition::update_role`].
-pub struct RoleUpdate<'a> {
-    pub me: i32,
-    pub leader: i32,
-    pub leader_epoch: i32,
-    pub partition_epoch: i32,
-    pub replicas: &'a [i32],
-    pub isr: &'a [i32],
-    pub config: ReplicaConfig,
-}
+pub use sluice_replication::replica::RoleUpdate;
 
 pub struct Partition {
     pub log: Log<DmaStorage>,
@@ -101,75 +81,39 @@ impl Partition {
     /// Brings the replica's role in line with the image. Returns true when it became a
     /// follower of another leader or leader epoch (the replica fetcher must know).
     pub fn update_role(&self, u: RoleUpdate<'_>) -> bool {
-        let mut replica = self.replica.borrow_mut();
-        let known_hw = match &*replica {
-            Replica::Leader(l) => l.high_watermark(),
-            Replica::Follower(f) => f.high_watermark,
-            Replica::Unknown => -1,
-        };
-        if u.leader == u.me {
-            if let Replica::Leader(l) = &mut *replica {
-                if l.leader_epoch.0 == u.leader_epoch {
-                    // The same leadership: the image brings the committed ISR (the answer to an
-                    // AlterPartition, or a change the controller made itself) when the
-                    // partition's state changed; any other image leaves a pending change be.
-                    let isr: Vec<BrokerId> = u.isr.iter().map(|&b| BrokerId(b)).collect();
-                    if l.partition_epoch.0 != u.partition_epoch || l.isr != isr {
-                        let old = l.isr.clone();
-                        l.on_committed(isr, PartitionEpoch(u.partition_epoch));
-                        count_isr_change(&self.metrics, &old, &l.isr);
-                    }
-                    // A reassignment adds replicas within the leadership.
-                    let replicas: Vec<BrokerId> = u.replicas.iter().map(|&b| BrokerId(b)).collect();
-                    if l.replicas != replicas {
-                        tracing::info!(dir = %self.log.dir().display(), replicas = ?u.replicas, "the partition's replicas changed");
-                        l.set_replicas(replicas);
-                    }
-                    l.config = u.config;
-                    drop(replica);
-                    self.changed.notify(usize::MAX);
-                    return false;
+        let log_end = self.log.high_watermark().0;
+        let log_start = self.log.log_start_offset().0;
+        let change = self
+            .replica
+            .borrow_mut()
+            .update(u, log_end, log_start, now_ms());
+        let dir = self.log.dir().display();
+        let following = match change {
+            RoleChange::SameLeadership {
+                old_isr,
+                replicas_changed,
+            } => {
+                if let Some(old) = old_isr {
+                    count_isr_change(&self.metrics, &old, u.isr);
                 }
+                if replicas_changed {
+                    tracing::info!(dir = %dir, replicas = ?u.replicas, "the partition's replicas changed");
+                }
+                false
             }
-            let log_end = self.log.high_watermark().0;
-            let mut state = LeaderState::new(
-                Leadership {
-                    me: BrokerId(u.me),
-                    leader_epoch: sluice_replication::records::LeaderEpoch(u.leader_epoch),
-                    partition_epoch: PartitionEpoch(u.partition_epoch),
-                    replicas: u.replicas.iter().map(|&b| BrokerId(b)).collect(),
-                    isr: u.isr.iter().map(|&b| BrokerId(b)).collect(),
-                    log_end_offset: log_end,
-                    // Where it left off as a follower; with no followers in the ISR it moves to
-                    // the log end at once.
-                    high_watermark: known_hw.max(self.log.log_start_offset().0),
-                },
-                u.config,
-                now_ms(),
-            );
-            state.on_log_end(log_end);
-            tracing::info!(dir = %self.log.dir().display(), leader_epoch = u.leader_epoch, isr = ?u.isr, log_end_offset = log_end, high_watermark = state.high_watermark(), "leading the partition");
-            *replica = Replica::Leader(Box::new(state));
-            drop(replica);
-            self.changed.notify(usize::MAX);
-            return false;
-        }
-        let follower = Follower {
-            leader: u.leader,
-            leader_epoch: u.leader_epoch,
-            high_watermark: known_hw,
+            RoleChange::Leading => {
+                let hw = self.replica.borrow().known_high_watermark();
+                tracing::info!(dir = %dir, leader_epoch = u.leader_epoch.0, isr = ?u.isr, log_end_offset = log_end, high_watermark = hw, "leading the partition");
+                false
+            }
+            RoleChange::Following => {
+                tracing::info!(dir = %dir, leader = u.leader.0, leader_epoch = u.leader_epoch.0, "following the partition's leader");
+                true
+            }
+            RoleChange::Unchanged => false,
         };
-        let changed = match &*replica {
-            Replica::Follower(f) => f.leader != u.leader || f.leader_epoch != u.leader_epoch,
-            _ => true,
-        };
-        if changed {
-            tracing::info!(dir = %self.log.dir().display(), leader = u.leader, leader_epoch = u.leader_epoch, "following the partition's leader");
-            *replica = Replica::Follower(follower);
-        }
-        drop(replica);
         self.changed.notify(usize::MAX);
-        changed
+        following
     }
 
     /// The leader epoch this replica leads at, or the error for a request that needs the
@@ -199,24 +143,11 @@ impl Partition {
     /// last said, never past its own log.
     pub fn high_watermark(&self) -> Offset {
         let local = self.log.high_watermark();
-        let moved = match &mut *self.replica.borrow_mut() {
-            Replica::Leader(l) => {
-                let moved = l.on_log_end(local.0).is_some();
-                if !moved {
-                    return Offset(l.high_watermark());
-                }
-                true
-            }
-            Replica::Follower(f) => return Offset(f.high_watermark.min(local.0).max(-1)),
-            Replica::Unknown => return local,
-        };
+        let (hw, moved) = self.replica.borrow_mut().high_watermark(local.0);
         if moved {
             self.changed.notify(usize::MAX);
         }
-        match &*self.replica.borrow() {
-            Replica::Leader(l) => Offset(l.high_watermark()),
-            _ => local,
-        }
+        Offset(hw)
     }
 
     /// NOT_ENOUGH_REPLICAS when an acks=all produce may not be appended (the ISR is below
@@ -288,21 +219,29 @@ impl Partition {
         }
     }
 
-    /// The controller answered this leader's AlterPartition.
-    pub fn on_isr_answer(&self, error_code: i16, isr: Vec<i32>, partition_epoch: i32) {
+    /// The controller answered this leader's AlterPartition for this partition.
+    pub fn on_isr_answer(&self, answer: IsrAnswer) {
         if let Replica::Leader(l) = &mut *self.replica.borrow_mut() {
-            if error_code == 0 {
-                let old = l.isr.clone();
-                l.on_committed(
-                    isr.into_iter().map(BrokerId).collect(),
-                    PartitionEpoch(partition_epoch),
-                );
-                count_isr_change(&self.metrics, &old, &l.isr);
-            } else {
-                l.on_refused();
-            }
+            let old = l.isr.clone();
+            l.on_isr_answer(answer);
+            count_isr_change(&self.metrics, &old, &l.isr);
         }
         self.changed.notify(usize::MAX);
+    }
+
+    /// The ISR change this leader waits on an answer for, to send again after none came.
+    pub fn pending_isr_change(&self) -> Option<IsrChange> {
+        match &*self.replica.borrow() {
+            Replica::Leader(l) => l.pending_change().cloned(),
+            _ => None,
+        }
+    }
+
+    /// Forgets a proposed ISR change that was not sent (another is still in flight).
+    pub fn drop_unsent_isr_change(&self) {
+        if let Replica::Leader(l) = &mut *self.replica.borrow_mut() {
+            l.drop_unsent();
+        }
     }
 
     /// A follower's record of its leader's high watermark, from a fetch response.

@@ -273,23 +273,24 @@ pub async fn read_local(
     (results, Work(reads.len() as u64))
 }
 
-/// KIP-320: where a follower whose last batch is of `last_fetched_epoch` and that fetches at
-/// `fetch_offset` diverged from this leader's log, as (epoch, end offset) to truncate by: the
-/// leader's end of that epoch (or of the largest below it) when it is not the epoch asked for
-/// or ends before the fetch offset. `None` when the logs agree.
+/// KIP-320: where a follower diverged from this leader's log
+/// (`sluice_replication::replica::diverging_epoch`, which the simulator drives too).
 fn diverging_epoch(
     log: &sluice_engine::Log<sluice_engine::DmaStorage>,
     last_fetched_epoch: i32,
     fetch_offset: Offset,
 ) -> Option<(i32, i64)> {
-    match log.end_offset_for_epoch(sluice_engine::LeaderEpoch(last_fetched_epoch)) {
-        Some((epoch, end)) if epoch.0 == last_fetched_epoch && end >= fetch_offset => None,
-        Some((epoch, end)) => Some((epoch.0, end.0)),
-        // This leader has no epoch at or below the follower's: nothing in common is known, and
-        // the follower starts again from this log's start. (-1, -1) would read as "no
-        // divergence" on the wire.
-        None => Some((-1, log.log_start_offset().0)),
-    }
+    use sluice_replication::records::LeaderEpoch;
+    let end = log
+        .end_offset_for_epoch(sluice_engine::LeaderEpoch(last_fetched_epoch))
+        .map(|(e, o)| (LeaderEpoch(e.0), o.0));
+    sluice_replication::replica::diverging_epoch(
+        end,
+        LeaderEpoch(last_fetched_epoch),
+        fetch_offset.0,
+        log.log_start_offset().0,
+    )
+    .map(|(e, o)| (e.0, o))
 }
 
 /// One partition's records from `offset`: a file extent when zero-copy applies, else whole

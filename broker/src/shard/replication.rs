@@ -24,7 +24,7 @@ use kafka_protocol::ResponseError;
 use sluice_engine::{LogError, Offset};
 use sluice_replication::controller::AlterPartitionItem;
 use sluice_replication::records::{LeaderEpoch, TopicId};
-use sluice_replication::replica::{truncation_offset, IsrChange};
+use sluice_replication::replica::{self, truncation_offset, IsrAnswer, IsrChange, StartOver};
 
 use super::partition::Partition;
 use super::Shard;
@@ -139,7 +139,7 @@ fn followed_from(shard: &Shard, leader: i32) -> Vec<Followed> {
         .borrow()
         .iter()
         .filter_map(|((topic, partition), p)| {
-            let f = p.following().filter(|f| f.leader == leader)?;
+            let f = p.following().filter(|f| f.leader.0 == leader)?;
             // A log that failed a write or sync takes no more records (the leader sees it fall
             // behind and takes it out of the ISR).
             if p.log.poisoned().is_some() {
@@ -154,7 +154,7 @@ fn followed_from(shard: &Shard, leader: i32) -> Vec<Followed> {
                 topic: topic.clone(),
                 topic_id: meta.id,
                 partition: *partition,
-                leader_epoch: f.leader_epoch,
+                leader_epoch: f.leader_epoch.0,
                 replica: p.clone(),
                 throttled,
             })
@@ -389,7 +389,7 @@ async fn apply_partition(
     // The leadership may have changed while the fetch was out.
     if f.replica
         .following()
-        .is_none_or(|now| now.leader_epoch != f.leader_epoch)
+        .is_none_or(|now| now.leader_epoch.0 != f.leader_epoch)
     {
         return Ok(false);
     }
@@ -450,14 +450,16 @@ async fn apply_partition(
 async fn start_over(f: &Followed, leader_start: i64, leader_hw: i64) -> Result<bool, ()> {
     let log = &f.replica.log;
     let end = log.log_end_offset().0;
-    let result = if leader_start >= 0 && end < leader_start {
-        tracing::info!(topic = %f.topic, partition = f.partition, log_end_offset = end, leader_log_start_offset = leader_start, "follower behind the leader's log start; starting over there");
-        log.truncate_fully_and_start_at(Offset(leader_start)).await
-    } else if leader_hw >= 0 && end > leader_hw {
-        tracing::info!(topic = %f.topic, partition = f.partition, log_end_offset = end, leader_high_watermark = leader_hw, "follower ahead of its leader; truncating to the leader's high watermark");
-        log.truncate_to(Offset(leader_hw)).await.map(|_| ())
-    } else {
-        return Err(());
+    let result = match replica::start_over(end, leader_start, leader_hw) {
+        StartOver::At(start) => {
+            tracing::info!(topic = %f.topic, partition = f.partition, log_end_offset = end, leader_log_start_offset = start, "follower behind the leader's log start; starting over there");
+            log.truncate_fully_and_start_at(Offset(start)).await
+        }
+        StartOver::TruncateTo(hw) => {
+            tracing::info!(topic = %f.topic, partition = f.partition, log_end_offset = end, leader_high_watermark = hw, "follower ahead of its leader; truncating to the leader's high watermark");
+            log.truncate_to(Offset(hw)).await.map(|_| ())
+        }
+        StartOver::Retry => return Err(()),
     };
     result.map(|_| false).map_err(|e| {
         tracing::error!(topic = %f.topic, partition = f.partition, error = %e, "starting over failed");
@@ -494,44 +496,65 @@ pub fn send_isr_change(
     change: IsrChange,
 ) {
     if p.isr_change_in_flight.replace(true) {
-        p.on_isr_answer(-1, Vec::new(), -1);
+        p.drop_unsent_isr_change();
         return;
     }
     let Some(topic_id) = shard.image().topics.get(topic).map(|t| t.id) else {
         p.isr_change_in_flight.set(false);
-        p.on_isr_answer(-1, Vec::new(), -1);
+        p.drop_unsent_isr_change();
         return;
     };
     tracing::info!(topic, partition, isr = ?change.new_isr.iter().map(|(b, _)| b.0).collect::<Vec<_>>(), "asking the controller to change the ISR");
-    let item = AlterPartitionItem {
-        topic_id: TopicId(topic_id),
-        partition_id: partition,
-        leader_epoch: change.leader_epoch,
-        partition_epoch: change.partition_epoch,
-        new_isr: change.new_isr,
-    };
     let shard = shard.clone();
     let p = p.clone();
     let topic = topic.to_string();
     glommio::spawn_local(async move {
-        let answer = shard
-            .invoke_on(0, move |s0| async move {
-                let node = s0.cluster_node()?;
-                node.alter_partition(vec![item]).await
-            })
-            .await;
-        let result = answer
-            .filter(|r| r.error_code == 0)
-            .and_then(|r| r.partitions.into_iter().next());
-        match result {
-            Some(r) if r.error_code == 0 => {
-                tracing::info!(topic, partition, isr = ?r.isr.iter().map(|b| b.0).collect::<Vec<_>>(), partition_epoch = r.partition_epoch.0, "ISR changed");
-                p.on_isr_answer(0, r.isr.iter().map(|b| b.0).collect(), r.partition_epoch.0);
-            }
-            other => {
-                tracing::debug!(topic, partition, answer = ?other, "the controller did not change the ISR");
-                glommio::timer::sleep(ISR_RETRY_BACKOFF).await;
-                p.on_isr_answer(-1, Vec::new(), -1);
+        loop {
+            let item = AlterPartitionItem {
+                topic_id: TopicId(topic_id),
+                partition_id: partition,
+                leader_epoch: change.leader_epoch,
+                partition_epoch: change.partition_epoch,
+                new_isr: change.new_isr.clone(),
+            };
+            let answer = shard
+                .invoke_on(0, move |s0| async move {
+                    let node = s0.cluster_node()?;
+                    node.alter_partition(vec![item]).await
+                })
+                .await;
+            let result = answer
+                .filter(|r| r.error_code == 0)
+                .and_then(|r| r.partitions.into_iter().next());
+            match result {
+                Some(r) if r.error_code == 0 => {
+                    tracing::info!(topic, partition, isr = ?r.isr.iter().map(|b| b.0).collect::<Vec<_>>(), partition_epoch = r.partition_epoch.0, "ISR changed");
+                    p.on_isr_answer(IsrAnswer::Committed {
+                        isr: r.isr,
+                        partition_epoch: r.partition_epoch,
+                    });
+                    break;
+                }
+                Some(r) => {
+                    tracing::debug!(topic, partition, error_code = r.error_code, "the controller refused the ISR change");
+                    glommio::timer::sleep(ISR_RETRY_BACKOFF).await;
+                    p.on_isr_answer(IsrAnswer::Refused {
+                        leader_epoch: r.leader_epoch,
+                        isr: r.isr,
+                        partition_epoch: r.partition_epoch,
+                    });
+                    break;
+                }
+                None => {
+                    // No answer: the controller may have committed it. It stays pending (its
+                    // members count for the high watermark) and goes again, unless an image
+                    // settled it meanwhile.
+                    glommio::timer::sleep(ISR_RETRY_BACKOFF).await;
+                    if p.pending_isr_change().as_ref() != Some(&change) {
+                        break;
+                    }
+                    tracing::debug!(topic, partition, "no answer to the ISR change; sending it again");
+                }
             }
         }
         p.isr_change_in_flight.set(false);
