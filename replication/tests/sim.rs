@@ -274,8 +274,9 @@ impl Sim {
             }
             assert!(
                 self.now < deadline,
-                "cluster did not converge {HEAL_PHASE_MS_MAX} ms after healing: {}",
-                self.describe()
+                "cluster did not converge {HEAL_PHASE_MS_MAX} ms after healing: {}; data plane: {}",
+                self.describe(),
+                self.describe_data()
             );
         }
         self.final_checks();
@@ -1060,12 +1061,32 @@ fn five_controllers_three_brokers() {
     run_many(5);
 }
 
+/// Seeds that found bugs, as (seed, voters), run whatever `SIM_SEEDS` says (see
+/// replication/README.md, "Tests").
+const REGRESSION_SEEDS: [(u64, u64); 1] = [
+    // Acknowledged writes lost after an unanswered AlterPartition.
+    (3, 3),
+];
+
+#[test]
+fn regression_seeds() {
+    for (seed, voters) in REGRESSION_SEEDS {
+        let sim = run_seed(seed, voters);
+        assert!(
+            !sim.data.acked.is_empty(),
+            "seed {seed} acknowledged no write"
+        );
+    }
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     let a = run_seed(7, 3);
     let b = run_seed(7, 3);
     assert_eq!(a.log, b.log);
     assert_eq!(a.crashes, b.crashes);
+    assert_eq!(a.data.acked, b.data.acked);
+    assert_eq!(a.data.consumed, b.data.consumed);
 }
 
 #[test]

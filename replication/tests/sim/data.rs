@@ -479,6 +479,15 @@ impl DataPlane {
                     key.1
                 );
             }
+            // Leader epochs only grow along the log.
+            let epochs = r.log.leader_epochs();
+            assert!(
+                epochs
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+                "broker {id} partition {}: leader epochs out of order: {epochs:?}",
+                key.1
+            );
             match &mut r.role {
                 ReplicaRole::Leader(l) => {
                     assert!(
@@ -869,8 +878,16 @@ impl DataPlane {
                 );
             }
             let mut at: BTreeMap<u64, i64> = BTreeMap::new();
+            let mut epoch = -1;
             for batch in reference {
                 let header = BatchHeader::parse(batch).unwrap();
+                assert!(
+                    header.partition_leader_epoch().0 >= epoch,
+                    "partition {partition}: leader epoch {} after {epoch} at offset {}",
+                    header.partition_leader_epoch().0,
+                    header.base_offset().0
+                );
+                epoch = header.partition_leader_epoch().0;
                 let value = batch_value(batch);
                 if let Some(other) = at.insert(value, header.base_offset().0) {
                     panic!(
@@ -1360,6 +1377,70 @@ impl Sim {
                         })
                 })
         })
+    }
+
+    /// For a run that did not converge: each partition's leader (as the active controller's
+    /// image says), its log end and high watermark, and the acknowledged writes its log lacks.
+    pub fn describe_data(&self) -> String {
+        let Some(image) = self
+            .nodes
+            .values()
+            .filter_map(|n| n.node.as_ref())
+            .find(|n| n.is_active_controller())
+            .map(|n| n.image())
+        else {
+            return "no active controller".into();
+        };
+        let Some(topic) = image.topic(DATA_TOPIC) else {
+            return "no data topic".into();
+        };
+        let mut out = Vec::new();
+        for (&partition, p) in &topic.partitions {
+            let leader = self
+                .data
+                .brokers
+                .get(&(p.leader.0 as u64))
+                .and_then(|b| b.replicas.get(&(topic.id, partition)));
+            let Some(r) = leader else {
+                out.push(format!(
+                    "partition {partition}: leader {} has no replica",
+                    p.leader.0
+                ));
+                continue;
+            };
+            let mut values = BTreeMap::new();
+            let end = r.log.log_end_offset();
+            let mut from = r.log.log_start_offset();
+            while from < end {
+                let Ok(read) = block_on(r.log.read(from, 1 << 20, end)) else {
+                    break;
+                };
+                let Some(last) = read.last().map(|b| b.last_offset) else {
+                    break;
+                };
+                for b in read {
+                    values.insert(batch_value(&b.bytes), b.base_offset.0);
+                }
+                from = last.next();
+            }
+            let lost: Vec<String> = self
+                .data
+                .acked
+                .range((partition, 0)..(partition + 1, 0))
+                .filter(|(&(_, v), &o)| values.get(&v) != Some(&o))
+                .map(|(&(_, v), &o)| format!("{v:#x}@{o}"))
+                .collect();
+            out.push(format!(
+                "partition {partition}: leader {} epoch {} isr {:?}, log end {}, high watermark {}, {} acknowledged writes missing {lost:?}",
+                p.leader.0,
+                p.leader_epoch.0,
+                p.isr,
+                end.0,
+                r.role.known_high_watermark(),
+                lost.len()
+            ));
+        }
+        out.join("; ")
     }
 
     pub fn data_final_checks(&self, image: &MetadataImage) {
