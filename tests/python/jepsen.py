@@ -598,7 +598,7 @@ def active_controller(cluster: Cluster, paused: set[int], timeout: float = 15.0)
     return None
 
 
-def topic_partitions(bootstrap: str, topic: str | None = None) -> dict[tuple[str, int], tuple[int, list[int], list[int]]]:
+def topic_partitions(bootstrap: str, topic: str | None = None) -> dict[tuple[str, int], tuple]:
     """(topic, partition) -> (leader, replicas, ISR) from Metadata; empty when none answers."""
     try:
         md = admin(bootstrap).list_topics(topic=topic, timeout=5)
@@ -743,9 +743,10 @@ class Nemesis:
         every = rng.random() < 0.5
         targets = self.ids if every else [rng.choice(self.ids)]
         percent = rng.choice(LOSS_PERCENT)
+        drop = f"numgen random mod 100 < {percent} drop"
         rules = (f"table inet jepsen_loss {{\n"
-                 f"  chain input {{ type filter hook input priority 0; iifname \"eth0\" numgen random mod 100 < {percent} drop; }}\n"
-                 f"  chain output {{ type filter hook output priority 0; oifname \"eth0\" numgen random mod 100 < {percent} drop; }}\n"
+                 f"  chain input {{ type filter hook input priority 0; iifname \"eth0\" {drop}; }}\n"
+                 f"  chain output {{ type filter hook output priority 0; oifname \"eth0\" {drop}; }}\n"
                  f"}}\n")
         for t in targets:
             run_command(["ip", "netns", "exec", self.net.ns(t), "nft", "-f", "-"], input=rules)
@@ -1090,6 +1091,22 @@ def create_topics(bootstrap: str) -> None:
         time.sleep(0.2)
 
 
+def committed_lag(bootstrap: str, ends: dict[int, int]) -> int | None:
+    """The queue group's lag once its members stopped: each partition's end minus the group's
+    committed offset (0 when nothing was committed); None when the group's offsets cannot be
+    fetched."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    client = admin(bootstrap)
+    try:
+        answer = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP)], request_timeout=15)
+        offsets = answer[GROUP].result(timeout=30)
+    except KafkaException:
+        return None
+    committed = {tp.partition: max(tp.offset, 0) for tp in offsets.topic_partitions if tp.topic == QUEUE}
+    return sum(end - committed.get(p, 0) for p, end in ends.items())
+
+
 def open_fds(cluster: Cluster) -> dict[int, int]:
     """Each running node's open file descriptors."""
     out = {}
@@ -1137,6 +1154,8 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         f"clients librdkafka{' and Java' if java else ''}; output in {out}")
     client_log = logging.FileHandler(out / "librdkafka.log")
     client_log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
+    # The tests share this logger: its settings are put back at the end.
+    logger_was = (CLIENT_LOG.propagate, CLIENT_LOG.level)
     CLIENT_LOG.addHandler(client_log)
     CLIENT_LOG.propagate = False
     CLIENT_LOG.setLevel(logging.DEBUG if librdkafka_debug() else logging.INFO)
@@ -1151,7 +1170,8 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         disks[node.node_id] = disk
         node.data_dir = disk.mount_point / "data"
 
-    result: dict = {"seed": seed, "nodes": nodes, "cycles_planned": cycles, "clients": ["librdkafka"] + (["java"] if java else [])}
+    result: dict = {"seed": seed, "nodes": nodes, "cycles_planned": cycles,
+                    "clients": ["librdkafka"] + (["java"] if java else [])}
     cluster = None
     nemesis = None
     clients: list[Client] = []
@@ -1287,6 +1307,7 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         say(f"jepsen: drained in {drain_s:.1f} s; reading every partition from offset 0")
         final = {QUEUE: final_read(bootstrap, QUEUE, QUEUE_PARTITIONS),
                  APPEND: final_read(bootstrap, APPEND, APPEND_PARTITIONS)}
+        group_lag = committed_lag(bootstrap, {p: r[-1][0] + 1 if r else 0 for p, r in final[QUEUE].items()})
         result.update(check(producers, consumers, final))
         result.update({
             "cycles": cycles_done,
@@ -1296,6 +1317,7 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
             "nemesis_errors": nemesis_errors,
             "unseen_before_drain": unseen_before_drain,
             "under_replicated_at_end": under_replicated,
+            "group_lag_at_end": group_lag,
             "node_open_fds_max": fds_max[0],
             "producer_sessions": {c.name: c.sessions for c in clients if isinstance(c, LibrdkafkaProducer)},
             "commit_failures": sum(getattr(c, "commit_failures", 0) for c in clients),
@@ -1338,6 +1360,8 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         net.leave_clients()
         net.destroy()
         CLIENT_LOG.removeHandler(client_log)
+        CLIENT_LOG.propagate, _ = logger_was
+        CLIENT_LOG.setLevel(logger_was[1])
         client_log.close()
         if cluster is not None and not failed and not keep and not result.get("anomalies") and not result.get("panics"):
             for n in cluster.nodes:
@@ -1353,8 +1377,8 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
 def summary(result: dict) -> str:
     keys = ("seed", "nodes", "cycles", "acknowledged", "lost", "duplicated", "inconsistent_offsets", "unexpected",
             "unseen", "incompatible_orders", "nonmonotonic_sends", "poll_skips", "nonmonotonic_polls",
-            "poll_skips_after_rebalance", "nonmonotonic_polls_after_rebalance", "recovered", "failed_sends",
-            "elapsed_s")
+            "poll_skips_after_rebalance", "nonmonotonic_polls_after_rebalance", "acks_without_offset", "recovered",
+            "failed_sends", "group_lag_at_end", "elapsed_s")
     return ", ".join(f"{k} {result.get(k)}" for k in keys)
 
 
