@@ -34,7 +34,9 @@ faults, named as Jepsen's nemeses:
   every node.
 - packet-loss: `numgen random mod 100 < N drop` on one node's or every node's interface
   (N 10, 25 or 50), both ways, clients included.
-- disk-full: one node's filesystem filled to its last byte; healed by deleting the filler.
+- disk-full: one node's filesystem filled to its last block; healed by deleting the filler.
+  Appends go into preallocated segments: with SEGMENT_BYTES each node rolls one every second or
+  two, and those rolls (and new checkpoint files) meet the full disk.
 - membership: with four or more nodes `sluice reassign drain` of a broker, healed by moving
   every drained partition back; with three, one partition's replicas shrunk to two (`sluice
   reassign move`, the dropped replica deleted), healed by moving it back to three.
@@ -51,7 +53,8 @@ with `assign`. The checker reports what Jepsen's Kafka checker reports:
 - duplicated: one value at more than one offset (acknowledgements, polls, final read). The
   producers are idempotent: fails the run.
 - inconsistent offsets: one offset holding two values across acknowledgements and reads. Fails.
-- unexpected: a value read that no producer sent. Fails.
+- unexpected: a value read that no producer sent, or whose bytes (every value carries PAD_BYTES
+  derived from it) differ from what was sent. Fails.
 - unseen: acknowledged, never returned by the workload's consumers' polls before the final read
   (after the drain). The queue's promise is that every acknowledged send is received once the
   cluster is healthy again: fails.
@@ -66,7 +69,12 @@ with `assign`. The checker reports what Jepsen's Kafka checker reports:
   whether the group as a whole missed something. Within one assignment a consumer's position
   only moves forward one record at a time (no seeks here, and no offset reset can be due: data
   at or below the high watermark is never truncated), so those fail the run.
-- a panic in any node's log fails the run; unexpected node exits are reported.
+- acknowledged without an offset: librdkafka's idempotent producer acknowledges an in-flight
+  batch whose response was lost once a later batch of the partition succeeds (IMPLICITACK), with
+  no offset. Counted as acknowledged (it must be in the final read), reported apart.
+- a panic in any node's log fails the run. Node exits, nemesis errors, partitions short of their
+  ISR after the last heal, the group's committed lag at the end, the nodes' open file descriptors
+  and what their logs say the faults did are reported.
 
 Run it (root):
 
