@@ -66,28 +66,35 @@ const UNKNOWN_LEADER_EPOCH: i16 = 59;
 const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 
+/// A fetch, of a follower or a consumer, as far as replication needs it.
+#[derive(Clone, Debug)]
+pub struct Fetch {
+    topic_id: TopicId,
+    partition: i32,
+    fetch_offset: i64,
+    last_fetched_epoch: i32,
+    current_leader_epoch: i32,
+    /// A follower's id and broker epoch (KIP-903); `None` for a consumer.
+    replica: Option<(BrokerId, BrokerEpoch)>,
+    seq: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct FetchAnswer {
+    topic_id: TopicId,
+    partition: i32,
+    seq: u64,
+    error_code: i16,
+    high_watermark: i64,
+    log_start_offset: i64,
+    diverging: Option<(LeaderEpoch, i64)>,
+    batches: Vec<Bytes>,
+}
+
 #[derive(Clone, Debug)]
 pub enum DataMsg {
-    Fetch {
-        topic_id: TopicId,
-        partition: i32,
-        fetch_offset: i64,
-        last_fetched_epoch: i32,
-        current_leader_epoch: i32,
-        /// A follower's id and broker epoch (KIP-903); `None` for a consumer.
-        replica: Option<(BrokerId, BrokerEpoch)>,
-        seq: u64,
-    },
-    FetchResponse {
-        topic_id: TopicId,
-        partition: i32,
-        seq: u64,
-        error_code: i16,
-        high_watermark: i64,
-        log_start_offset: i64,
-        diverging: Option<(LeaderEpoch, i64)>,
-        batches: Vec<Bytes>,
-    },
+    Fetch(Fetch),
+    FetchAnswer(FetchAnswer),
     Produce {
         topic_id: TopicId,
         partition: i32,
@@ -544,7 +551,7 @@ impl DataPlane {
                     out.push((
                         id,
                         f.leader.0 as u64,
-                        DataMsg::Fetch {
+                        DataMsg::Fetch(Fetch {
                             topic_id: key.0,
                             partition: key.1,
                             fetch_offset: end,
@@ -552,7 +559,7 @@ impl DataPlane {
                             current_leader_epoch: f.leader_epoch.0,
                             replica: Some((BrokerId(id as i32), epoch)),
                             seq,
-                        },
+                        }),
                     ));
                 }
                 ReplicaRole::Unknown => {}
@@ -562,39 +569,17 @@ impl DataPlane {
     }
 
     /// A leader's answer to a fetch (a follower's or a consumer's).
-    #[allow(clippy::too_many_arguments)]
-    fn on_fetch(
-        &mut self,
-        id: u64,
-        topic_id: TopicId,
-        partition: i32,
-        fetch_offset: i64,
-        last_fetched_epoch: i32,
-        current_leader_epoch: i32,
-        replica: Option<(BrokerId, BrokerEpoch)>,
-        seq: u64,
-        local_now: u64,
-    ) -> Result<DataMsg, LogError> {
-        let mut answer = DataMsg::FetchResponse {
+    fn on_fetch(&mut self, id: u64, f: &Fetch, local_now: u64) -> Result<FetchAnswer, LogError> {
+        let (topic_id, partition, fetch_offset) = (f.topic_id, f.partition, f.fetch_offset);
+        let mut answer = FetchAnswer {
             topic_id,
             partition,
-            seq,
+            seq: f.seq,
             error_code: error_code::NOT_LEADER_OR_FOLLOWER,
             high_watermark: -1,
             log_start_offset: -1,
             diverging: None,
             batches: vec![],
-        };
-        let DataMsg::FetchResponse {
-            error_code: code,
-            high_watermark,
-            log_start_offset,
-            diverging,
-            batches,
-            ..
-        } = &mut answer
-        else {
-            unreachable!()
         };
         let b = self.brokers.get_mut(&id).unwrap();
         let Some(r) = b.replicas.get_mut(&(topic_id, partition)) else {
@@ -604,31 +589,32 @@ impl DataPlane {
             return Ok(answer);
         };
         // The broker's `Partition::check_leader`.
-        if current_leader_epoch >= 0 && current_leader_epoch < l.leader_epoch.0 {
-            *code = error_code::FENCED_LEADER_EPOCH;
+        let current = f.current_leader_epoch;
+        if current >= 0 && current < l.leader_epoch.0 {
+            answer.error_code = error_code::FENCED_LEADER_EPOCH;
             return Ok(answer);
         }
-        if current_leader_epoch > l.leader_epoch.0 {
-            *code = UNKNOWN_LEADER_EPOCH;
+        if current > l.leader_epoch.0 {
+            answer.error_code = UNKNOWN_LEADER_EPOCH;
             return Ok(answer);
         }
-        *code = error_code::NONE;
-        *log_start_offset = r.log.log_start_offset().0;
-        let visible_end = match replica {
+        answer.error_code = error_code::NONE;
+        answer.log_start_offset = r.log.log_start_offset().0;
+        let visible_end = match f.replica {
             Some((follower, broker_epoch)) => {
-                if last_fetched_epoch >= 0 {
+                if f.last_fetched_epoch >= 0 {
                     let end = r
                         .log
-                        .end_offset_for_epoch(LogEpoch(last_fetched_epoch))
+                        .end_offset_for_epoch(LogEpoch(f.last_fetched_epoch))
                         .map(|(e, o)| (LeaderEpoch(e.0), o.0));
-                    *diverging = diverging_epoch(
+                    answer.diverging = diverging_epoch(
                         end,
-                        LeaderEpoch(last_fetched_epoch),
+                        LeaderEpoch(f.last_fetched_epoch),
                         fetch_offset,
-                        *log_start_offset,
+                        answer.log_start_offset,
                     );
                 }
-                if diverging.is_none() {
+                if answer.diverging.is_none() {
                     l.on_log_end(r.log.high_watermark().0);
                     let (_, change) = l.on_fetch(follower, broker_epoch, fetch_offset, local_now);
                     if let Some(change) = change {
@@ -639,8 +625,8 @@ impl DataPlane {
             }
             None => r.role.high_watermark(r.log.high_watermark().0).0,
         };
-        *high_watermark = r.role.high_watermark(r.log.high_watermark().0).0;
-        if diverging.is_some() {
+        answer.high_watermark = r.role.high_watermark(r.log.high_watermark().0).0;
+        if answer.diverging.is_some() {
             return Ok(answer);
         }
         match block_on(r.log.read(
@@ -648,29 +634,31 @@ impl DataPlane {
             FETCH_MAX_BYTES,
             LogOffset(visible_end),
         )) {
-            Ok(read) => *batches = read.into_iter().map(|b| b.bytes).collect(),
-            Err(LogError::OffsetOutOfRange { .. }) => *code = OFFSET_OUT_OF_RANGE,
+            Ok(read) => answer.batches = read.into_iter().map(|b| b.bytes).collect(),
+            Err(LogError::OffsetOutOfRange { .. }) => answer.error_code = OFFSET_OUT_OF_RANGE,
             Err(e) => return Err(e),
         }
         Ok(answer)
     }
 
     /// A follower applies its leader's answer, as the broker's replica fetcher does.
-    #[allow(clippy::too_many_arguments)]
-    fn on_fetch_response(
+    fn on_fetch_answer(
         &mut self,
         id: u64,
-        topic_id: TopicId,
-        partition: i32,
-        seq: u64,
-        error_code: i16,
-        high_watermark: i64,
-        log_start_offset: i64,
-        diverging: Option<(LeaderEpoch, i64)>,
-        batches: Vec<Bytes>,
+        a: FetchAnswer,
         now: u64,
         rng: &mut StdRng,
     ) -> Result<(), LogError> {
+        let FetchAnswer {
+            topic_id,
+            partition,
+            seq,
+            error_code,
+            high_watermark,
+            log_start_offset,
+            diverging,
+            batches,
+        } = a;
         let b = self.brokers.get_mut(&id).unwrap();
         let slow = now < b.slow_disk_until;
         let (lo, hi) = b.disk_delay_ms;
@@ -1086,50 +1074,11 @@ impl Sim {
             let local_now = now + self.nodes[&to].clock_skew_ms;
             let mut out = Outbox::new();
             let result = match msg {
-                DataMsg::Fetch {
-                    topic_id,
-                    partition,
-                    fetch_offset,
-                    last_fetched_epoch,
-                    current_leader_epoch,
-                    replica,
-                    seq,
-                } => self
+                DataMsg::Fetch(f) => self
                     .data
-                    .on_fetch(
-                        to,
-                        topic_id,
-                        partition,
-                        fetch_offset,
-                        last_fetched_epoch,
-                        current_leader_epoch,
-                        replica,
-                        seq,
-                        local_now,
-                    )
-                    .map(|answer| out.push((to, from, answer))),
-                DataMsg::FetchResponse {
-                    topic_id,
-                    partition,
-                    seq,
-                    error_code,
-                    high_watermark,
-                    log_start_offset,
-                    diverging,
-                    batches,
-                } => self.data.on_fetch_response(
-                    to,
-                    topic_id,
-                    partition,
-                    seq,
-                    error_code,
-                    high_watermark,
-                    log_start_offset,
-                    diverging,
-                    batches,
-                    now,
-                    &mut self.rng,
-                ),
+                    .on_fetch(to, &f, local_now)
+                    .map(|answer| out.push((to, from, DataMsg::FetchAnswer(answer)))),
+                DataMsg::FetchAnswer(a) => self.data.on_fetch_answer(to, a, now, &mut self.rng),
                 DataMsg::Produce {
                     topic_id,
                     partition,
@@ -1159,13 +1108,13 @@ impl Sim {
                 );
             }
         } else if (CONSUMER_BASE..ALTER_BASE).contains(&to) {
-            if let DataMsg::FetchResponse {
+            if let DataMsg::FetchAnswer(FetchAnswer {
                 seq,
                 error_code,
                 high_watermark,
                 batches,
                 ..
-            } = msg
+            }) = msg
             {
                 self.on_consumer_response(
                     (to - CONSUMER_BASE) as usize,
@@ -1287,7 +1236,7 @@ impl Sim {
             let seq = self.data.seq();
             let c = &mut self.data.consumers[i];
             c.in_flight = Some((seq, now));
-            let msg = DataMsg::Fetch {
+            let msg = DataMsg::Fetch(Fetch {
                 topic_id,
                 partition,
                 fetch_offset: c.position,
@@ -1295,7 +1244,7 @@ impl Sim {
                 current_leader_epoch: -1,
                 replica: None,
                 seq,
-            };
+            });
             self.send(CONSUMER_BASE + i as u64, leader, Payload::Data(msg));
         }
     }
