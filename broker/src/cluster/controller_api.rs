@@ -752,54 +752,52 @@ pub fn admin_response(response: core::ControllerResponse, version: i16) -> Respo
             use kafka_protocol::messages::elect_leaders_response::{
                 PartitionResult, ReplicaElectionResult,
             };
-            let mut r = ElectLeadersResponse::default().with_error_code(e.error_code);
-            // Grouped by topic, in the order the topics first appear.
-            for result in e.results {
+            let partitions = e.results.into_iter().map(|result| {
                 let partition = PartitionResult::default()
                     .with_partition_id(result.partition_id)
                     .with_error_code(result.error_code)
                     .with_error_message(message(result.error_message));
-                match r
-                    .replica_election_results
-                    .iter_mut()
-                    .find(|t| t.topic.0.as_str() == result.topic)
-                {
-                    Some(t) => t.partition_result.push(partition),
-                    None => r.replica_election_results.push(
-                        ReplicaElectionResult::default()
-                            .with_topic(TopicName(StrBytes::from_string(result.topic)))
-                            .with_partition_result(vec![partition]),
-                    ),
-                }
-            }
-            ResponseKind::ElectLeaders(r)
+                (result.topic, partition)
+            });
+            let topics = by_topic(partitions)
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    ReplicaElectionResult::default()
+                        .with_topic(topic_name(topic))
+                        .with_partition_result(partitions)
+                })
+                .collect();
+            ResponseKind::ElectLeaders(
+                ElectLeadersResponse::default()
+                    .with_error_code(e.error_code)
+                    .with_replica_election_results(topics),
+            )
         }
         R::AlterPartitionReassignments(a) => {
             use kafka_protocol::messages::alter_partition_reassignments_response::{
                 ReassignablePartitionResponse, ReassignableTopicResponse,
             };
-            let mut r = AlterPartitionReassignmentsResponse::default()
-                .with_error_code(a.error_code)
-                .with_allow_replication_factor_change(version >= 1);
-            for result in a.results {
+            let partitions = a.results.into_iter().map(|result| {
                 let partition = ReassignablePartitionResponse::default()
                     .with_partition_index(result.partition_id)
                     .with_error_code(result.error_code)
                     .with_error_message(message(result.error_message));
-                match r
-                    .responses
-                    .iter_mut()
-                    .find(|t| t.name.0.as_str() == result.topic)
-                {
-                    Some(t) => t.partitions.push(partition),
-                    None => r.responses.push(
-                        ReassignableTopicResponse::default()
-                            .with_name(TopicName(StrBytes::from_string(result.topic)))
-                            .with_partitions(vec![partition]),
-                    ),
-                }
-            }
-            ResponseKind::AlterPartitionReassignments(r)
+                (result.topic, partition)
+            });
+            let topics = by_topic(partitions)
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    ReassignableTopicResponse::default()
+                        .with_name(topic_name(topic))
+                        .with_partitions(partitions)
+                })
+                .collect();
+            ResponseKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsResponse::default()
+                    .with_error_code(a.error_code)
+                    .with_allow_replication_factor_change(version >= 1)
+                    .with_responses(topics),
+            )
         }
         R::ListPartitionReassignments(l) => {
             use kafka_protocol::messages::list_partition_reassignments_response::{
@@ -810,26 +808,47 @@ pub fn admin_response(response: core::ControllerResponse, version: i16) -> Respo
                     .map(|b| kafka_protocol::messages::BrokerId(b.0))
                     .collect()
             };
-            let mut r = ListPartitionReassignmentsResponse::default().with_error_code(l.error_code);
-            for o in l.reassignments {
+            let partitions = l.reassignments.into_iter().map(|o| {
                 let partition = OngoingPartitionReassignment::default()
                     .with_partition_index(o.partition_id)
                     .with_replicas(ids(o.replicas))
                     .with_adding_replicas(ids(o.adding_replicas))
                     .with_removing_replicas(ids(o.removing_replicas));
-                match r.topics.iter_mut().find(|t| t.name.0.as_str() == o.topic) {
-                    Some(t) => t.partitions.push(partition),
-                    None => r.topics.push(
-                        OngoingTopicReassignment::default()
-                            .with_name(TopicName(StrBytes::from_string(o.topic)))
-                            .with_partitions(vec![partition]),
-                    ),
-                }
-            }
-            ResponseKind::ListPartitionReassignments(r)
+                (o.topic, partition)
+            });
+            let topics = by_topic(partitions)
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    OngoingTopicReassignment::default()
+                        .with_name(topic_name(topic))
+                        .with_partitions(partitions)
+                })
+                .collect();
+            ResponseKind::ListPartitionReassignments(
+                ListPartitionReassignmentsResponse::default()
+                    .with_error_code(l.error_code)
+                    .with_topics(topics),
+            )
         }
         other => unreachable!("not an admin response: {other:?}"),
     }
+}
+
+/// Per-partition results grouped by topic, the topics in the order they first appear (as
+/// Kafka's responses list them).
+fn by_topic<P>(items: impl IntoIterator<Item = (String, P)>) -> Vec<(String, Vec<P>)> {
+    let mut out: Vec<(String, Vec<P>)> = Vec::new();
+    for (topic, p) in items {
+        match out.iter_mut().find(|(t, _)| *t == topic) {
+            Some((_, partitions)) => partitions.push(p),
+            None => out.push((topic, vec![p])),
+        }
+    }
+    out
+}
+
+fn topic_name(topic: String) -> TopicName {
+    TopicName(StrBytes::from_string(topic))
 }
 
 #[cfg(test)]

@@ -83,6 +83,33 @@ where
         .await
 }
 
+/// [`admin`] for a request of kind `$kind`, with its answer of the same kind unwrapped. The
+/// optional `|response, image| condition` is what this node's image must show before the
+/// answer goes back (the `applied` of [`admin`]), on the typed response.
+macro_rules! admin_as {
+    ($kind:ident, $shard:expr, $version:expr, $request:expr, $wait:expr) => {
+        admin_as!($kind, $shard, $version, $request, $wait, |_r, _image| true)
+    };
+    ($kind:ident, $shard:expr, $version:expr, $request:expr, $wait:expr, |$r:ident, $image:ident| $applied:expr) => {{
+        let response = admin(
+            $shard,
+            ApiKey::$kind,
+            $version,
+            RequestKind::$kind($request),
+            $wait,
+            move |response, $image| match response {
+                ResponseKind::$kind($r) => $applied,
+                _ => true,
+            },
+        )
+        .await;
+        match response {
+            ResponseKind::$kind(r) => r,
+            _ => unreachable!(concat!(stringify!($kind), " answers ", stringify!($kind))),
+        }
+    }};
+}
+
 /// CreateTopics in a cluster: at the controller, then until this node has the topics.
 pub async fn create_topics(
     shard: &Rc<Shard>,
@@ -91,27 +118,13 @@ pub async fn create_topics(
 ) -> kafka_protocol::messages::CreateTopicsResponse {
     let validate_only = request.validate_only;
     let wait = applied_wait(request.timeout_ms);
-    let response = admin(
-        shard,
-        ApiKey::CreateTopics,
-        version,
-        RequestKind::CreateTopics(request),
-        wait,
-        move |response, image| match response {
-            ResponseKind::CreateTopics(r) => {
-                validate_only
-                    || r.topics
-                        .iter()
-                        .filter(|t| t.error_code == 0)
-                        .all(|t| image.topics.contains_key(t.name.0.as_str()))
-            }
-            _ => true,
-        },
-    )
-    .await;
-    let ResponseKind::CreateTopics(r) = response else {
-        unreachable!("CreateTopics answers CreateTopics")
-    };
+    let r = admin_as!(CreateTopics, shard, version, request, wait, |r, image| {
+        validate_only
+            || r.topics
+                .iter()
+                .filter(|t| t.error_code == 0)
+                .all(|t| image.topics.contains_key(t.name.0.as_str()))
+    });
     for t in r.topics.iter().filter(|t| t.error_code != 0) {
         tracing::info!(topic = %t.name.0, error_code = t.error_code, message = ?t.error_message, "CreateTopics refused");
     }
@@ -125,30 +138,15 @@ pub async fn delete_topics(
     version: i16,
 ) -> kafka_protocol::messages::DeleteTopicsResponse {
     let wait = applied_wait(request.timeout_ms);
-    let response = admin(
-        shard,
-        ApiKey::DeleteTopics,
-        version,
-        RequestKind::DeleteTopics(request),
-        wait,
-        |response, image| match response {
-            ResponseKind::DeleteTopics(r) => {
-                r.responses
-                    .iter()
-                    .filter(|t| t.error_code == 0)
-                    .all(|t| match &t.name {
-                        Some(n) => !image.topics.contains_key(n.0.as_str()),
-                        None => image.topic_by_id(t.topic_id).is_none(),
-                    })
-            }
-            _ => true,
-        },
-    )
-    .await;
-    let ResponseKind::DeleteTopics(r) = response else {
-        unreachable!("DeleteTopics answers DeleteTopics")
-    };
-    r
+    admin_as!(DeleteTopics, shard, version, request, wait, |r, image| {
+        r.responses
+            .iter()
+            .filter(|t| t.error_code == 0)
+            .all(|t| match &t.name {
+                Some(n) => !image.topics.contains_key(n.0.as_str()),
+                None => image.topic_by_id(t.topic_id).is_none(),
+            })
+    })
 }
 
 /// CreatePartitions in a cluster: at the controller, then until this node has the partitions.
@@ -164,31 +162,23 @@ pub async fn create_partitions(
         .collect();
     let validate_only = request.validate_only;
     let wait = applied_wait(request.timeout_ms);
-    let response = admin(
+    admin_as!(
+        CreatePartitions,
         shard,
-        ApiKey::CreatePartitions,
         version,
-        RequestKind::CreatePartitions(request),
+        request,
         wait,
-        move |response, image| match response {
-            ResponseKind::CreatePartitions(r) => {
-                validate_only
-                    || r.results.iter().filter(|t| t.error_code == 0).all(|t| {
-                        let want = counts.get(t.name.0.as_str()).copied().unwrap_or(0);
-                        image
-                            .topics
-                            .get(t.name.0.as_str())
-                            .is_some_and(|m| m.shards.len() >= want)
-                    })
-            }
-            _ => true,
-        },
+        |r, image| {
+            validate_only
+                || r.results.iter().filter(|t| t.error_code == 0).all(|t| {
+                    let want = counts.get(t.name.0.as_str()).copied().unwrap_or(0);
+                    image
+                        .topics
+                        .get(t.name.0.as_str())
+                        .is_some_and(|m| m.shards.len() >= want)
+                })
+        }
     )
-    .await;
-    let ResponseKind::CreatePartitions(r) = response else {
-        unreachable!("CreatePartitions answers CreatePartitions")
-    };
-    r
 }
 
 /// IncrementalAlterConfigs in a cluster, at the controller.
@@ -197,19 +187,13 @@ pub async fn incremental_alter_configs(
     request: kafka_protocol::messages::IncrementalAlterConfigsRequest,
     version: i16,
 ) -> kafka_protocol::messages::IncrementalAlterConfigsResponse {
-    let response = admin(
+    admin_as!(
+        IncrementalAlterConfigs,
         shard,
-        ApiKey::IncrementalAlterConfigs,
         version,
-        RequestKind::IncrementalAlterConfigs(request),
-        APPLIED_WAIT,
-        |_, _| true,
+        request,
+        APPLIED_WAIT
     )
-    .await;
-    let ResponseKind::IncrementalAlterConfigs(r) = response else {
-        unreachable!("IncrementalAlterConfigs answers IncrementalAlterConfigs")
-    };
-    r
 }
 
 /// ElectLeaders (`kafka-leader-election`): at the controller, answered once this node's image
@@ -220,18 +204,7 @@ pub async fn elect_leaders(
     version: i16,
 ) -> kafka_protocol::messages::ElectLeadersResponse {
     let wait = applied_wait(request.timeout_ms);
-    let response = admin(
-        shard,
-        ApiKey::ElectLeaders,
-        version,
-        RequestKind::ElectLeaders(request),
-        wait,
-        |_, _| true,
-    )
-    .await;
-    let ResponseKind::ElectLeaders(r) = response else {
-        unreachable!("ElectLeaders answers ElectLeaders")
-    };
+    let r = admin_as!(ElectLeaders, shard, version, request, wait);
     for t in &r.replica_election_results {
         for p in t.partition_result.iter().filter(|p| p.error_code == 0) {
             tracing::info!(topic = %t.topic.0, partition = p.partition_id, "leader elected on request");
@@ -248,18 +221,7 @@ pub async fn alter_partition_reassignments(
     version: i16,
 ) -> kafka_protocol::messages::AlterPartitionReassignmentsResponse {
     let wait = applied_wait(request.timeout_ms);
-    let response = admin(
-        shard,
-        ApiKey::AlterPartitionReassignments,
-        version,
-        RequestKind::AlterPartitionReassignments(request),
-        wait,
-        |_, _| true,
-    )
-    .await;
-    let ResponseKind::AlterPartitionReassignments(r) = response else {
-        unreachable!("AlterPartitionReassignments answers AlterPartitionReassignments")
-    };
+    let r = admin_as!(AlterPartitionReassignments, shard, version, request, wait);
     for t in &r.responses {
         for p in &t.partitions {
             if p.error_code == 0 {
@@ -279,19 +241,7 @@ pub async fn list_partition_reassignments(
     version: i16,
 ) -> kafka_protocol::messages::ListPartitionReassignmentsResponse {
     let wait = applied_wait(request.timeout_ms);
-    let response = admin(
-        shard,
-        ApiKey::ListPartitionReassignments,
-        version,
-        RequestKind::ListPartitionReassignments(request),
-        wait,
-        |_, _| true,
-    )
-    .await;
-    let ResponseKind::ListPartitionReassignments(r) = response else {
-        unreachable!("ListPartitionReassignments answers ListPartitionReassignments")
-    };
-    r
+    admin_as!(ListPartitionReassignments, shard, version, request, wait)
 }
 
 /// Why the broker's own creation of a topic (auto-creation, the offsets topic) failed.
