@@ -92,6 +92,7 @@ import bisect
 import collections
 import ctypes
 import errno
+import gzip
 import hashlib
 import json
 import logging
@@ -99,6 +100,7 @@ import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -558,8 +560,9 @@ class Disk:
         self.filler.unlink(missing_ok=True)
         syncfs(self.mount_point)
 
-    def remove(self) -> list[str]:
-        """Unmounts and detaches; returns what went wrong."""
+    def remove(self, keep_image: bool = False) -> list[str]:
+        """Unmounts and detaches (the image stays when `keep_image`: `mount -o loop` it to look
+        at a failed run's data); returns what went wrong."""
         problems = []
         if self.device is None:
             return problems
@@ -577,7 +580,8 @@ class Disk:
         if done.returncode != 0:
             problems.append(f"losetup -d {self.device}: {done.stderr.strip()}")
         self.device = None
-        self.image.unlink(missing_ok=True)
+        if not keep_image:
+            self.image.unlink(missing_ok=True)
         return problems
 
 
@@ -998,8 +1002,11 @@ def check(producers: list[ProducerHistory], consumers: list[ConsumerHistory],
     for v in sorted(lost)[:examples_max]:
         note("lost", f"{v} acknowledged at {acked[v][1]}-{acked[v][2]}@{acked[v][3]}")
     duplicated = [v for v, places in where.items() if len(places) > 1]
+    failures = {value: error for h in producers for _, _, value, partition, error in h.sends if partition < 0}
     for v in sorted(duplicated)[:examples_max]:
-        note("duplicated", f"{v} at {sorted(where[v])}")
+        status = (f"acknowledged at {acked[v][3]}" if v in acked
+                  else f"not acknowledged ({failures[v]})" if v in failures else "no outcome")
+        note("duplicated", f"{v} at {sorted(where[v])}, {status}")
     inconsistent = [k for k, values in at.items() if len(values) > 1]
     for k in sorted(inconsistent)[:examples_max]:
         note("inconsistent_offsets", f"{k[0]}-{k[1]}@{k[2]}: {sorted(at[k])}")
@@ -1021,6 +1028,8 @@ def check(producers: list[ProducerHistory], consumers: list[ConsumerHistory],
         "final_read_records": sum(len(r) for parts in final.values() for r in parts.values()),
         "lost": len(lost),
         "duplicated": len(duplicated),
+        "duplicated_acknowledged": sum(1 for v in duplicated if v in acked),
+        "duplicated_offsets": duplicated_offsets(where, duplicated),
         "inconsistent_offsets": len(inconsistent),
         "unexpected": len(unexpected),
         "unseen": len(unseen),
@@ -1039,6 +1048,37 @@ def check(producers: list[ProducerHistory], consumers: list[ConsumerHistory],
         result["anomalies"].append("nothing acknowledged")
     result["valid"] = not result["anomalies"]
     return result
+
+
+def duplicated_offsets(where: dict, duplicated: list[str]) -> dict[str, list[int]]:
+    """`topic-partition` -> [first, last] offset holding a duplicated value, for the dumps."""
+    out: dict[str, list[int]] = {}
+    for v in duplicated:
+        for topic, partition, offset in where[v]:
+            span = out.setdefault(f"{topic}-{partition}", [offset, offset])
+            span[0], span[1] = min(span[0], offset), max(span[1], offset)
+    return out
+
+
+def batch_headers(partition_dir: Path, first: int, last: int) -> list[str]:
+    """The record batch headers (engine/FORMAT.md) of one replica's segment files that overlap
+    offsets first..last: offsets, leader epoch, producer id, epoch and base sequence."""
+    lines = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        data = segment.read_bytes()
+        at = 0
+        while at + 61 <= len(data):
+            base, length, leader_epoch = struct.unpack_from(">qii", data, at)
+            if length <= 0:
+                break  # the preallocated tail
+            last_delta, = struct.unpack_from(">i", data, at + 23)
+            producer_id, producer_epoch, base_sequence, count = struct.unpack_from(">qhii", data, at + 43)
+            if base + last_delta >= first and base <= last:
+                lines.append(f"{segment.name} offsets {base}..{base + last_delta} leader_epoch {leader_epoch} "
+                             f"producer {producer_id} epoch {producer_epoch} sequence {base_sequence}.."
+                             f"{base_sequence + count - 1}")
+            at += length + 12
+    return lines
 
 
 def append_key(value: str) -> str:
@@ -1184,6 +1224,7 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
     nemesis = None
     clients: list[Client] = []
     java_client = None
+    history = None
     failed = True
     net.create()
     net.enter_clients()
@@ -1317,6 +1358,9 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
                  APPEND: final_read(bootstrap, APPEND, APPEND_PARTITIONS)}
         group_lag = committed_lag(bootstrap, {p: r[-1][0] + 1 if r else 0 for p, r in final[QUEUE].items()})
         result.update(check(producers, consumers, final))
+        history = {"producers": {h.name: h.sends for h in producers},
+                   "consumers": {c.name: c.events for c in consumers},
+                   "final": {t: {str(p): r for p, r in parts.items()} for t, parts in final.items()}}
         result.update({
             "cycles": cycles_done,
             "fault_mix": dict(sorted(nemesis.counts.items())),
@@ -1360,9 +1404,20 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
                 shutil.copy(n.log_path, out / f"node-{n.node_id}.log")
             result["panics"] = panics
             result["log_events"] = log_events(cluster)
+        invalid = failed or bool(result.get("anomalies")) or bool(result.get("panics"))
+        if cluster is not None and result.get("duplicated_offsets"):
+            for name, (first, last) in result["duplicated_offsets"].items():
+                for n in cluster.nodes:
+                    lines = batch_headers(n.data_dir / name, first, last)
+                    (out / f"batches-{name}-node-{n.node_id}.txt").write_text("\n".join(lines) + "\n")
+        if invalid and history is not None:
+            with gzip.open(out / "history.json.gz", "wt") as f:
+                json.dump(history, f)
         problems = []
         for d in disks.values():
-            problems += d.remove()
+            problems += d.remove(keep_image=invalid)
+        if invalid:
+            result["kept"] = [str(d.image) for d in disks.values()]
         if problems:
             result["cleanup_problems"] = problems
         net.leave_clients()
