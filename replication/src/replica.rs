@@ -324,33 +324,46 @@ impl LeaderState {
         self.advance_high_watermark()
     }
 
-    /// The controller answered the pending change. A refusal (INVALID_UPDATE_VERSION,
-    /// INELIGIBLE_REPLICA, ...) comes with the controller's state of the partition: when that is
-    /// this leader's committed state, nothing changed and the next fetch or tick proposes again;
-    /// when it is newer at this leader epoch (an earlier send of the change was committed, or
-    /// the controller changed the ISR itself), it is the committed state from now on; from
-    /// another leader epoch, this leadership is over and the image will say so: the change stays
-    /// pending meanwhile. Returns the new high watermark if it moved.
-    pub fn on_isr_answer(&mut self, answer: IsrAnswer) -> Option<i64> {
-        match answer {
+    /// The controller answered `answered`, a change this leader proposed. A refusal
+    /// (INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA, ...) comes with the controller's state of the
+    /// partition: when that is this leader's committed state, nothing changed and the next fetch
+    /// or tick proposes again; when it is newer at this leader epoch (an earlier send of the
+    /// change was committed, or the controller changed the ISR itself), it is the committed
+    /// state from now on; from another leader epoch, this leadership is over and the image will
+    /// say so. An answer to a change that is no longer the pending one (a late answer) clears
+    /// nothing: only a state newer than this leader's counts, as it would from the image.
+    /// Returns the new high watermark if it moved.
+    pub fn on_isr_answer(&mut self, answered: &IsrChange, answer: IsrAnswer) -> Option<i64> {
+        let answers_pending = self.pending.as_ref().is_some_and(|p| p.change == *answered);
+        let (isr, partition_epoch) = match answer {
             IsrAnswer::Committed {
                 isr,
                 partition_epoch,
-            } => self.on_committed(isr, partition_epoch),
+            } => {
+                if answers_pending {
+                    return self.on_committed(isr, partition_epoch);
+                }
+                (isr, partition_epoch)
+            }
             IsrAnswer::Refused {
                 leader_epoch,
                 isr,
                 partition_epoch,
             } => {
-                if leader_epoch != self.leader_epoch || partition_epoch.0 < self.partition_epoch.0 {
-                    None
-                } else if partition_epoch == self.partition_epoch {
-                    self.pending = None;
-                    None
-                } else {
-                    self.on_committed(isr, partition_epoch)
+                if leader_epoch != self.leader_epoch {
+                    return None;
                 }
+                if partition_epoch == self.partition_epoch && answers_pending {
+                    self.pending = None;
+                    return None;
+                }
+                (isr, partition_epoch)
             }
+        };
+        if partition_epoch.0 > self.partition_epoch.0 {
+            self.on_committed(isr, partition_epoch)
+        } else {
+            None
         }
     }
 
@@ -767,7 +780,7 @@ mod tests {
             isr: l.isr.clone(),
             partition_epoch: l.partition_epoch,
         };
-        l.on_isr_answer(refused);
+        l.on_isr_answer(&grow.unwrap(), refused);
         let (_, again) = l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 3);
         assert!(again.is_some());
     }
@@ -796,15 +809,52 @@ mod tests {
         );
         assert_eq!(l.pending_change(), Some(&grow), "sent again as it was");
         // The retry is refused as stale: the first send was committed. That state counts.
-        let hw = l.on_isr_answer(IsrAnswer::Refused {
-            leader_epoch: l.leader_epoch,
-            isr: ids(&[1, 2, 3]),
-            partition_epoch: PartitionEpoch(l.partition_epoch.0 + 1),
-        });
+        let hw = l.on_isr_answer(
+            &grow,
+            IsrAnswer::Refused {
+                leader_epoch: l.leader_epoch,
+                isr: ids(&[1, 2, 3]),
+                partition_epoch: PartitionEpoch(l.partition_epoch.0 + 1),
+            },
+        );
         assert_eq!(hw, None);
         assert_eq!(l.isr, ids(&[1, 2, 3]));
         assert_eq!(l.pending_change(), None);
         assert_eq!(l.on_fetch(BrokerId(3), BrokerEpoch(6), 110, 3).0, Some(110));
+    }
+
+    /// Found by the simulator (seed 2681, five controllers): a late refusal of an earlier
+    /// change, at the state the leader already had, cleared the change proposed since (adding
+    /// a follower), which the controller then committed while the high watermark had moved
+    /// past that follower's log end. A late answer clears nothing.
+    #[test]
+    fn a_late_answer_leaves_the_pending_change_be() {
+        let mut l = leader(&[1, 2], 100, 100, 2);
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 1);
+        let (_, first) = l.on_fetch(BrokerId(3), BrokerEpoch(6), 100, 1);
+        let first = first.expect("3 caught up");
+        // The image brings a newer state; the first change can no longer commit, a second one
+        // is proposed on the new state.
+        l.on_committed(ids(&[1, 2]), PartitionEpoch(l.partition_epoch.0 + 1));
+        let (_, second) = l.on_fetch(BrokerId(3), BrokerEpoch(6), 100, 2);
+        let second = second.expect("proposed again");
+        l.on_log_end(110);
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 110, 3);
+        // The first change's refusal, at the state the leader has: the second stays pending.
+        let state = IsrAnswer::Refused {
+            leader_epoch: l.leader_epoch,
+            isr: l.isr.clone(),
+            partition_epoch: l.partition_epoch,
+        };
+        assert_eq!(l.on_isr_answer(&first, state), None);
+        assert_eq!(l.pending_change(), Some(&second));
+        assert_eq!(l.high_watermark(), 100, "3 still counts");
+        let committed = IsrAnswer::Committed {
+            isr: ids(&[1, 2, 3]),
+            partition_epoch: PartitionEpoch(l.partition_epoch.0 + 1),
+        };
+        assert_eq!(l.on_isr_answer(&second, committed), None);
+        assert_eq!(l.isr, ids(&[1, 2, 3]));
     }
 
     #[test]

@@ -1063,9 +1063,11 @@ fn five_controllers_three_brokers() {
 
 /// Seeds that found bugs, as (seed, voters), run whatever `SIM_SEEDS` says (see
 /// replication/README.md, "Tests").
-const REGRESSION_SEEDS: [(u64, u64); 1] = [
+const REGRESSION_SEEDS: [(u64, u64); 2] = [
     // Acknowledged writes lost after an unanswered AlterPartition.
     (3, 3),
+    // An acknowledged write lost after a late AlterPartition refusal cleared a newer change.
+    (2681, 5),
 ];
 
 #[test]

@@ -219,11 +219,11 @@ impl Partition {
         }
     }
 
-    /// The controller answered this leader's AlterPartition for this partition.
-    pub fn on_isr_answer(&self, answer: IsrAnswer) {
+    /// The controller answered this leader's AlterPartition (`answered`) for this partition.
+    pub fn on_isr_answer(&self, answered: &IsrChange, answer: IsrAnswer) {
         if let Replica::Leader(l) = &mut *self.replica.borrow_mut() {
             let old = l.isr.clone();
-            l.on_isr_answer(answer);
+            l.on_isr_answer(answered, answer);
             count_isr_change(&self.metrics, &old, &l.isr);
         }
         self.changed.notify(usize::MAX);

@@ -529,7 +529,7 @@ pub fn send_isr_change(
             match result {
                 Some(r) if r.error_code == 0 => {
                     tracing::info!(topic, partition, isr = ?r.isr.iter().map(|b| b.0).collect::<Vec<_>>(), partition_epoch = r.partition_epoch.0, "ISR changed");
-                    p.on_isr_answer(IsrAnswer::Committed {
+                    p.on_isr_answer(&change, IsrAnswer::Committed {
                         isr: r.isr,
                         partition_epoch: r.partition_epoch,
                     });
@@ -538,7 +538,7 @@ pub fn send_isr_change(
                 Some(r) => {
                     tracing::debug!(topic, partition, error_code = r.error_code, "the controller refused the ISR change");
                     glommio::timer::sleep(ISR_RETRY_BACKOFF).await;
-                    p.on_isr_answer(IsrAnswer::Refused {
+                    p.on_isr_answer(&change, IsrAnswer::Refused {
                         leader_epoch: r.leader_epoch,
                         isr: r.isr,
                         partition_epoch: r.partition_epoch,

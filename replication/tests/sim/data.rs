@@ -131,8 +131,8 @@ struct SimReplica {
     last_high_watermark: i64,
 }
 
-/// An AlterPartition in flight: its request id, when it left, the partitions it carries.
-type AlterInFlight = (RequestId, u64, Vec<(TopicId, i32)>);
+/// An AlterPartition in flight: its request id, when it left, the changes it carries.
+type AlterInFlight = (RequestId, u64, Vec<(TopicId, i32, IsrChange)>);
 
 pub struct BrokerData {
     storage: MemStorage,
@@ -794,14 +794,15 @@ impl DataPlane {
     /// others the pending change is sent again a moment later.
     fn on_alter_answer(&mut self, id: u64, response: Option<AlterPartitionResponse>, now: u64) {
         let b = self.brokers.get_mut(&id).unwrap();
-        let Some((_, _, partitions)) = b.alter_in_flight.take() else {
+        let Some((_, _, changes)) = b.alter_in_flight.take() else {
             return;
         };
         let results = response
             .filter(|r| r.error_code == error_code::NONE)
             .map(|r| r.partitions)
             .unwrap_or_default();
-        for key in partitions {
+        for (topic_id, partition, answered) in changes {
+            let key = (topic_id, partition);
             let Some(ReplicaRole::Leader(l)) = b.replicas.get_mut(&key).map(|r| &mut r.role) else {
                 continue;
             };
@@ -810,20 +811,27 @@ impl DataPlane {
                 .find(|p| p.topic_id == key.0 && p.partition_id == key.1);
             match result {
                 Some(p) if p.error_code == error_code::NONE => {
-                    l.on_isr_answer(IsrAnswer::Committed {
-                        isr: p.isr.clone(),
-                        partition_epoch: p.partition_epoch,
-                    });
+                    l.on_isr_answer(
+                        &answered,
+                        IsrAnswer::Committed {
+                            isr: p.isr.clone(),
+                            partition_epoch: p.partition_epoch,
+                        },
+                    );
                 }
                 Some(p) => {
-                    l.on_isr_answer(IsrAnswer::Refused {
-                        leader_epoch: p.leader_epoch,
-                        isr: p.isr.clone(),
-                        partition_epoch: p.partition_epoch,
-                    });
+                    l.on_isr_answer(
+                        &answered,
+                        IsrAnswer::Refused {
+                            leader_epoch: p.leader_epoch,
+                            isr: p.isr.clone(),
+                            partition_epoch: p.partition_epoch,
+                        },
+                    );
                 }
                 None => {
-                    if let Some(change) = l.pending_change() {
+                    // Sent again only while it is still the pending change.
+                    if let Some(change) = l.pending_change().filter(|c| **c == answered) {
                         b.alter_queue.push((key.0, key.1, change.clone()));
                         b.alter_retry_at = now + ISR_RETRY_BACKOFF_MS;
                     }
@@ -1022,7 +1030,7 @@ impl Sim {
         let mut seen = BTreeSet::new();
         queue.reverse();
         queue.retain(|(t, p, _)| seen.insert((*t, *p)));
-        let partitions = queue.iter().map(|(t, p, _)| (*t, *p)).collect();
+        let changes = queue.clone();
         let request = ControllerRequest::AlterPartition(AlterPartitionRequest {
             broker_id: BrokerId(id as i32),
             broker_epoch: epoch,
@@ -1041,7 +1049,7 @@ impl Sim {
             eprintln!("{now} broker {id} AlterPartition {request:?}");
         }
         let rid = self.request(ALTER_BASE + id, request);
-        self.data.brokers.get_mut(&id).unwrap().alter_in_flight = Some((rid, now, partitions));
+        self.data.brokers.get_mut(&id).unwrap().alter_in_flight = Some((rid, now, changes));
     }
 
     pub fn on_alter_response(&mut self, id: u64, rid: RequestId, response: ControllerResponse) {
