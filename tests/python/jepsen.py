@@ -51,7 +51,10 @@ with `assign`. The checker reports what Jepsen's Kafka checker reports:
 
 - lost: acknowledged, but not in the final read. Fails the run.
 - duplicated: one value at more than one offset (acknowledgements, polls, final read). The
-  producers are idempotent: fails the run.
+  producers are idempotent: fails the run. Each duplicate is attributed from the copies' batch
+  headers on every replica: the same producer id, epoch and sequence twice (the broker appended
+  a retry) or a later copy under a newer epoch (the client sent it again after bumping its
+  epoch, librdkafka's known behaviour when messages time out).
 - inconsistent offsets: one offset holding two values across acknowledgements and reads. Fails.
 - unexpected: a value read that no producer sent, or whose bytes (every value carries PAD_BYTES
   derived from it) differ from what was sent. Fails.
@@ -163,11 +166,20 @@ NODE_ARGS = ["--replica-lag-time-max-ms", 3000, "--leader-imbalance-check-interv
 # Four offsets partitions instead of Kafka's 50: each preallocates a segment on every node.
 NODE_TOML = '"offsets.topic.num.partitions" = 4\n'
 
+# librdkafka's idempotent producer bumps its epoch when a message times out and sends again, at
+# sequence 0 of the new epoch, what it had sent under the old one (some of it already in the
+# log): no broker can tell those from new records (librdkafka issue 4953). With 20 s here the
+# first long run found 3,448 such duplicates. librdkafka's default (300 s) outlasts every fault
+# and heal, as an operator's producers would run. It also bumps the epoch when a request sent
+# behind a failed one is answered OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka answers it (the Java
+# client retries those without a bump): one request in flight per connection sends nothing
+# behind a failed one.
 PRODUCER_CONFIG = {
     "acks": "all",
     "enable.idempotence": True,
+    "max.in.flight.requests.per.connection": 1,
     "linger.ms": 5,
-    "message.timeout.ms": 20_000,
+    "message.timeout.ms": 300_000,
     "request.timeout.ms": 5_000,
     "log.connection.close": False,
 }
@@ -1060,6 +1072,69 @@ def duplicated_offsets(where: dict, duplicated: list[str]) -> dict[str, list[int
     return out
 
 
+def record_producers(partition_dir: Path) -> dict[str, list[tuple[int, int, int, int]]]:
+    """Each value in one replica's segment files (uncompressed batches, as these producers send)
+    -> its copies as (offset, producer id, producer epoch, sequence)."""
+    out: dict[str, list[tuple[int, int, int, int]]] = collections.defaultdict(list)
+    for segment in sorted(partition_dir.glob("*.log")):
+        data = segment.read_bytes()
+        at = 0
+        while at + 61 <= len(data):
+            base, length = struct.unpack_from(">qi", data, at)
+            if length <= 0 or at + 12 + length > len(data):
+                break
+            attributes, = struct.unpack_from(">h", data, at + 21)
+            producer_id, producer_epoch, base_sequence, count = struct.unpack_from(">qhii", data, at + 43)
+            i = at + 61
+            for _ in range(count if attributes & 7 == 0 else 0):
+                length_of, i = zigzag(data, i)
+                end = i + length_of
+                i += 1  # attributes
+                _, i = zigzag(data, i)  # timestamp delta
+                offset_delta, i = zigzag(data, i)
+                key_length, i = zigzag(data, i)
+                i += max(key_length, 0)
+                value_length, i = zigzag(data, i)
+                value = data[i:i + value_length].split(b"|", 1)[0].decode(errors="replace")
+                out[value].append((base + offset_delta, producer_id, producer_epoch, base_sequence + offset_delta))
+                i = end
+            at += length + 12
+    return out
+
+
+def zigzag(data: bytes, i: int) -> tuple[int, int]:
+    """A zigzag varint of a record (Kafka's record format) at `i`: (value, next position)."""
+    shift = result = 0
+    while True:
+        byte = data[i]
+        i += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), i
+        shift += 7
+
+
+def attribute_duplicates(cluster: Cluster, duplicated_offsets: dict) -> dict[str, int]:
+    """Splits the duplicated values by what their copies' batches say, on every replica: the
+    same producer id, epoch and sequence twice (the broker appended a retry it should have
+    answered with the first offsets), or a later copy under a newer epoch of the same producer
+    (the client sent it again after bumping its epoch, which no broker can detect)."""
+    same_sequence: set[str] = set()
+    new_epoch: set[str] = set()
+    for name in duplicated_offsets:
+        for n in cluster.nodes:
+            for value, copies in record_producers(n.data_dir / name).items():
+                if len(copies) < 2:
+                    continue
+                keys = [(pid, epoch, seq) for _, pid, epoch, seq in copies]
+                if len(set(keys)) < len(keys):
+                    same_sequence.add(value)
+                elif len({pid for pid, _, _ in keys}) == 1 and len({e for _, e, _ in keys}) == len(keys):
+                    new_epoch.add(value)
+    return {"duplicated_same_sequence": len(same_sequence),
+            "duplicated_after_client_epoch_bump": len(new_epoch - same_sequence)}
+
+
 def batch_headers(partition_dir: Path, first: int, last: int) -> list[str]:
     """The record batch headers (engine/FORMAT.md) of one replica's segment files that overlap
     offsets first..last: offsets, leader epoch, producer id, epoch and base sequence."""
@@ -1406,6 +1481,7 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
             result["log_events"] = log_events(cluster)
         invalid = failed or bool(result.get("anomalies")) or bool(result.get("panics"))
         if cluster is not None and result.get("duplicated_offsets"):
+            result.update(attribute_duplicates(cluster, result["duplicated_offsets"]))
             for name, (first, last) in result["duplicated_offsets"].items():
                 for n in cluster.nodes:
                     lines = batch_headers(n.data_dir / name, first, last)

@@ -56,8 +56,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * RATE}, RATE in messages per second. It exits by itself if the process that started it is gone.
  */
 public final class JepsenQueue {
-    /** How long a send may take before its callback reports a failure. */
-    static final int DELIVERY_TIMEOUT_MS = 20_000;
+    /** How long a send may take before its callback reports a failure: the client's default. */
+    static final int DELIVERY_TIMEOUT_MS = 120_000;
     static final int REQUEST_TIMEOUT_MS = 5_000;
     /** How long the final flush and each close may take. */
     static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(30);
