@@ -1065,3 +1065,53 @@ fn a_follower_takes_batches_past_a_compaction_gap() {
         );
     });
 }
+
+/// An acks=all append waiting in its fdatasync while a truncation (a follower cut back by
+/// KIP-320) removes whole segments: the sync's end must find a whole log, not one whose
+/// segments are gone while its end offset still names them.
+#[test]
+fn a_sync_in_flight_while_a_truncation_removes_segments() {
+    block_on(async {
+        let storage = MemStorage::new();
+        let config = LogConfig {
+            segment_bytes: 1024,
+            ..LogConfig::default()
+        };
+        let log = open(&storage, "/race/t-0", config, Clock::System).await;
+        let value = [7u8; 200];
+        for _ in 0..20 {
+            append(&log, None, Some(&value), 1).await;
+        }
+        assert!(log.segment_count() >= 4, "{} segments", log.segment_count());
+        let end = log.log_end_offset();
+        let cut = Offset(2);
+        let (appended, truncated) = futures_lite::future::zip(
+            async {
+                let b = simple_batch(&[(None, Some(&value[..]))], Timestamp(1));
+                log.append(BytesMut::from(&b[..]), LeaderEpoch(0)).await
+            },
+            async {
+                // Let the append reach its fdatasync first.
+                futures_lite::future::yield_now().await;
+                log.truncate_to(cut).await
+            },
+        )
+        .await;
+        let truncated = truncated.expect("truncate");
+        assert_eq!(truncated, cut);
+        // Either the append was durable before the truncation began (and acknowledged: the
+        // replication layer decides what a truncation may take), or it was cut away first
+        // and is refused; never acknowledged from a log in between.
+        match appended {
+            Ok(info) => assert_eq!(info.base_offset, end),
+            Err(LogError::Truncated { .. }) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+        assert_eq!(log.log_end_offset(), cut);
+        assert!(log.segment_base_offsets().iter().all(|&b| b <= cut));
+        let offsets: Vec<i64> = all_records(&log).await.iter().map(|r| r.0).collect();
+        assert_eq!(offsets, vec![0, 1]);
+        // The log takes appends at the cut again.
+        assert_eq!(append(&log, None, Some(&value), 1).await, cut);
+    });
+}

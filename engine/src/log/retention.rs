@@ -188,6 +188,9 @@ impl<S: Storage> Log<S> {
         }
         self.check_usable()?;
         let _io = self.io.lock().await;
+        // An fdatasync in flight (it runs under the sync lock alone) must not end while
+        // segments are half removed: it would find a log whose end names segments gone.
+        let _sync = self.sync.lock().await;
         self.check_usable()?;
         self.state.borrow_mut().appends_blocked = true;
         let result = self.truncate_fully_locked(offset).await;
@@ -241,6 +244,9 @@ impl<S: Storage> Log<S> {
     pub async fn truncate_to(&self, offset: Offset) -> Result<Offset> {
         self.check_usable()?;
         let _io = self.io.lock().await;
+        // An fdatasync in flight (it runs under the sync lock alone) must not end while
+        // segments are half removed: it would find a log whose end names segments gone.
+        let _sync = self.sync.lock().await;
         self.check_usable()?;
         self.state.borrow_mut().appends_blocked = true;
         let result = self.truncate_locked(offset).await;
