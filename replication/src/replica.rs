@@ -373,6 +373,12 @@ impl LeaderState {
     }
 
     fn advance_high_watermark(&mut self) -> Option<i64> {
+        // KIP-966: below `min.insync.replicas` the high watermark stays. The controller keeps
+        // the replicas it removed from an ISR that small as eligible leaders, which is safe
+        // only if nothing was committed without them.
+        if self.isr.len() < self.config.min_insync_replicas {
+            return None;
+        }
         let mut lowest = self.log_end_offset;
         for b in self.maximal_isr() {
             if b == self.me {
@@ -514,8 +520,8 @@ impl ReplicaRole {
                     replicas: u.replicas.to_vec(),
                     isr: u.isr.to_vec(),
                     log_end_offset: log_end,
-                    // Where it left off as a follower; with no followers in the ISR it moves
-                    // to the log end at once.
+                    // Where it left off as a follower; with no followers in the ISR (and a
+                    // `min.insync.replicas` of 1) it moves to the log end at once.
                     high_watermark: self.known_high_watermark().max(log_start),
                 },
                 u.config,
@@ -598,6 +604,40 @@ pub fn start_over(local_end: i64, leader_start: i64, leader_high_watermark: i64)
         StartOver::TruncateTo(leader_high_watermark)
     } else {
         StartOver::Retry
+    }
+}
+
+/// Where a follower's next fetch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchPosition {
+    /// At its log end, with the epoch of its last batch (KIP-320's `last_fetched_epoch`).
+    At {
+        fetch_offset: i64,
+        last_fetched_epoch: LeaderEpoch,
+    },
+    /// Its log runs past what is durable (records it wrote as leader whose fdatasync is still
+    /// running, or appended and not yet flushed): make them durable, then ask again.
+    FlushFirst,
+}
+
+/// Where a follower whose log ends at `log_end`, durable up to `durable_end`, with
+/// `last_epoch` the epoch of its last batch, fetches from. Two things hold the fetch offset in
+/// place. The leader counts a follower as having everything below it, for the high
+/// watermark, so it must be durable. And the leader checks the follower's log against its own
+/// only at the fetch offset, by the epoch of the batch just below it: fetching from the
+/// durable end while naming the epoch of a later, undurable tail would let that tail, when it
+/// diverges, escape the check and stay in the log under the leader's records.
+pub fn fetch_position(
+    log_end: i64,
+    durable_end: i64,
+    last_epoch: Option<LeaderEpoch>,
+) -> FetchPosition {
+    if durable_end < log_end {
+        return FetchPosition::FlushFirst;
+    }
+    FetchPosition::At {
+        fetch_offset: log_end,
+        last_fetched_epoch: last_epoch.unwrap_or(LeaderEpoch(-1)),
     }
 }
 
@@ -858,6 +898,24 @@ mod tests {
     }
 
     #[test]
+    fn the_high_watermark_stays_while_the_isr_is_below_min_insync_replicas() {
+        // Sole member of the ISR, min.insync.replicas 2: what it appends stays above the high
+        // watermark (KIP-966), so a replica the controller keeps as an eligible leader lacks
+        // nothing committed.
+        let mut l = leader(&[1], 100, 90, 2);
+        assert_eq!(l.high_watermark(), 90);
+        assert_eq!(l.on_log_end(120), None);
+        assert_eq!(l.high_watermark(), 90);
+        // 2 catches up and joins: the high watermark moves once the ISR is back to two.
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 120, 1);
+        assert_eq!(l.high_watermark(), 90);
+        assert_eq!(l.on_committed(ids(&[1, 2]), PartitionEpoch(8)), Some(120));
+        // With min.insync.replicas 1 a lone leader commits at once, as in Kafka.
+        let mut alone = leader(&[1], 100, 90, 1);
+        assert_eq!(alone.on_log_end(120), Some(120));
+    }
+
+    #[test]
     fn acks_all_needs_min_insync_replicas() {
         let mut l = leader(&[1], 100, 100, 2);
         assert_eq!(l.check_acks_all(), Err(NOT_ENOUGH_REPLICAS));
@@ -894,5 +952,29 @@ mod tests {
         assert_eq!(truncation_offset(&epochs, 100, LeaderEpoch(-1), -1), 0);
         // An empty log stays empty.
         assert_eq!(truncation_offset(&[], 0, LeaderEpoch(4), 90), 0);
+    }
+
+    #[test]
+    fn a_follower_fetches_from_its_durable_log_end_only() {
+        assert_eq!(
+            fetch_position(10, 10, Some(LeaderEpoch(4))),
+            FetchPosition::At {
+                fetch_offset: 10,
+                last_fetched_epoch: LeaderEpoch(4)
+            }
+        );
+        assert_eq!(
+            fetch_position(0, 0, None),
+            FetchPosition::At {
+                fetch_offset: 0,
+                last_fetched_epoch: LeaderEpoch(-1)
+            }
+        );
+        // A tail written as leader, not yet durable: neither its end (not durable) nor the
+        // durable end (the tail's epoch would hide it from the leader's check) will do.
+        assert_eq!(
+            fetch_position(12, 10, Some(LeaderEpoch(4))),
+            FetchPosition::FlushFirst
+        );
     }
 }

@@ -234,6 +234,7 @@ async fn fetch_from(shard: &Rc<Shard>, leader: i32) {
             glommio::timer::sleep(REPLICA_FETCH_BACKOFF).await;
             continue;
         };
+        make_durable(&followed).await;
         let request = fetch_request(shard, &followed, wait_ms);
         let timeout = Duration::from_millis(wait_ms) + REPLICA_SOCKET_TIMEOUT;
         let answer = connection
@@ -297,15 +298,20 @@ fn fetch_request(shard: &Shard, followed: &[Followed], wait_ms: u64) -> RequestK
     let mut topics: Vec<FetchTopic> = Vec::new();
     for f in followed {
         let log = &f.replica.log;
-        let last_fetched_epoch = log.leader_epochs().last().map_or(-1, |(e, _)| e.0);
+        let last_epoch = log.leader_epochs().last().map(|(e, _)| LeaderEpoch(e.0));
+        let replica::FetchPosition::At {
+            fetch_offset,
+            last_fetched_epoch,
+        } = replica::fetch_position(log.log_end_offset().0, log.high_watermark().0, last_epoch)
+        else {
+            // Made durable before the next round (`make_durable`).
+            continue;
+        };
         let partition = FetchPartition::default()
             .with_partition(f.partition)
             .with_current_leader_epoch(f.leader_epoch)
-            // What this replica has as durable as its flush.mode says (its log end, once the
-            // last round's flush is done): never more, so the leader's high watermark only
-            // counts records on this disk.
-            .with_fetch_offset(log.high_watermark().0)
-            .with_last_fetched_epoch(last_fetched_epoch)
+            .with_fetch_offset(fetch_offset)
+            .with_last_fetched_epoch(last_fetched_epoch.0)
             .with_log_start_offset(log.log_start_offset().0)
             .with_partition_max_bytes(REPLICA_FETCH_MAX_BYTES);
         match topics.last_mut() {
@@ -333,6 +339,27 @@ fn fetch_request(shard: &Shard, followed: &[Followed], wait_ms: u64) -> RequestK
             .with_session_epoch(-1)
             .with_topics(topics),
     )
+}
+
+/// Makes durable what the followed logs hold past their durable end (records a partition
+/// wrote while it led, their fdatasync still running when it became a follower), so that each
+/// fetches from its log end ([`replica::fetch_position`]).
+async fn make_durable(followed: &[Followed]) {
+    let flushes: Vec<_> = followed
+        .iter()
+        .filter(|f| f.replica.log.high_watermark() < f.replica.log.log_end_offset())
+        .map(|f| {
+            let p = f.replica.clone();
+            glommio::spawn_local(async move {
+                if let Err(e) = p.log.flush_for_replica().await {
+                    tracing::error!(dir = %p.log.dir().display(), error = %e, "making a follower's log durable failed");
+                }
+            })
+        })
+        .collect();
+    for f in flushes {
+        f.await;
+    }
 }
 
 /// Appends, truncates or starts over each partition as the leader answered, then makes the
@@ -430,10 +457,15 @@ async fn apply_partition(
     for batch in whole_batches(records) {
         match log.append_as_follower(BytesMut::from(&batch[..])).await {
             Ok(_) => any = true,
-            Err(LogError::UnexpectedAppendOffset { .. }) => {
-                // Records this log has already (the first fetch after a restart may overlap):
-                // skip those; a gap means the next fetch starts from the log end again.
-                continue;
+            Err(LogError::UnexpectedAppendOffset {
+                base_offset,
+                log_end_offset,
+            }) => {
+                // The fetch asked from this log's end and only this fetcher appends: a batch
+                // below it means the log changed meanwhile. Skipping it could keep records
+                // the leader does not have under the ones it does; fetch again from the end.
+                tracing::warn!(topic = %f.topic, partition = f.partition, base_offset = base_offset.0, log_end_offset = log_end_offset.0, "a replicated batch starts below the log end; fetching again from there");
+                return Ok(any);
             }
             Err(e) => {
                 tracing::error!(topic = %f.topic, partition = f.partition, error = %e, "appending replicated records failed");

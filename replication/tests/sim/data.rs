@@ -40,14 +40,17 @@ use sluice_engine::{
 };
 use sluice_replication::image::{MetadataImage, PartitionRegistration};
 use sluice_replication::replica::{
-    diverging_epoch, start_over, truncation_offset, IsrAnswer, IsrChange, ReplicaConfig,
-    ReplicaRole, RoleChange, RoleUpdate, StartOver,
+    diverging_epoch, fetch_position, start_over, truncation_offset, FetchPosition, IsrAnswer,
+    IsrChange, ReplicaConfig, ReplicaRole, RoleChange, RoleUpdate, StartOver,
 };
 
 use super::*;
 
 pub const DATA_TOPIC: &str = "events";
 pub const DATA_PARTITIONS: i32 = 2;
+/// Idempotent producers per partition: two, so that a new leader takes one's records while
+/// the old one still holds the other's, not yet durable.
+const PRODUCERS_PER_PARTITION: i32 = 2;
 /// `replica.lag.time.max.ms` of the simulated brokers.
 const REPLICA_LAG_TIME_MAX_MS: u64 = 1_500;
 /// Client ids of the producers and consumers: like the admin, never cut off by a partition.
@@ -124,6 +127,10 @@ struct SimReplica {
     fetch: Option<(u64, u64)>,
     /// What was appended as follower becomes durable at this time.
     flush_at: Option<u64>,
+    /// The fdatasync of what this replica appended as leader ends at this time. Until then
+    /// those records are in the log (followers copy them) but not durable, and may still be
+    /// when the replica becomes a follower, as in the broker.
+    leader_sync_at: Option<u64>,
     /// No fetch before this (after an error or an empty answer).
     fetch_after: u64,
     pending_acks: Vec<PendingAck>,
@@ -217,8 +224,48 @@ fn batch_value(batch: &[u8]) -> u64 {
     u64::from_be_bytes(record.value.expect("a value").try_into().expect("8 bytes"))
 }
 
-fn produce_batch(partition: i32, sequence: i32, value: u64) -> Bytes {
-    let mut b = BatchBuilder::new().producer(PRODUCER_ID_BASE + partition as i64, 0, sequence);
+/// What [`append_until_buffered`] got to.
+enum Appended {
+    /// Done, durable (a duplicate, answered with its first offsets; or the append made it
+    /// durable on its way).
+    Durable(sluice_engine::AppendInfo),
+    /// In the log at these offsets, its fdatasync not run yet.
+    Buffered { base_offset: i64, end_offset: i64 },
+}
+
+/// A leader's append up to the point where its records are in the log and readable, the
+/// fdatasync not done: the broker's produce at that moment (its sync runs on, and the
+/// replica's role can change meanwhile). The simulation finishes the sync later
+/// (`leader_sync_at`).
+fn append_until_buffered(
+    log: &Log<MemStorage>,
+    batch: &Bytes,
+    epoch: LogEpoch,
+) -> Result<Appended, LogError> {
+    let buffered = std::cell::Cell::new(false);
+    let start = log.log_end_offset().0;
+    let append = log.append_signalling(
+        BytesMut::from(&batch[..]),
+        epoch,
+        || {},
+        || buffered.set(true),
+    );
+    let mut append = std::pin::pin!(append);
+    loop {
+        if let Some(done) = block_on(futures_lite::future::poll_once(&mut append)) {
+            return done.map(Appended::Durable);
+        }
+        if buffered.get() {
+            return Ok(Appended::Buffered {
+                base_offset: start,
+                end_offset: log.log_end_offset().0,
+            });
+        }
+    }
+}
+
+fn produce_batch(producer: usize, sequence: i32, value: u64) -> Bytes {
+    let mut b = BatchBuilder::new().producer(PRODUCER_ID_BASE + producer as i64, 0, sequence);
     b.push(&NewRecord {
         key: None,
         value: Some(value.to_be_bytes().to_vec()),
@@ -269,11 +316,11 @@ impl DataPlane {
             .collect();
         DataPlane {
             brokers,
-            producers: (0..DATA_PARTITIONS)
-                .map(|partition| Producer {
-                    partition,
+            producers: (0..DATA_PARTITIONS * PRODUCERS_PER_PARTITION)
+                .map(|i| Producer {
+                    partition: i % DATA_PARTITIONS,
                     sequence: 0,
-                    value: ((partition as u64) << 32) | 1,
+                    value: ((i as u64) << 32) | 1,
                     pending: false,
                     in_flight: None,
                     next_send: 0,
@@ -401,6 +448,7 @@ impl DataPlane {
                     role: ReplicaRole::Unknown,
                     fetch: None,
                     flush_at: None,
+                    leader_sync_at: None,
                     fetch_after: 0,
                     pending_acks: Vec::new(),
                     last_high_watermark: -1,
@@ -477,6 +525,11 @@ impl DataPlane {
                 block_on(r.log.flush_for_replica())?;
                 r.flush_at = None;
             }
+            // So does a produce's.
+            if r.leader_sync_at.is_some_and(|at| now >= at) {
+                block_on(r.log.flush())?;
+                r.leader_sync_at = None;
+            }
             let (hw, _) = r.role.high_watermark(r.log.high_watermark().0);
             let (start, end) = (r.log.log_start_offset().0, r.log.log_end_offset().0);
             if hw >= 0 {
@@ -546,16 +599,24 @@ impl DataPlane {
                     {
                         continue;
                     }
+                    let last_epoch = r.log.leader_epochs().last().map(|(e, _)| LeaderEpoch(e.0));
+                    let FetchPosition::At {
+                        fetch_offset,
+                        last_fetched_epoch,
+                    } = fetch_position(end, r.log.high_watermark().0, last_epoch)
+                    else {
+                        block_on(r.log.flush_for_replica())?;
+                        continue;
+                    };
                     r.fetch = Some((seq, now));
-                    let last_fetched_epoch = r.log.leader_epochs().last().map_or(-1, |(e, _)| e.0);
                     out.push((
                         id,
                         f.leader.0 as u64,
                         DataMsg::Fetch(Fetch {
                             topic_id: key.0,
                             partition: key.1,
-                            fetch_offset: end,
-                            last_fetched_epoch,
+                            fetch_offset,
+                            last_fetched_epoch: last_fetched_epoch.0,
                             current_leader_epoch: f.leader_epoch.0,
                             replica: Some((BrokerId(id as i32), epoch)),
                             seq,
@@ -708,7 +769,8 @@ impl DataPlane {
         for batch in batches {
             match block_on(log.append_as_follower(BytesMut::from(&batch[..]))) {
                 Ok(_) => appended = true,
-                Err(LogError::UnexpectedAppendOffset { .. }) => continue,
+                // As the broker: never skip over records this log holds.
+                Err(LogError::UnexpectedAppendOffset { .. }) => break,
                 Err(e) => return Err(e),
             }
         }
@@ -732,11 +794,11 @@ impl DataPlane {
         &mut self,
         id: u64,
         client: u64,
-        topic_id: TopicId,
-        partition: i32,
+        (topic_id, partition): (TopicId, i32),
         batch: Bytes,
         seq: u64,
         now: u64,
+        rng: &mut StdRng,
         out: &mut Outbox,
     ) -> Result<(), LogError> {
         let reply = |error_code| {
@@ -751,6 +813,8 @@ impl DataPlane {
             )
         };
         let b = self.brokers.get_mut(&id).unwrap();
+        let slow = now < b.slow_disk_until;
+        let (lo, hi) = b.disk_delay_ms;
         let Some(r) = b.replicas.get_mut(&(topic_id, partition)) else {
             out.push(reply(error_code::NOT_LEADER_OR_FOLLOWER));
             return Ok(());
@@ -763,17 +827,35 @@ impl DataPlane {
             out.push(reply(code));
             return Ok(());
         }
-        match block_on(
-            r.log
-                .append(BytesMut::from(&batch[..]), LogEpoch(l.leader_epoch.0)),
-        ) {
-            Ok(info) => {
+        match append_until_buffered(&r.log, &batch, LogEpoch(l.leader_epoch.0)) {
+            Ok(Appended::Durable(info)) => {
                 l.on_log_end(r.log.high_watermark().0);
                 r.pending_acks.push(PendingAck {
                     client,
                     seq,
                     base_offset: info.base_offset.0,
                     end_offset: info.last_offset.0 + 1,
+                    deadline: now + PRODUCE_TIMEOUT_MS,
+                });
+            }
+            Ok(Appended::Buffered {
+                base_offset,
+                end_offset,
+            }) => {
+                // The fdatasync runs on: one per group of appends, as the broker's group commit.
+                if r.leader_sync_at.is_none() {
+                    let delay = if slow {
+                        rng.gen_range(200..1_500)
+                    } else {
+                        rng.gen_range(lo..=hi)
+                    };
+                    r.leader_sync_at = Some(now + delay);
+                }
+                r.pending_acks.push(PendingAck {
+                    client,
+                    seq,
+                    base_offset,
+                    end_offset,
                     deadline: now + PRODUCE_TIMEOUT_MS,
                 });
             }
@@ -1092,9 +1174,16 @@ impl Sim {
                     partition,
                     batch,
                     seq,
-                } => self
-                    .data
-                    .on_produce(to, from, topic_id, partition, batch, seq, now, &mut out),
+                } => self.data.on_produce(
+                    to,
+                    from,
+                    (topic_id, partition),
+                    batch,
+                    seq,
+                    now,
+                    &mut self.rng,
+                    &mut out,
+                ),
                 DataMsg::ProduceResponse { .. } => Ok(()),
             };
             match result {
@@ -1174,7 +1263,7 @@ impl Sim {
             let p = &mut self.data.producers[i];
             p.in_flight = Some((seq, now));
             p.pending = true;
-            let batch = produce_batch(partition, p.sequence, p.value);
+            let batch = produce_batch(i, p.sequence, p.value);
             let msg = DataMsg::Produce {
                 topic_id,
                 partition,
