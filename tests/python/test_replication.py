@@ -254,12 +254,22 @@ def raw_produce(bootstrap: str, topic: str, acks: int, values: list[bytes]) -> d
 
 
 @pytest.fixture(scope="module")
-def split(request):
+def split_cluster(request):
     """Three controllers and three brokers as separate processes, so that brokers can go down
     while the controller quorum keeps its majority."""
     yield from running(request, Cluster(3, brokers=3, name="min-isr",
                                         extra_args=["--replica-lag-time-max-ms", LAG_MS,
                                                     "--auto-leader-rebalance-enable", "false"]))
+
+
+@pytest.fixture
+def split(split_cluster):
+    """The split cluster, whole again after each test: a test that failed with brokers down
+    leaves them restarted, so the next test starts from three brokers, not from its failure."""
+    yield split_cluster
+    down = [n for n in split_cluster.brokers if n.proc is None or n.proc.poll() is not None]
+    if down:
+        restart(down)
 
 
 def test_with_two_of_three_replicas_down_acks_all_is_refused_and_nothing_unacknowledged_is_kept(split):
@@ -276,14 +286,16 @@ def test_with_two_of_three_replicas_down_acks_all_is_refused_and_nothing_unackno
              lambda: (p := partitions_of(lead.bootstrap, "guarded")) and p[0].isrs == [leader], 30)
     refused = raw_produce(lead.bootstrap, "guarded", -1, [b"refused"])
     assert refused["error_code"] == 19, refused  # NOT_ENOUGH_REPLICAS
-    # acks=1 is the leader's alone, and reads go on.
+    # acks=1 is appended by the leader alone, but under min.insync.replicas the high watermark
+    # stays where it was (KIP-966, as Kafka 4's Partition.maybeIncrementLeaderHW): readers see
+    # the acknowledged acks=all records and not the acks=1 one.
     one = raw_produce(lead.bootstrap, "guarded", 1, [b"acks-one"])
     assert one["error_code"] == 0 and one["base_offset"] == 1_000, one
     ends, messages = read_all(lead.bootstrap, "guarded", 1)
-    assert ends[("guarded", 0)] == 1_001
-    check_exactly(acked, messages[:1_000])
-    assert messages[1_000].value() == b"acks-one"
-    # The followers come back, catch up and rejoin; acks=all works again.
+    assert ends[("guarded", 0)] == 1_000
+    check_exactly(acked, messages)
+    # The followers come back, catch up and rejoin; the high watermark moves past the acks=1
+    # record and acks=all works again.
     restart(followers)
     wait_for("both followers back in the ISR",
              lambda: (p := partitions_of(lead.bootstrap, "guarded")) and sorted(p[0].isrs) == sorted(
