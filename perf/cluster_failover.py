@@ -14,8 +14,8 @@ broker.heartbeat.interval.ms defaults are Kafka's, 9000 and 2000 ms):
    SIGSTOP until Metadata, asked every 100 ms through a fresh AdminClient bootstrapped from
    another live broker (answered by it or the controller's node), shows every partition the
    stopped broker led under another leader: for replication factor 1
-   none (leader -1); for replication factor 3 (Kafka only: Sluice has no replication yet,
-   issue 14) a new leader. Then SIGCONT, and the cluster waited for until it is whole.
+   none (leader -1); for replication factor 3 a new leader (an in-sync follower). Then
+   SIGCONT, and the cluster waited for until it is whole.
 
 Each system's cluster is started once (Sluice: tests/python/cluster.py's Cluster with the
 session defaults restored; Kafka: three JVMs from target/java-deps, started as
@@ -656,7 +656,7 @@ class Bench:
                     if measure == "failover":
                         out[measure].append(self.controller_failover(system, rep))
                     else:
-                        out[measure].append(self.fenced_broker(system, rep, rf3=system.name == "kafka"))
+                        out[measure].append(self.fenced_broker(system, rep, rf3=True))
                 except (RuntimeError, KafkaException, AssertionError, subprocess.SubprocessError) as e:
                     traceback.print_exc()
                     out["errors"].append({"rep": rep, "measure": measure, "error": f"{type(e).__name__}: {e}"[:4000]})
@@ -697,10 +697,7 @@ def table(doc: dict) -> str:
         for measure, key, what in MEASURES:
             s = res.get("summary", {}).get(summary_key(measure, key))
             if s is None:
-                if system == "sluice" and key == "rf3_seconds":
-                    rows.append([system, what, "-", "n/a (replication is issue 14)", "", ""])
-                else:
-                    rows.append([system, what, "0", "-", "-", "-"])
+                rows.append([system, what, "0", "-", "-", "-"])
                 continue
             rows.append([system, what, str(s["n"]), f"{s['median']:.3f}", f"{s['min']:.3f}", f"{s['max']:.3f}"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
