@@ -524,7 +524,11 @@ impl ClusterNode {
                         );
                     }
                     if r.error_code == error_code::INCONSISTENT_CLUSTER_ID {
-                        tracing::error!("the controller belongs to another cluster; this broker cannot register");
+                        tracing::error!(
+                            cluster_id = %self.config.cluster_id,
+                            "the controller belongs to another cluster than the one this node \
+                             was formatted for; this broker cannot register"
+                        );
                     }
                     glommio::timer::sleep(RETRY_BACKOFF * 5).await;
                     continue;
