@@ -34,6 +34,16 @@ def ensure_jars() -> None:
         subprocess.run([str(REPO / "tests" / "java" / "fetch-deps")], check=True)
 
 
+def kafka_tool(main: str, *args, timeout: float = 180) -> str:
+    """Runs one of Apache Kafka's command-line tools (`org.apache.kafka.tools...`); its stdout."""
+    ensure_jars()
+    cmd = ["java", "-XX:TieredStopAtLevel=1", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+           "-cp", f"{DEPS}/*", main, *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{main} {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
 class KafkaReference:
     """One Apache Kafka broker+controller process, stopped by PID."""
 

@@ -7,7 +7,8 @@
   default under the empty name, as `kafka-configs --entity-type brokers`) are stored durably and
   applied without a restart where Kafka applies them: a `log.*` default reaches every topic
   without an override, `max.connections.per.ip` the next connection; configs Kafka reads only at
-  start are refused as Kafka refuses them.
+  start are refused as Kafka refuses them. Kafka's own `kafka-configs` sets, describes and
+  deletes them; the legacy AlterConfigs replaces a resource's whole set of dynamic configs.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import time
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ResourceType
 
-from kafka.protocol.admin.configs import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+from kafka.protocol.admin.configs import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
 
 from harness import consumer, create_topic, producer, produce_all, assert_all_delivered
+from reference import kafka_tool
 from wire import Pipeline, build
 
 BROKER_ARGS = ["--log-retention-check-interval-ms", "200"]
@@ -80,6 +82,41 @@ def alter(bootstrap: str, rtype: ResourceType, name: str, entries: list[ConfigEn
     (r,) = pipe.responses()
     pipe.close()
     return r["responses"][0]["error_code"]
+
+
+def legacy_alter(bootstrap: str, rtype: ResourceType, name: str, configs: dict[str, str]) -> int:
+    """AlterConfigs v1, Kafka's legacy call that replaces the resource's whole set of dynamic
+    configs with `configs`; the resource's error code."""
+    pipe = Pipeline(bootstrap)
+    pipe.send(build(AlterConfigsRequest, 1, validate_only=False, resources=[{
+        "resource_type": int(rtype.value), "resource_name": name,
+        "configs": [{"name": k, "value": v} for k, v in configs.items()]}]))
+    (r,) = pipe.responses()
+    pipe.close()
+    return r["responses"][0]["error_code"]
+
+
+def dynamic(bootstrap: str, name: str) -> dict[str, str]:
+    """The dynamic configs of broker resource `name` ("" for the cluster-wide default)."""
+    source = DYNAMIC_DEFAULT_BROKER_CONFIG if name == "" else DYNAMIC_BROKER_CONFIG
+    return {k: e.value for k, e in describe(bootstrap, ResourceType.BROKER, name).items() if e.source == source}
+
+
+def eventually(read, want, timeout: float = 20.0):
+    """What `read()` gives once it gives `want` (or satisfies it, if a function), or at the
+    deadline: Kafka applies dynamic configs after it has answered the change."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = read()
+        if (want(got) if callable(want) else got == want) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
+def topic_config(bootstrap: str, topic: str, key: str) -> tuple[str, int]:
+    """A topic config's value and source."""
+    e = describe(bootstrap, ResourceType.TOPIC, topic)[key]
+    return e.value, e.source
 
 
 def test_every_kafka_broker_config_is_listed_with_kafkas_type_and_default(broker, kafka_reference):
@@ -175,6 +212,10 @@ def test_dynamic_broker_configs_apply_at_once_and_persist(broker, kafka_referenc
     # Durable: the broker keeps them across a restart.
     broker.restart()
     assert describe(broker.bootstrap, ResourceType.BROKER, "1")["log.retention.ms"].value == "1500"
+    # The cluster-wide default too, and it still reaches the topic.
+    assert describe(broker.bootstrap, ResourceType.BROKER, "")["log.segment.bytes"].value == "2097152"
+    segment = describe(broker.bootstrap, ResourceType.TOPIC, "dynamic-default")["segment.bytes"]
+    assert (segment.value, segment.source) == ("2097152", DYNAMIC_DEFAULT_BROKER_CONFIG)
     # Deleting the override brings the default back.
     assert alter(broker.bootstrap, ResourceType.BROKER, "1", [ConfigEntry("log.retention.ms", None,
                                                                           incremental_operation=AlterConfigOpType.DELETE)]) == 0
@@ -202,3 +243,122 @@ def test_max_connections_per_ip_changes_without_a_restart(broker):
         s.close()
     assert alter(broker.bootstrap, ResourceType.BROKER, "1", [ConfigEntry("max.connections.per.ip", None,
                                                                           incremental_operation=AlterConfigOpType.DELETE)]) == 0
+
+
+def test_legacy_alter_configs_replaces_a_brokers_dynamic_configs(broker, kafka_reference):
+    results = {}
+    for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):
+        create_topic(b, "legacy-default", 1)
+        set_op = AlterConfigOpType.SET
+        r = {"incremental": alter(b, ResourceType.BROKER, "1", [
+                ConfigEntry("log.retention.bytes", "1073741824", incremental_operation=set_op),
+                ConfigEntry("max.connections", "1000", incremental_operation=set_op)]),
+             "incremental_default": alter(b, ResourceType.BROKER, "", [
+                ConfigEntry("log.cleaner.backoff.ms", "20000", incremental_operation=set_op)])}
+        eventually(lambda: dynamic(b, "1").get("max.connections"), "1000")
+        # Names one of the two: the other goes.
+        r["replace"] = legacy_alter(b, ResourceType.BROKER, "1", {"log.retention.bytes": "2147483648"})
+        r["after_replace"] = eventually(lambda: dynamic(b, "1"), {"log.retention.bytes": "2147483648"})
+        r["topic_after_replace"] = eventually(lambda: topic_config(b, "legacy-default", "retention.bytes"),
+                                              ("2147483648", DYNAMIC_BROKER_CONFIG))
+        # Refused as a whole, changing nothing.
+        r["read_only"] = legacy_alter(b, ResourceType.BROKER, "1", {"log.retention.check.interval.ms": "1000"})
+        r["bad_value"] = legacy_alter(b, ResourceType.BROKER, "1", {"log.retention.bytes": "lots"})
+        r["after_refusals"] = dynamic(b, "1")
+        # Another broker's configs go to that broker, as Kafka's clients send them.
+        r["other_broker"] = legacy_alter(b, ResourceType.BROKER, "2", {"log.retention.bytes": "5"})
+        r["other_broker_incremental"] = alter(b, ResourceType.BROKER, "2", [
+            ConfigEntry("log.retention.bytes", "5", incremental_operation=set_op)])
+        # The cluster-wide default is a resource of its own, replaced the same way. Kafka, with
+        # eligible leader replicas on, keeps a cluster-wide `min.insync.replicas` and refuses to
+        # remove it (INVALID_CONFIG), so every replacement names it.
+        kept = {"min.insync.replicas": "1"}
+        r["replace_default"] = legacy_alter(b, ResourceType.BROKER, "", {"log.segment.bytes": "4194304", **kept})
+        r["default_after_replace"] = eventually(lambda: dynamic(b, ""), {"log.segment.bytes": "4194304", **kept})
+        r["broker_after_default_replace"] = dynamic(b, "1")
+        # Nothing named: every dynamic config of the resource goes, and the defaults are back.
+        r["clear"] = legacy_alter(b, ResourceType.BROKER, "1", {})
+        r["clear_default"] = legacy_alter(b, ResourceType.BROKER, "", kept)
+        r["after_clear"] = eventually(lambda: (dynamic(b, "1"), dynamic(b, "")), ({}, kept))
+        r["topic_after_clear"] = eventually(lambda: topic_config(b, "legacy-default", "retention.bytes"),
+                                            ("-1", DEFAULT_CONFIG))
+        results[name] = r
+    assert results["sluice"] == results["kafka"], results
+    r = results["sluice"]
+    assert [r[k] for k in ("incremental", "incremental_default", "replace", "replace_default", "clear",
+                           "clear_default")] == [0] * 6, r
+    assert r["default_after_replace"] == {"log.segment.bytes": "4194304", "min.insync.replicas": "1"}, r
+    assert r["after_replace"] == r["after_refusals"] == r["broker_after_default_replace"] == \
+        {"log.retention.bytes": "2147483648"}, r
+    assert r["topic_after_replace"] == ("2147483648", DYNAMIC_BROKER_CONFIG), r
+    # INVALID_REQUEST.
+    assert [r[k] for k in ("read_only", "bad_value", "other_broker", "other_broker_incremental")] == [42] * 4, r
+    assert r["after_clear"] == ({}, {"min.insync.replicas": "1"}), r
+    assert r["topic_after_clear"] == ("-1", DEFAULT_CONFIG), r
+
+
+def configs_cli(bootstrap: str, *args) -> str:
+    """Apache Kafka's `kafka-configs` on the broker entities; its output."""
+    return kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", bootstrap,
+                      "--entity-type", "brokers", *args)
+
+
+def connections_kept(bootstrap: str, source_ip: str, count: int) -> int:
+    """Opens `count` connections at once from `source_ip`: how many the broker keeps open."""
+    host, port = bootstrap.split(":")
+    held = [socket.create_connection((host, int(port)), timeout=5, source_address=(source_ip, 0))
+            for _ in range(count)]
+    try:
+        # A refused connection is closed as soon as it is accepted.
+        time.sleep(0.5)
+        kept = 0
+        for s in held:
+            s.setblocking(False)
+            try:
+                s.recv(1)
+            except BlockingIOError:
+                kept += 1
+            except ConnectionResetError:
+                pass
+        return kept
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_kafka_configs_cli_sets_broker_configs_that_apply_at_once(broker, kafka_reference):
+    """`kafka-configs --entity-type brokers` for this broker and the cluster-wide default, on
+    both brokers; `max.connections.per.ip` applies to the next connection."""
+    setting = "max.connections.per.ip"
+    outputs = {}
+    for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):
+        out = [configs_cli(b, "--entity-default", "--alter", "--add-config", f"{setting}=24"),
+               configs_cli(b, "--entity-name", "1", "--alter", "--add-config", f"{setting}=16"),
+               eventually(lambda: configs_cli(b, "--entity-name", "1", "--describe"),
+                          lambda got: f"  {setting}=16 " in got),
+               configs_cli(b, "--entity-default", "--describe")]
+        if name == "sluice":
+            # This broker's own value before the cluster's; from an address no other client uses.
+            assert eventually(lambda: connections_kept(b, "127.0.0.3", 17), 16) == 16
+        out.append(configs_cli(b, "--entity-name", "1", "--alter", "--delete-config", setting))
+        if name == "sluice":
+            assert eventually(lambda: connections_kept(b, "127.0.0.3", 25), 24) == 24
+        out += [configs_cli(b, "--entity-default", "--alter", "--delete-config", setting),
+                configs_cli(b, "--entity-name", "1", "--describe"),
+                configs_cli(b, "--entity-default", "--describe")]
+        if name == "sluice":
+            assert eventually(lambda: connections_kept(b, "127.0.0.3", 25), 25) == 25
+        # Other tests' dynamic configs are not this test's to compare.
+        outputs[name] = [[line for line in o.splitlines() if not line.startswith("  ") or
+                          line.startswith(f"  {setting}=")] for o in out]
+    assert outputs["sluice"] == outputs["kafka"], outputs
+    o = outputs["sluice"]
+    assert o[0] == ["Completed updating default config for brokers in the cluster."], o
+    assert o[1] == ["Completed updating config for broker 1."], o
+    assert o[2] == ["Dynamic configs for broker 1 are:",
+                    f"  {setting}=16 sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:{setting}=16, "
+                    f"DYNAMIC_DEFAULT_BROKER_CONFIG:{setting}=24, DEFAULT_CONFIG:{setting}=2147483647}}"], o
+    assert o[3] == ["Default configs for brokers in the cluster are:",
+                    f"  {setting}=24 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{setting}=24}}"], o
+    assert o[6] == ["Dynamic configs for broker 1 are:"], o
+    assert o[7] == ["Default configs for brokers in the cluster are:"], o

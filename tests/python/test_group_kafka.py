@@ -3,7 +3,8 @@
 - Static membership (KIP-345): a member killed with SIGKILL and restarted with the same
   `group.instance.id` within its session timeout gets its previous partitions back; the other
   member is not revoked and the group does not rebalance.
-- OffsetCommit for a topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION.
+- OffsetCommit for a topic, or a partition of a topic, that does not exist answers
+  UNKNOWN_TOPIC_OR_PARTITION for it, and the rest of the commit lands.
 - `group.min.session.timeout.ms` / `group.max.session.timeout.ms` bound what a member may ask.
 - A `group.protocol=consumer` client that only assigns partitions (no subscription) commits
   again and again.
@@ -27,10 +28,10 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from kafka.protocol.consumer.group import HeartbeatRequest
+from kafka.protocol.consumer.group import HeartbeatRequest, OffsetCommitRequest
 
 from harness import admin, create_topic
 from wire import Pipeline, build
@@ -172,21 +173,44 @@ def commit_errors(bootstrap: str, group: str, offsets: list[TopicPartition]) -> 
         c.close()
 
 
+def raw_commit_errors(bootstrap: str, group: str, offsets: list[tuple[str, int, int]]) -> list[tuple]:
+    """One OffsetCommit v8 outside any generation (as `assign` consumers commit): every
+    partition's own error code, as (topic, partition, error)."""
+    topics: dict[str, list] = {}
+    for topic, partition, offset in offsets:
+        topics.setdefault(topic, []).append({"partition_index": partition, "committed_offset": offset,
+                                             "committed_leader_epoch": -1, "committed_metadata": ""})
+    pipe = Pipeline(bootstrap)
+    pipe.send(build(OffsetCommitRequest, 8, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                    group_instance_id=None, topics=[{"name": t, "partitions": ps} for t, ps in topics.items()]))
+    (r,) = pipe.responses()
+    pipe.close()
+    return sorted((t["name"], p["partition_index"], p["error_code"]) for t in r["topics"] for p in t["partitions"])
+
+
 def test_commit_for_a_missing_topic_is_refused_as_kafka_does(broker, kafka_reference):
-    got = {}
+    # A missing topic, and a missing partition of a topic that exists (it has 2).
+    offsets = [("commit-known", 0, 5), ("commit-known", 99, 7), ("no-such-topic", 0, 5)]
+    got, raw = {}, {}
     for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):
         create_topic(b, "commit-known", 2)
-        got[name] = commit_errors(b, "commit-missing", [TopicPartition("commit-known", 0, 5),
-                                                       TopicPartition("no-such-topic", 0, 5)])
+        got[name] = commit_errors(b, "commit-missing", [TopicPartition(*o) for o in offsets])
+        raw[name] = raw_commit_errors(b, "commit-missing-raw", [(t, p, o + 1) for t, p, o in offsets])
     assert got["kafka"] == got["sluice"], got
     assert ("no-such-topic", 0, KafkaError.UNKNOWN_TOPIC_OR_PART) in got["sluice"] or \
         got["sluice"] == [("request", KafkaError.UNKNOWN_TOPIC_OR_PART)], got
-    # The partition of the existing topic is committed all the same.
+    assert raw["kafka"] == raw["sluice"] == [("commit-known", 0, 0),
+                                             ("commit-known", 99, KafkaError.UNKNOWN_TOPIC_OR_PART),
+                                             ("no-such-topic", 0, KafkaError.UNKNOWN_TOPIC_OR_PART)], raw
+    # The partition of the existing topic is committed all the same, the missing one is not.
     for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):
-        c = Consumer({"bootstrap.servers": b, "group.id": "commit-missing"})
-        (tp,) = c.committed([TopicPartition("commit-known", 0)], timeout=15)
-        c.close()
-        assert tp.offset == 5, (name, tp)
+        for group, offset in (("commit-missing", 5), ("commit-missing-raw", 6)):
+            c = Consumer({"bootstrap.servers": b, "group.id": group})
+            committed = c.committed([TopicPartition("commit-known", 0), TopicPartition("commit-known", 99)],
+                                    timeout=15)
+            c.close()
+            assert [(tp.offset, tp.error) for tp in committed] == [(offset, None), (OFFSET_INVALID, None)], \
+                (name, group, committed)
 
 
 def join_error(bootstrap: str, group: str, session_timeout_ms: int) -> int | None:

@@ -27,7 +27,7 @@ from kafka.protocol.admin.cluster import DescribeLogDirsRequest
 
 from cluster import Cluster
 from harness import CLIENT_DEFAULTS, SLUICE_BIN, admin, consumer, free_port
-from reference import DEPS, ensure_jars
+from reference import ensure_jars, kafka_tool
 from test_replication import check_exactly, partitions_of, read_all, restart, running, wait_for
 from wire import Pipeline, build
 
@@ -69,15 +69,6 @@ def sluice(*args, timeout: float = 180) -> str:
     """Runs a `sluice` client command; its stdout. Fails on a non-zero exit."""
     done = subprocess.run([str(SLUICE_BIN), *args], capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"sluice {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-def kafka_tool(main: str, *args, timeout: float = 180) -> str:
-    """Runs one of Apache Kafka's command-line tools (`org.apache.kafka.tools...`); its stdout."""
-    cmd = ["java", "-XX:TieredStopAtLevel=1", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-           "-cp", f"{DEPS}/*", main, *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{main} {' '.join(args)}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 

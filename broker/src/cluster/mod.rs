@@ -181,19 +181,76 @@ pub async fn create_partitions(
     )
 }
 
-/// IncrementalAlterConfigs in a cluster, at the controller.
+/// IncrementalAlterConfigs in a cluster, at the controller. Kafka's clients send a broker's own
+/// configs to that broker: one naming another broker is refused where it arrives, as Kafka
+/// refuses it, and the rest go on; the answers keep the request's order.
 pub async fn incremental_alter_configs(
     shard: &Rc<Shard>,
-    request: kafka_protocol::messages::IncrementalAlterConfigsRequest,
+    mut request: kafka_protocol::messages::IncrementalAlterConfigsRequest,
     version: i16,
 ) -> kafka_protocol::messages::IncrementalAlterConfigsResponse {
-    admin_as!(
-        IncrementalAlterConfigs,
-        shard,
-        version,
-        request,
-        APPLIED_WAIT
-    )
+    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+    let node_id = shard.config().node_id.to_string();
+    let foreign: Vec<bool> = request
+        .resources
+        .iter()
+        .map(|r| {
+            r.resource_type == crate::handlers::configs::RESOURCE_BROKER
+                && !r.resource_name.is_empty()
+                && r.resource_name.as_str() != node_id
+        })
+        .collect();
+    let refused: Vec<AlterConfigsResourceResponse> = request
+        .resources
+        .iter()
+        .zip(&foreign)
+        .filter(|(_, &f)| f)
+        .map(|(r, _)| {
+            AlterConfigsResourceResponse::default()
+                .with_error_code(kafka_protocol::ResponseError::InvalidRequest.code())
+                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_string(
+                    format!(
+                        "Unexpected broker id, expected {node_id}, but received {}",
+                        r.resource_name.as_str()
+                    ),
+                )))
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone())
+        })
+        .collect();
+    if refused.is_empty() {
+        return admin_as!(
+            IncrementalAlterConfigs,
+            shard,
+            version,
+            request,
+            APPLIED_WAIT
+        );
+    }
+    let mut flags = foreign.iter();
+    request
+        .resources
+        .retain(|_| !flags.next().expect("one flag a resource"));
+    let mut answered = if request.resources.is_empty() {
+        Vec::new()
+    } else {
+        admin_as!(
+            IncrementalAlterConfigs,
+            shard,
+            version,
+            request,
+            APPLIED_WAIT
+        )
+        .responses
+    }
+    .into_iter();
+    let mut refused = refused.into_iter();
+    let mut response = kafka_protocol::messages::IncrementalAlterConfigsResponse::default();
+    response.responses = foreign
+        .iter()
+        .filter_map(|&f| if f { refused.next() } else { answered.next() })
+        .collect();
+    response
 }
 
 /// ElectLeaders (`kafka-leader-election`): at the controller, answered once this node's image

@@ -15,15 +15,20 @@ use crate::shard::Shard;
 pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
     let image = shard.image();
-    // A commit for a topic that does not exist is refused per partition, as Kafka does; the
-    // other partitions of the request are committed.
-    let known = |topic: &str| image.topics.contains_key(topic);
+    // A commit for a topic or a partition that does not exist is refused per partition, as
+    // Kafka does; the other partitions of the request are committed.
+    let known = |topic: &str, partition: i32| {
+        image
+            .topics
+            .get(topic)
+            .is_some_and(|t| (0..t.shards.len() as i32).contains(&partition))
+    };
     let mut commits = Vec::new();
     for t in &request.topics {
-        if !known(t.name.0.as_str()) {
-            continue;
-        }
         for p in &t.partitions {
+            if !known(t.name.0.as_str(), p.partition_index) {
+                continue;
+            }
             commits.push((
                 (t.name.0.to_string(), p.partition_index),
                 Some(Committed {
@@ -61,25 +66,24 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCo
     };
     let mut response = OffsetCommitResponse::default();
     for t in request.topics {
-        let topic_known = known(t.name.0.as_str());
+        let partitions = t
+            .partitions
+            .iter()
+            .map(|p| {
+                let code = if known(t.name.0.as_str(), p.partition_index) {
+                    code
+                } else {
+                    ResponseError::UnknownTopicOrPartition.code()
+                };
+                OffsetCommitResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code)
+            })
+            .collect();
         response.topics.push(
             OffsetCommitResponseTopic::default()
                 .with_name(t.name)
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            let code = if topic_known {
-                                code
-                            } else {
-                                ResponseError::UnknownTopicOrPartition.code()
-                            };
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(code)
-                        })
-                        .collect(),
-                ),
+                .with_partitions(partitions),
         );
     }
     response
