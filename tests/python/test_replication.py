@@ -4,8 +4,9 @@ once every in-sync replica has the records, and a leader killed with kill -9 rep
 in-sync follower that serves every acknowledged message, once, at its acknowledged offset; a
 follower SIGSTOPped leaves the ISR while writes go on, and rejoins once it caught up.
 With controllers apart from the brokers, two of three replicas down: acks=all refused with
-NOT_ENOUGH_REPLICAS below `min.insync.replicas`, acks=1 and reads go on, and after the
-followers return they rejoin the ISR and acks=all works again; and a leader that alone took
+NOT_ENOUGH_REPLICAS below `min.insync.replicas`, acks=1 is appended but stays above the high
+watermark (KIP-966) while reads of what was committed go on, and after the followers return they
+rejoin the ISR, the high watermark passes the acks=1 record and acks=all works again; and a leader that alone took
 records, died and came back truncates them away by the diverging epoch (KIP-320). A consumer
 group keeps its commits and goes on consuming when its coordinator is killed."""
 
