@@ -1312,11 +1312,19 @@ impl Controller {
                         error_message: None,
                     });
                 }
+                // Kafka's messages for these errors (from version 5).
                 Err(error_code) => results.push(DeletableTopicResult {
                     name,
                     topic_id: id,
                     error_code,
-                    error_message: None,
+                    error_message: Some(
+                        if error_code == UNKNOWN_TOPIC_ID {
+                            "This server does not host this topic ID."
+                        } else {
+                            "This server does not host this topic-partition."
+                        }
+                        .to_string(),
+                    ),
                 }),
             }
         }
@@ -1355,10 +1363,11 @@ impl Controller {
                         error_message: None,
                     });
                 }
+                // An empty message is none (Kafka gives none for a topic it does not know).
                 Err((error_code, message)) => results.push(CreatePartitionsTopicResult {
                     name: t.name.clone(),
                     error_code,
-                    error_message: Some(message),
+                    error_message: (!message.is_empty()).then_some(message),
                 }),
             }
         }
@@ -1369,10 +1378,10 @@ impl Controller {
         &mut self,
         t: &CreatePartitionsTopic,
     ) -> Result<Vec<Record>, (i16, String)> {
-        let topic = self.image().topic(&t.name).ok_or((
-            UNKNOWN_TOPIC_OR_PARTITION,
-            format!("Topic '{}' does not exist.", t.name),
-        ))?;
+        let topic = self
+            .image()
+            .topic(&t.name)
+            .ok_or((UNKNOWN_TOPIC_OR_PARTITION, String::new()))?;
         let topic_id = topic.id;
         let current = topic.partitions.len() as i32;
         let replication_factor = topic.partitions.get(&0).map_or(1, |p| p.replicas.len()) as i16;
@@ -1458,7 +1467,7 @@ impl Controller {
                 if self.image().topic(&res.resource_name).is_none() {
                     return Err((
                         UNKNOWN_TOPIC_OR_PARTITION,
-                        format!("Topic '{}' does not exist.", res.resource_name),
+                        format!("The topic '{}' does not exist.", res.resource_name),
                     ));
                 }
             }

@@ -341,10 +341,9 @@ pub async fn describe(
             RESOURCE_TOPIC => match image.topics.get(&name) {
                 Some(topic) => describe_topic(&config, &image, topic),
                 None => {
+                    // With an empty message, as Kafka's.
                     result.error_code = ResponseError::UnknownTopicOrPartition.code();
-                    result.error_message = Some(StrBytes::from_string(format!(
-                        "topic {name} does not exist"
-                    )));
+                    result.error_message = Some(StrBytes::from_static_str(""));
                     Vec::new()
                 }
             },

@@ -369,6 +369,7 @@ fn forgotten_partitions(
 /// partition.
 fn assemble(
     version: i16,
+    read_committed: bool,
     wanted: &[Wanted],
     results: Vec<ReadResult>,
     keep: &[bool],
@@ -377,6 +378,7 @@ fn assemble(
 ) -> Vec<FetchableTopicResponse> {
     let mut topics: Vec<FetchableTopicResponse> = Vec::new();
     let mut current: Option<&Arc<str>> = None;
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
     for ((w, f), &keep) in wanted.iter().zip(results).zip(keep) {
         if !keep {
             continue;
@@ -387,13 +389,18 @@ fn assemble(
             // without records this time, as when the response is full.
             Records::File(extent) => splices.placeholder(extent).unwrap_or_default(),
         };
+        // Kafka lists aborted transactions (there are none here) only in a read-committed
+        // answer of a partition it read; the list is null for a read-uncommitted one and for
+        // a failed read, and empty (the field's default) for a partition it does not know.
+        let aborted_transactions =
+            (f.error_code == unknown || (f.error_code == 0 && read_committed)).then(Vec::new);
         let mut pd = PartitionData::default()
             .with_partition_index(w.partition)
             .with_error_code(f.error_code)
             .with_high_watermark(f.high_watermark)
             .with_last_stable_offset(f.high_watermark)
             .with_log_start_offset(f.log_start_offset)
-            .with_aborted_transactions(Some(vec![]))
+            .with_aborted_transactions(aborted_transactions)
             .with_records(Some(records));
         if version >= 11 {
             pd.preferred_read_replica = BrokerId(-1);
@@ -613,7 +620,16 @@ pub async fn handle(
     } else {
         vec![true; wanted.len()]
     };
-    response.responses = assemble(version, &wanted, results, &keep, splices, &mut work);
+    let read_committed = request.isolation_level == 1;
+    response.responses = assemble(
+        version,
+        read_committed,
+        &wanted,
+        results,
+        &keep,
+        splices,
+        &mut work,
+    );
     if version >= 12 {
         leader_hints(&image, version, &wanted, &keep, &mut response);
     }
@@ -733,6 +749,7 @@ mod tests {
         assert!(keep.iter().all(|&k| !k), "nothing changed, nothing listed");
         let topics = assemble(
             12,
+            false,
             &applied.wanted,
             results,
             &keep,
@@ -831,6 +848,7 @@ mod tests {
         let results = nothing_new(all.len(), 3);
         let topics = assemble(
             12,
+            false,
             &all,
             results,
             &[true; 5],
