@@ -78,7 +78,12 @@ pub fn handle(
         response.host = c.host;
         response.port = c.port;
         if version >= 1 {
-            response.error_message = c.error_message;
+            // Before the batched version Kafka names the absence of an error too.
+            response.error_message = if c.error_code == 0 {
+                Some(StrBytes::from_static_str("NONE"))
+            } else {
+                c.error_message
+            };
         }
     }
     response

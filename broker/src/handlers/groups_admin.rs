@@ -19,6 +19,12 @@ use kafka_protocol::ResponseError;
 use crate::group::{coordinator_shard, no_coordinator, GroupState};
 use crate::shard::Shard;
 
+/// Every group operation (READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS as bits 3, 6,
+/// 8, 10, 11): without an authorizer everyone may do everything, and Kafka reports exactly this
+/// bitfield then.
+pub const GROUP_OPERATIONS_ALL: i32 = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11);
+const _: () = assert!(GROUP_OPERATIONS_ALL == 3400);
+
 pub async fn list(shard: &Rc<Shard>, request: ListGroupsRequest) -> ListGroupsResponse {
     let per_shard = shard
         .invoke_on_all(|s| async move {
@@ -85,6 +91,9 @@ pub async fn describe(
         match coordinator_shard(shard, &id) {
             None => described.error_code = no_coordinator(shard, &id),
             Some(owner) => {
+                if version >= 3 && request.include_authorized_operations {
+                    described.authorized_operations = GROUP_OPERATIONS_ALL;
+                }
                 let found = shard
                     .invoke_on(owner, move |s| async move {
                         let groups = s.groups.groups.borrow();
@@ -196,6 +205,15 @@ pub async fn offset_delete(
     request: OffsetDeleteRequest,
 ) -> OffsetDeleteResponse {
     let id = request.group_id.0.to_string();
+    let image = shard.image();
+    // A topic or partition that does not exist is answered UNKNOWN_TOPIC_OR_PARTITION whatever
+    // the group's state, as in Kafka; the others are deleted.
+    let known = |topic: &str, partition: i32| {
+        image
+            .topics
+            .get(topic)
+            .is_some_and(|t| (0..t.shards.len() as i32).contains(&partition))
+    };
     let keys: Vec<(String, i32)> = request
         .topics
         .iter()
@@ -204,6 +222,7 @@ pub async fn offset_delete(
                 .iter()
                 .map(move |p| (t.name.0.to_string(), p.partition_index))
         })
+        .filter(|(t, p)| known(t, *p))
         .collect();
     let code = match coordinator_shard(shard, &id) {
         None => no_coordinator(shard, &id),
@@ -233,6 +252,7 @@ pub async fn offset_delete(
         response.error_code = code;
     }
     for t in request.topics {
+        let name = t.name.0.to_string();
         response.topics.push(
             OffsetDeleteResponseTopic::default()
                 .with_name(t.name)
@@ -242,7 +262,13 @@ pub async fn offset_delete(
                         .map(|p| {
                             OffsetDeleteResponsePartition::default()
                                 .with_partition_index(p.partition_index)
-                                .with_error_code(if group_level { 0 } else { code })
+                                .with_error_code(if group_level {
+                                    0
+                                } else if !known(&name, p.partition_index) {
+                                    ResponseError::UnknownTopicOrPartition.code()
+                                } else {
+                                    code
+                                })
                         })
                         .collect(),
                 ),

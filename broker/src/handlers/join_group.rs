@@ -57,7 +57,13 @@ pub async fn handle(
     if version >= 7 {
         response.protocol_type = result.protocol_type.map(StrBytes::from_string);
     }
-    response.protocol_name = Some(StrBytes::from_string(result.protocol.unwrap_or_default()));
+    // No protocol chosen (an error, MEMBER_ID_REQUIRED among them): null from version 7, where
+    // the field may be, as in Kafka.
+    response.protocol_name = match result.protocol {
+        Some(p) => Some(StrBytes::from_string(p)),
+        None if version >= 7 => None,
+        None => Some(StrBytes::default()),
+    };
     if version >= 9 {
         response.skip_assignment = result.skip_assignment;
     }
