@@ -95,6 +95,13 @@ pub const TOPIC_BROKER_SYNONYMS: &[(&str, &str)] = &[
 ];
 
 impl MetadataImage {
+    /// Whether `topic` exists and has a partition `partition`.
+    pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
+        self.topics
+            .get(topic)
+            .is_some_and(|t| (0..t.shards.len() as i32).contains(&partition))
+    }
+
     /// A dynamic broker config as this broker sees it: its own value, else the cluster-wide
     /// default, with the source that set it (2 = per broker, 3 = cluster default, as Kafka's
     /// DescribeConfigs `config_source`).

@@ -208,12 +208,7 @@ pub async fn offset_delete(
     let image = shard.image();
     // A topic or partition that does not exist is answered UNKNOWN_TOPIC_OR_PARTITION whatever
     // the group's state, as in Kafka; the others are deleted.
-    let known = |topic: &str, partition: i32| {
-        image
-            .topics
-            .get(topic)
-            .is_some_and(|t| (0..t.shards.len() as i32).contains(&partition))
-    };
+    let known = |topic: &str, partition: i32| image.has_partition(topic, partition);
     let keys: Vec<(String, i32)> = request
         .topics
         .iter()

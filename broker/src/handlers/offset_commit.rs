@@ -17,12 +17,7 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCo
     let image = shard.image();
     // A commit for a topic or a partition that does not exist is refused per partition, as
     // Kafka does; the other partitions of the request are committed.
-    let known = |topic: &str, partition: i32| {
-        image
-            .topics
-            .get(topic)
-            .is_some_and(|t| (0..t.shards.len() as i32).contains(&partition))
-    };
+    let known = |topic: &str, partition: i32| image.has_partition(topic, partition);
     let mut commits = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {
