@@ -61,10 +61,23 @@ def running(request, c: Cluster):
 
 
 @pytest.fixture(scope="module")
-def cluster(request):
+def cluster_nodes(request):
     yield from running(request, Cluster(3, name="replication", extra_args=[
         "--replica-lag-time-max-ms", LAG_MS,
         "--leader-imbalance-check-interval-seconds", REBALANCE_S]))
+
+
+@pytest.fixture
+def cluster(cluster_nodes):
+    """The three-node cluster, whole again after each test: a node a failed test left killed is
+    started again and waited for until it is registered, so the next test does not fail on it."""
+    yield cluster_nodes
+    down = [n for n in cluster_nodes.nodes if n.proc is None or n.proc.poll() is not None]
+    if down:
+        restart(down)
+        for n in down:
+            wait_for(f"node {n.node_id} registered again",
+                     lambda n=n: "broker state changed fenced=false" in n.current_log(), 60)
 
 
 def wait_for(what: str, check, timeout: float = 30.0):
@@ -469,8 +482,9 @@ def test_a_group_keeps_consuming_with_its_commits_when_its_coordinator_is_killed
             return now not in (-1, coordinator) and now
 
         wait_for("another coordinator for the group", moved, 60)
+        others = ",".join(n.bootstrap for n in cluster.nodes if n is not victim)
         # An admin client must outlive its futures: one dropped at once never answers.
-        client = admin(",".join(n.bootstrap for n in cluster.nodes if n is not victim))
+        client = admin(others)
         offsets = client.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group)], request_timeout=15)[group].result(timeout=30)
         after = {tp.partition: tp.offset for tp in offsets.topic_partitions}
