@@ -9,6 +9,7 @@ so `Cluster.start` starts every process before it waits for any.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -159,3 +160,38 @@ class Cluster:
 
     def log_tails(self) -> str:
         return "\n".join(n.log_tail(40) for n in self.nodes)
+
+
+def wait_for(what: str, check, timeout: float = 30.0):
+    """`check()`'s first true value, asked every 0.1 s; fails the test after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def running(request, c: Cluster, what: str, ready, timeout: float = 30.0):
+    """A module fixture's body: starts `c`, waits until `ready()` holds (`what` names it), yields
+    it, and stops it; the nodes' log tails are printed when a test failed, any panic fails the
+    module, and the nodes' data is removed unless a test failed or KEEP_LOGS is set."""
+    failed_before = request.session.testsfailed
+    try:
+        c.start()
+        wait_for(what, ready, timeout)
+    except BaseException:
+        print(c.log_tails())
+        c.stop()
+        raise
+    yield c
+    failed = request.session.testsfailed > failed_before
+    if failed:
+        print(c.log_tails())
+    c.stop()
+    for n in c.nodes:
+        panics = [line for line in n.log_text().splitlines() if "panicked" in line]
+        assert not panics, f"node {n.node_id} panicked:\n" + "\n".join(panics)
+        if not failed and not os.environ.get("KEEP_LOGS"):
+            n.remove()

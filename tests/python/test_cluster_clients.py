@@ -30,7 +30,7 @@ from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
 
-from cluster import Cluster, Node, format_storage
+from cluster import Cluster, Node, format_storage, running, wait_for
 from harness import (CLIENT_DEFAULTS, SLUICE_BIN, START_TIMEOUT_S, TEST_DIR, admin, assert_all_delivered, consumer,
                      produce_all, producer, read_to_end)
 from wire import Pipeline, build
@@ -49,35 +49,8 @@ def cluster(request):
         n.extra_args += ["--broker-rack", RACKS[n.node_id]]
         if n.node_id == ADVERTISED_NODE:
             n.extra_args += ["--advertised-listeners", f"PLAINTEXT://localhost:{n.port}"]
-    failed_before = request.session.testsfailed
-    try:
-        c.start()
-        wait_for("every node to list every broker",
-                 lambda: all(len(raw_metadata(n.bootstrap)["brokers"]) == 3 for n in c.nodes), START_TIMEOUT_S)
-    except BaseException:
-        print(c.log_tails())
-        c.stop()
-        raise
-    yield c
-    failed = request.session.testsfailed > failed_before
-    if failed:
-        print(c.log_tails())
-    c.stop()
-    for n in c.nodes:
-        panics = [line for line in n.log_text().splitlines() if "panicked" in line]
-        assert not panics, f"node {n.node_id} panicked:\n" + "\n".join(panics)
-        if not failed:
-            n.remove()
-
-
-def wait_for(what: str, check, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    yield from running(request, c, "every node to list every broker",
+                       lambda: all(len(raw_metadata(n.bootstrap)["brokers"]) == 3 for n in c.nodes), START_TIMEOUT_S)
 
 
 def advertised(node: Node) -> tuple[str, int]:

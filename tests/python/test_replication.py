@@ -25,7 +25,7 @@ from confluent_kafka.admin import NewTopic
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.producer.produce import ProduceRequest
 
-from cluster import Cluster
+from cluster import Cluster, running, wait_for
 from harness import CLIENT_DEFAULTS, admin, consumer, read_to_end
 from wire import Pipeline, batch, build
 
@@ -35,36 +35,16 @@ LAG_MS = 3000
 REBALANCE_S = 3
 
 
-def running(request, c: Cluster):
-    """Starts `c`, waits until its brokers are registered, yields it, and stops it; the nodes'
-    log tails are printed when a test failed, and any panic fails the module."""
-    failed_before = request.session.testsfailed
-    try:
-        c.start()
-        wait_for("every broker registered and unfenced",
-                 lambda: all(len(admin(n.bootstrap).list_topics(timeout=10).brokers) == len(c.brokers)
-                             for n in c.brokers))
-    except BaseException:
-        print(c.log_tails())
-        c.stop()
-        raise
-    yield c
-    failed = request.session.testsfailed > failed_before
-    if failed:
-        print(c.log_tails())
-    c.stop()
-    for n in c.nodes:
-        panics = [line for line in n.log_text().splitlines() if "panicked" in line]
-        assert not panics, f"node {n.node_id} panicked:\n" + "\n".join(panics)
-        if not failed and not os.environ.get("KEEP_LOGS"):
-            n.remove()
+def every_broker_registered(c: Cluster):
+    return all(len(admin(n.bootstrap).list_topics(timeout=10).brokers) == len(c.brokers) for n in c.brokers)
 
 
 @pytest.fixture(scope="module")
 def cluster_nodes(request):
-    yield from running(request, Cluster(3, name="replication", extra_args=[
+    c = Cluster(3, name="replication", extra_args=[
         "--replica-lag-time-max-ms", LAG_MS,
-        "--leader-imbalance-check-interval-seconds", REBALANCE_S]))
+        "--leader-imbalance-check-interval-seconds", REBALANCE_S])
+    yield from running(request, c, "every broker registered and unfenced", lambda: every_broker_registered(c))
 
 
 @pytest.fixture
@@ -78,16 +58,6 @@ def cluster(cluster_nodes):
         for n in down:
             wait_for(f"node {n.node_id} registered again",
                      lambda n=n: "broker state changed fenced=false" in n.current_log(), 60)
-
-
-def wait_for(what: str, check, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def partitions_of(bootstrap: str, topic: str):
@@ -284,9 +254,9 @@ def raw_produce(bootstrap: str, topic: str, acks: int, values: list[bytes]) -> d
 def split_cluster(request):
     """Three controllers and three brokers as separate processes, so that brokers can go down
     while the controller quorum keeps its majority."""
-    yield from running(request, Cluster(3, brokers=3, name="min-isr",
-                                        extra_args=["--replica-lag-time-max-ms", LAG_MS,
-                                                    "--auto-leader-rebalance-enable", "false"]))
+    c = Cluster(3, brokers=3, name="min-isr", extra_args=["--replica-lag-time-max-ms", LAG_MS,
+                                                          "--auto-leader-rebalance-enable", "false"])
+    yield from running(request, c, "every broker registered and unfenced", lambda: every_broker_registered(c))
 
 
 @pytest.fixture
