@@ -12,10 +12,10 @@ import pytest
 
 from kafka.protocol.metadata.metadata import MetadataRequest
 
-from cluster import Cluster
+from cluster import Cluster, running, wait_for
 from netns import Network
-from test_replication import (check_exactly, create_replicated, partitions_of, produce_keyed, raw_produce, read_all,
-                              running, wait_for)
+from test_replication import (check_exactly, create_replicated, every_broker_registered, partitions_of, produce_keyed,
+                              raw_produce, read_all)
 from wire import Pipeline, build
 
 REBALANCE_S = 3
@@ -50,8 +50,9 @@ def net():
 
 @pytest.fixture(scope="module")
 def cluster(request, net):
-    yield from running(request, Cluster(3, name="partition", place=net.place, extra_args=[
-        "--replica-lag-time-max-ms", 3000, "--leader-imbalance-check-interval-seconds", REBALANCE_S]))
+    c = Cluster(3, name="partition", place=net.place, extra_args=[
+        "--replica-lag-time-max-ms", 3000, "--leader-imbalance-check-interval-seconds", REBALANCE_S])
+    yield from running(request, c, "every broker registered and unfenced", lambda: every_broker_registered(c))
 
 
 def test_a_leader_cut_off_from_the_majority_acknowledges_nothing_and_truncates_after_healing(cluster, net):

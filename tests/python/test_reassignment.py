@@ -25,10 +25,10 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from kafka.protocol.admin.cluster import DescribeLogDirsRequest
 
-from cluster import Cluster
+from cluster import Cluster, running, wait_for
 from harness import CLIENT_DEFAULTS, SLUICE_BIN, admin, consumer, free_port
 from reference import ensure_jars, kafka_tool
-from test_replication import check_exactly, partitions_of, read_all, restart, running, wait_for
+from test_replication import check_exactly, every_broker_registered, partitions_of, read_all, restart
 from wire import Pipeline, build
 
 
@@ -39,7 +39,7 @@ def cluster(request):
         "--replica-lag-time-max-ms", 3000, "--auto-leader-rebalance-enable", "false"])
     for n in c.nodes:
         with_metrics(n)
-    yield from running(request, c)
+    yield from running(request, c, "every broker registered and unfenced", lambda: every_broker_registered(c))
 
 
 def with_metrics(n) -> None:
