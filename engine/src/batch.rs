@@ -67,6 +67,10 @@ impl<'a> BatchHeader<'a> {
         Ok(BatchHeader { bytes })
     }
 
+    /// The bytes the header was parsed from (the whole batch, where the caller had it).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
     pub fn base_offset(&self) -> Offset {
         Offset(be_i64(self.bytes, 0))
     }
@@ -628,6 +632,35 @@ impl BatchBuilder {
         b[17..21].copy_from_slice(&crc.to_be_bytes());
         b.freeze()
     }
+}
+
+/// A transaction marker (a control batch) as a partition leader writes it for WriteTxnMarkers:
+/// transactional and control attributes, no sequence, and one record whose key is
+/// `(version 0, type)` (`type` 0 aborts, 1 commits) and whose value is
+/// `(version 0, coordinator_epoch)`, as in Kafka's `EndTransactionMarker`.
+pub fn control_batch(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    timestamp: Timestamp,
+) -> Bytes {
+    let mut key = Vec::with_capacity(4);
+    key.extend_from_slice(&0i16.to_be_bytes());
+    key.extend_from_slice(&i16::from(commit).to_be_bytes());
+    let mut value = Vec::with_capacity(6);
+    value.extend_from_slice(&0i16.to_be_bytes());
+    value.extend_from_slice(&coordinator_epoch.to_be_bytes());
+    let mut b = BatchBuilder::new()
+        .producer(producer_id, producer_epoch, -1)
+        .attributes(ATTR_TRANSACTIONAL | ATTR_CONTROL);
+    b.push(&NewRecord {
+        key: Some(key),
+        value: Some(value),
+        headers: Vec::new(),
+        timestamp,
+    });
+    b.build()
 }
 
 /// Convenience for tests and tools: one batch from (key, value) pairs at one timestamp.

@@ -6,8 +6,17 @@
 //! appended again; an older epoch is fenced. The state is snapshotted when a segment is sealed and
 //! at clean shutdown (`<offset:020>.snapshot`, format in `FORMAT.md`) and rebuilt on open from the
 //! latest snapshot plus the batches after it.
+//!
+//! Transactions (KIP-98) are tracked here too, from the batches alone: a producer's first
+//! transactional batch opens its transaction at that batch's offset, and a control batch (the
+//! commit or abort marker the transaction coordinator has the leader write) closes it. The
+//! first offset of the oldest open transaction bounds the last stable offset (LSO) that
+//! `read_committed` consumers read up to; an aborted transaction's range is remembered so that
+//! fetches can tell those consumers which records to drop. A transaction stays unstable after
+//! its marker until the high watermark passes the marker, as in Kafka, so a consumer never reads
+//! a decision that a leader change could take back.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::batch::BatchHeader;
 use crate::types::{Offset, Timestamp};
@@ -19,10 +28,17 @@ pub const PRODUCER_BATCHES_MAX: usize = 5;
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 100_000;
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SLPS";
-/// Version 2 added each producer's last timestamp; version 1 snapshots still load, with the
-/// timestamps unknown (`Timestamp::NONE`) until the producer appends again.
-const SNAPSHOT_VERSION: u32 = 2;
+/// Version 3 added each producer's open transaction and the partition's aborted transactions;
+/// version 2 each producer's last timestamp. Versions 1 and 2 still load: their producers have no
+/// open transaction (a release without transactions wrote them), and version 1's timestamps are
+/// unknown (`Timestamp::NONE`) until the producer appends again.
+const SNAPSHOT_VERSION: u32 = 3;
+const SNAPSHOT_VERSION_NO_TXN: u32 = 2;
 const SNAPSHOT_VERSION_NO_TIMESTAMP: u32 = 1;
+
+/// A control record's type (the second field of its key, after the version).
+pub const CONTROL_TYPE_ABORT: i16 = 0;
+pub const CONTROL_TYPE_COMMIT: i16 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchMeta {
@@ -41,6 +57,33 @@ pub struct ProducerEntry {
     /// The max timestamp of the producer's last batch, as the log holds it (the broker's time
     /// on `LogAppendTime` topics). DescribeProducers reports it.
     pub last_timestamp: Timestamp,
+    /// The offset of the producer's first batch in its open transaction, if one is open here.
+    pub current_txn_first_offset: Option<Offset>,
+}
+
+/// A transaction aborted in this partition: its records from `first_offset` up to the abort
+/// marker at `last_offset` are to be dropped by `read_committed` consumers. Kafka's
+/// `AbortedTxn`, and what a Fetch response's `aborted_transactions` lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: Offset,
+    /// The offset of the abort marker.
+    pub last_offset: Offset,
+    /// The first offset still undecided once this transaction ended (the LSO it left behind,
+    /// high watermark aside). Every transaction aborted later began at or after it, so a
+    /// search for the aborted transactions of a range stops at the first entry whose
+    /// `last_stable_offset` is past the range.
+    pub last_stable_offset: Offset,
+}
+
+/// A transaction one control batch ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    pub first_offset: Offset,
+    pub marker_offset: Offset,
+    pub committed: bool,
 }
 
 /// One idempotent producer as DescribeProducers shows it.
@@ -52,6 +95,8 @@ pub struct ActiveProducer {
     /// (after an epoch bump that only wrote a control batch).
     pub last_sequence: i32,
     pub last_timestamp: Timestamp,
+    /// The first offset of its open transaction here, -1 when none is open.
+    pub current_txn_start_offset: i64,
 }
 
 /// What to do with a batch.
@@ -97,6 +142,25 @@ fn last_seq_of(header: &BatchHeader<'_>) -> i32 {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProducerStateManager {
     producers: HashMap<i64, ProducerEntry>,
+    /// Open transactions by first offset (their producer ids): the first is the oldest.
+    ongoing: BTreeMap<Offset, i64>,
+    /// Transactions ended by a marker the high watermark has not passed yet, by marker offset
+    /// (their first offsets). Not snapshotted: after a restart the replayed tail's markers are
+    /// unreplicated again until the high watermark passes them.
+    unreplicated: BTreeMap<Offset, Offset>,
+    /// Aborted transactions by marker offset.
+    aborted: BTreeMap<Offset, AbortedTxn>,
+}
+
+/// The control record type of a control batch (`CONTROL_TYPE_ABORT` or `CONTROL_TYPE_COMMIT`),
+/// from its first record's key; `None` when the key is not a control key.
+pub fn control_type(batch: &[u8]) -> Option<i16> {
+    let record = crate::batch::Records::new(batch).next()?.ok()?;
+    let key = record.key?;
+    if key.len() < 4 {
+        return None;
+    }
+    Some(i16::from_be_bytes([key[2], key[3]]))
 }
 
 impl ProducerStateManager {
@@ -122,6 +186,7 @@ impl ProducerStateManager {
                 producer_epoch: e.epoch,
                 last_sequence: e.batches.back().map(|b| b.last_seq).unwrap_or(-1),
                 last_timestamp: e.last_timestamp,
+                current_txn_start_offset: e.current_txn_first_offset.map_or(-1, |o| o.0),
             })
             .collect();
         out.sort_by_key(|p| p.producer_id);
@@ -131,6 +196,18 @@ impl ProducerStateManager {
     /// Checks a batch from a producer before it is assigned offsets.
     pub fn check(&self, header: &BatchHeader<'_>) -> Result<SequenceCheck, ProducerError> {
         let producer_id = header.producer_id();
+        if header.is_control() {
+            // A marker carries no sequence; one from an older epoch than the producer's is a
+            // zombie coordinator's and is refused, as Kafka does.
+            return match self.producers.get(&producer_id) {
+                Some(e) if header.producer_epoch() < e.epoch => Err(ProducerError::InvalidEpoch {
+                    producer_id,
+                    epoch: header.producer_epoch(),
+                    current: e.epoch,
+                }),
+                _ => Ok(SequenceCheck::Append),
+            };
+        }
         if producer_id < 0 || header.base_sequence() < 0 {
             return Ok(SequenceCheck::Append);
         }
@@ -182,11 +259,17 @@ impl ProducerStateManager {
     }
 
     /// Records a batch appended at `base..=last` (after `check` said Append, or when replaying the
-    /// log on open).
-    pub fn record(&mut self, header: &BatchHeader<'_>, base_offset: Offset, last_offset: Offset) {
+    /// log on open). `header` must span the whole batch (a control batch's record is read).
+    /// Returns the transaction a control batch ended.
+    pub fn record(
+        &mut self,
+        header: &BatchHeader<'_>,
+        base_offset: Offset,
+        last_offset: Offset,
+    ) -> Option<CompletedTxn> {
         let producer_id = header.producer_id();
         if producer_id < 0 {
-            return;
+            return None;
         }
         let epoch = header.producer_epoch();
         let entry = self.producers.entry(producer_id).or_default();
@@ -196,6 +279,31 @@ impl ProducerStateManager {
         }
         entry.last_offset = last_offset;
         entry.last_timestamp = header.max_timestamp();
+        let mut completed = None;
+        if header.is_control() {
+            // A marker ends the open transaction; one with none open (a retried marker) ends an
+            // empty one at its own offset, as in Kafka.
+            let first_offset = entry.current_txn_first_offset.take();
+            if let Some(first) = first_offset {
+                self.ongoing.remove(&first);
+            }
+            let kind = control_type(header.bytes());
+            if matches!(kind, Some(CONTROL_TYPE_ABORT | CONTROL_TYPE_COMMIT)) {
+                completed = Some(CompletedTxn {
+                    producer_id,
+                    first_offset: first_offset.unwrap_or(base_offset),
+                    marker_offset: base_offset,
+                    committed: kind == Some(CONTROL_TYPE_COMMIT),
+                });
+            }
+        } else if header.is_transactional() && entry.current_txn_first_offset.is_none() {
+            entry.current_txn_first_offset = Some(base_offset);
+            self.ongoing.insert(base_offset, producer_id);
+        }
+        let entry = self
+            .producers
+            .get_mut(&producer_id)
+            .expect("inserted above");
         if header.base_sequence() >= 0 && !header.is_control() {
             entry.batches.push_back(BatchMeta {
                 first_seq: header.base_sequence(),
@@ -208,15 +316,80 @@ impl ProducerStateManager {
             }
         }
         if self.producers.len() > PRODUCERS_PER_PARTITION_MAX {
+            // A producer with an open transaction is never forgotten: its marker must find it.
             let oldest = self
                 .producers
                 .iter()
+                .filter(|(_, e)| e.current_txn_first_offset.is_none())
                 .min_by_key(|(_, e)| e.last_offset)
                 .map(|(&p, _)| p);
             if let Some(p) = oldest {
                 self.producers.remove(&p);
             }
         }
+        if let Some(done) = completed {
+            if !done.committed {
+                let last_stable_offset = self
+                    .first_undecided_offset()
+                    .unwrap_or(done.marker_offset.next());
+                self.aborted.insert(
+                    done.marker_offset,
+                    AbortedTxn {
+                        producer_id,
+                        first_offset: done.first_offset,
+                        last_offset: done.marker_offset,
+                        last_stable_offset,
+                    },
+                );
+            }
+            self.unreplicated
+                .insert(done.marker_offset, done.first_offset);
+        }
+        completed
+    }
+
+    /// The first offset of an open transaction or of one whose marker the high watermark has not
+    /// passed (as of the last [`ProducerStateManager::advance_high_watermark`]).
+    fn first_undecided_offset(&self) -> Option<Offset> {
+        let open = self.ongoing.keys().next().copied();
+        let unreplicated = self.unreplicated.values().min().copied();
+        match (open, unreplicated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Forgets the unreplicated state of transactions whose markers are below `high_watermark`,
+    /// then returns the first offset that is not yet stable, if any: the LSO is the smaller of
+    /// it and the high watermark.
+    pub fn first_unstable_offset(&mut self, high_watermark: Offset) -> Option<Offset> {
+        while let Some((&marker, _)) = self.unreplicated.first_key_value() {
+            if marker >= high_watermark {
+                break;
+            }
+            self.unreplicated.pop_first();
+        }
+        self.first_undecided_offset()
+    }
+
+    /// The transactions aborted within `[from, to)`: those whose marker is at or past `from`
+    /// and whose first offset is below `to`.
+    pub fn aborted_transactions(&self, from: Offset, to: Offset) -> Vec<AbortedTxn> {
+        let mut out = Vec::new();
+        for a in self.aborted.range(from..).map(|(_, a)| a) {
+            if a.first_offset < to {
+                out.push(*a);
+            }
+            if a.last_stable_offset >= to {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Forgets aborted transactions whose markers are below the log start offset.
+    pub fn trim_aborted(&mut self, log_start_offset: Offset) {
+        self.aborted = self.aborted.split_off(&log_start_offset);
     }
 
     /// Snapshot bytes for the state as of `offset` (every batch below it recorded).
@@ -234,12 +407,24 @@ impl ProducerStateManager {
             out.extend_from_slice(&e.epoch.to_be_bytes());
             out.extend_from_slice(&e.last_offset.0.to_be_bytes());
             out.extend_from_slice(&e.last_timestamp.0.to_be_bytes());
+            out.extend_from_slice(&e.current_txn_first_offset.map_or(-1, |o| o.0).to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
                 out.extend_from_slice(&b.last_seq.to_be_bytes());
                 out.extend_from_slice(&b.base_offset.0.to_be_bytes());
                 out.extend_from_slice(&b.last_offset.0.to_be_bytes());
+            }
+        }
+        out.extend_from_slice(&(self.aborted.len() as u32).to_be_bytes());
+        for a in self.aborted.values() {
+            for v in [
+                a.producer_id,
+                a.first_offset.0,
+                a.last_offset.0,
+                a.last_stable_offset.0,
+            ] {
+                out.extend_from_slice(&v.to_be_bytes());
             }
         }
         let crc = crc32fast::hash(&out);
@@ -263,7 +448,13 @@ impl ProducerStateManager {
             Some(s)
         };
         let version = u32::from_be_bytes(take(4)?.try_into().ok()?);
-        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_NO_TIMESTAMP {
+        if ![
+            SNAPSHOT_VERSION,
+            SNAPSHOT_VERSION_NO_TXN,
+            SNAPSHOT_VERSION_NO_TIMESTAMP,
+        ]
+        .contains(&version)
+        {
             return None;
         }
         let offset = Offset(i64::from_be_bytes(take(8)?.try_into().ok()?));
@@ -278,6 +469,13 @@ impl ProducerStateManager {
             } else {
                 Timestamp(i64::from_be_bytes(take(8)?.try_into().ok()?))
             };
+            let current_txn_first_offset = if version >= SNAPSHOT_VERSION {
+                Some(i64::from_be_bytes(take(8)?.try_into().ok()?))
+                    .filter(|&o| o >= 0)
+                    .map(Offset)
+            } else {
+                None
+            };
             let n = take(1)?[0] as usize;
             let mut batches = VecDeque::with_capacity(n);
             for _ in 0..n {
@@ -288,6 +486,9 @@ impl ProducerStateManager {
                     last_offset: Offset(i64::from_be_bytes(take(8)?.try_into().ok()?)),
                 });
             }
+            if let Some(first) = current_txn_first_offset {
+                state.ongoing.insert(first, id);
+            }
             state.producers.insert(
                 id,
                 ProducerEntry {
@@ -295,8 +496,25 @@ impl ProducerStateManager {
                     batches,
                     last_offset,
                     last_timestamp,
+                    current_txn_first_offset,
                 },
             );
+        }
+        if version >= SNAPSHOT_VERSION {
+            let aborted = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+            for _ in 0..aborted {
+                let mut v = [0i64; 4];
+                for x in &mut v {
+                    *x = i64::from_be_bytes(take(8)?.try_into().ok()?);
+                }
+                let a = AbortedTxn {
+                    producer_id: v[0],
+                    first_offset: Offset(v[1]),
+                    last_offset: Offset(v[2]),
+                    last_stable_offset: Offset(v[3]),
+                };
+                state.aborted.insert(a.last_offset, a);
+            }
         }
         if take(1).is_some() {
             return None;
@@ -321,6 +539,141 @@ mod tests {
             });
         }
         b.build()
+    }
+
+    fn txn_batch(pid: i64, epoch: i16, seq: i32, records: usize) -> bytes::Bytes {
+        let mut b = BatchBuilder::new()
+            .producer(pid, epoch, seq)
+            .attributes(crate::batch::ATTR_TRANSACTIONAL);
+        for _ in 0..records {
+            b.push(&NewRecord {
+                value: Some(b"t".to_vec()),
+                timestamp: Timestamp(1),
+                ..Default::default()
+            });
+        }
+        b.build()
+    }
+
+    fn marker(pid: i64, epoch: i16, commit: bool) -> bytes::Bytes {
+        crate::batch::control_batch(pid, epoch, commit, 3, Timestamp(2))
+    }
+
+    fn record(s: &mut ProducerStateManager, b: &[u8], base: i64) -> Option<CompletedTxn> {
+        let h = BatchHeader::parse(b).unwrap();
+        let last = base + h.last_offset_delta() as i64;
+        s.record(&h, Offset(base), Offset(last))
+    }
+
+    #[test]
+    fn transactions_bound_the_stable_offset_until_their_markers_are_replicated() {
+        let mut s = ProducerStateManager::default();
+        assert_eq!(control_type(&marker(5, 0, false)), Some(CONTROL_TYPE_ABORT));
+        assert_eq!(control_type(&marker(5, 0, true)), Some(CONTROL_TYPE_COMMIT));
+        // Non-transactional data never holds the stable offset back.
+        assert_eq!(record(&mut s, &batch(9, 0, 0, 2), 0), None);
+        assert_eq!(s.first_unstable_offset(Offset(2)), None);
+        record(&mut s, &txn_batch(5, 0, 0, 3), 10); // 10..=12
+        record(&mut s, &txn_batch(6, 0, 0, 1), 13);
+        record(&mut s, &txn_batch(5, 0, 3, 1), 14); // same transaction, still from 10
+        assert_eq!(s.first_unstable_offset(Offset(15)), Some(Offset(10)));
+        assert_eq!(
+            s.active()
+                .iter()
+                .find(|p| p.producer_id == 5)
+                .unwrap()
+                .current_txn_start_offset,
+            10
+        );
+        let done = record(&mut s, &marker(5, 0, false), 15);
+        assert_eq!(
+            done,
+            Some(CompletedTxn {
+                producer_id: 5,
+                first_offset: Offset(10),
+                marker_offset: Offset(15),
+                committed: false
+            })
+        );
+        // The abort is decided but its marker is not below the high watermark yet.
+        assert_eq!(s.first_unstable_offset(Offset(15)), Some(Offset(10)));
+        assert_eq!(s.first_unstable_offset(Offset(16)), Some(Offset(13)));
+        let aborted = AbortedTxn {
+            producer_id: 5,
+            first_offset: Offset(10),
+            last_offset: Offset(15),
+            last_stable_offset: Offset(13),
+        };
+        assert_eq!(
+            s.aborted_transactions(Offset(0), Offset(100)),
+            vec![aborted]
+        );
+        assert_eq!(
+            s.aborted_transactions(Offset(11), Offset(12)),
+            vec![aborted]
+        );
+        assert_eq!(s.aborted_transactions(Offset(16), Offset(100)), vec![]);
+        assert_eq!(s.aborted_transactions(Offset(0), Offset(10)), vec![]);
+        // A snapshot keeps the open transaction and the aborted one.
+        let (back, _) = ProducerStateManager::decode(&s.encode(Offset(16))).unwrap();
+        let mut back = back;
+        assert_eq!(back.first_unstable_offset(Offset(16)), Some(Offset(13)));
+        assert_eq!(
+            back.aborted_transactions(Offset(0), Offset(100)),
+            vec![aborted]
+        );
+        // A marker from an older epoch is refused; the commit ends producer 6's transaction.
+        record(&mut s, &txn_batch(6, 0, 1, 1), 16);
+        let stale = marker(5, -1, true);
+        assert!(s.check(&BatchHeader::parse(&stale).unwrap()).is_err());
+        let commit = marker(6, 0, true);
+        assert_eq!(
+            s.check(&BatchHeader::parse(&commit).unwrap()),
+            Ok(SequenceCheck::Append)
+        );
+        assert!(record(&mut s, &commit, 17).unwrap().committed);
+        assert_eq!(s.first_unstable_offset(Offset(17)), Some(Offset(13)));
+        assert_eq!(s.first_unstable_offset(Offset(18)), None);
+        // Only aborts are listed; trimming drops those below the log start.
+        assert_eq!(
+            s.aborted_transactions(Offset(0), Offset(100)),
+            vec![aborted]
+        );
+        s.trim_aborted(Offset(16));
+        assert_eq!(s.aborted_transactions(Offset(0), Offset(100)), vec![]);
+        // A new transaction of the same producer starts at its own first batch.
+        record(&mut s, &txn_batch(5, 0, 4, 1), 18);
+        assert_eq!(s.first_unstable_offset(Offset(19)), Some(Offset(18)));
+    }
+
+    #[test]
+    fn the_aborted_search_stops_at_the_first_entry_past_the_range() {
+        let mut s = ProducerStateManager::default();
+        // Three transactions aborted one after the other, none overlapping.
+        let mut at = 0;
+        for pid in 1..=3 {
+            record(&mut s, &txn_batch(pid, 0, 0, 2), at);
+            record(&mut s, &marker(pid, 0, false), at + 2);
+            // The high watermark passes each marker before the next transaction ends.
+            assert_eq!(s.first_unstable_offset(Offset(at + 3)), None);
+            at += 3;
+        }
+        let all = s.aborted_transactions(Offset(0), Offset(100));
+        assert_eq!(
+            all.iter().map(|a| a.first_offset.0).collect::<Vec<_>>(),
+            vec![0, 3, 6]
+        );
+        assert_eq!(
+            all.iter()
+                .map(|a| a.last_stable_offset.0)
+                .collect::<Vec<_>>(),
+            vec![3, 6, 9]
+        );
+        let some = s.aborted_transactions(Offset(0), Offset(4));
+        assert_eq!(
+            some.iter().map(|a| a.producer_id).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
     }
 
     #[test]
@@ -404,12 +757,14 @@ mod tests {
                 producer_epoch: 0,
                 last_sequence: 7,
                 last_timestamp: Timestamp(1),
+                current_txn_start_offset: -1,
             },
             ActiveProducer {
                 producer_id: 9,
                 producer_epoch: 3,
                 last_sequence: 1,
                 last_timestamp: Timestamp(1_700_000_000_005),
+                current_txn_start_offset: -1,
             },
         ];
         assert_eq!(s.active(), want);

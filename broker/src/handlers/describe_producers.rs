@@ -1,8 +1,8 @@
 //! DescribeProducers (KIP-664): the idempotent producers each partition remembers, answered by
 //! the partition's owner shard from the log's producer state.
 //!
-//! There are no transactions yet, so no producer has a coordinator epoch or an open
-//! transaction: both are -1, as Kafka reports for an idempotent, non-transactional producer.
+//! A producer's open transaction in the partition shows as the offset it started at (-1: none).
+//! The coordinator epoch of its last marker is not kept: it is reported as -1.
 
 use std::rc::Rc;
 
@@ -52,7 +52,7 @@ pub async fn handle(
                                 .with_last_sequence(a.last_sequence)
                                 .with_last_timestamp(a.last_timestamp.0)
                                 .with_coordinator_epoch(-1)
-                                .with_current_txn_start_offset(-1)
+                                .with_current_txn_start_offset(a.current_txn_start_offset)
                         })
                         .collect();
                 }

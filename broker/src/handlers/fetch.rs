@@ -32,9 +32,9 @@ use std::time::{Duration, Instant};
 
 use indexmap::IndexMap;
 use kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use sluice_engine::Offset;
@@ -78,6 +78,7 @@ type SessionKey = (Arc<str>, i32);
 struct SessionPartition {
     wanted: Wanted,
     high_watermark: i64,
+    last_stable_offset: i64,
     log_start_offset: i64,
     /// Returned records in the response being built: moves to the back of the session.
     served: bool,
@@ -88,6 +89,7 @@ impl SessionPartition {
         SessionPartition {
             wanted,
             high_watermark: OFFSET_NEVER_SENT,
+            last_stable_offset: OFFSET_NEVER_SENT,
             log_start_offset: OFFSET_NEVER_SENT,
             served: false,
         }
@@ -257,9 +259,11 @@ impl FetchSessions {
             let changed = !f.records.is_empty()
                 || f.error_code != 0
                 || p.high_watermark != f.high_watermark
+                || p.last_stable_offset != f.last_stable_offset
                 || p.log_start_offset != f.log_start_offset;
             *keep = !incremental || changed;
             p.high_watermark = f.high_watermark;
+            p.last_stable_offset = f.last_stable_offset;
             p.log_start_offset = f.log_start_offset;
             if !f.records.is_empty() {
                 p.served = true;
@@ -389,16 +393,25 @@ fn assemble(
             // without records this time, as when the response is full.
             Records::File(extent) => splices.placeholder(extent).unwrap_or_default(),
         };
-        // Kafka lists aborted transactions (there are none here) only in a read-committed
-        // answer of a partition it read; the list is null for a read-uncommitted one and for
-        // a failed read, and empty (the field's default) for a partition it does not know.
+        // Kafka lists aborted transactions only in a read-committed answer of a partition it
+        // read; the list is null for a read-uncommitted one and for a failed read, and empty
+        // (the field's default) for a partition it does not know.
         let aborted_transactions =
-            (f.error_code == unknown || (f.error_code == 0 && read_committed)).then(Vec::new);
+            (f.error_code == unknown || (f.error_code == 0 && read_committed)).then(|| {
+                f.aborted_transactions
+                    .iter()
+                    .map(|a| {
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(a.producer_id))
+                            .with_first_offset(a.first_offset.0)
+                    })
+                    .collect()
+            });
         let mut pd = PartitionData::default()
             .with_partition_index(w.partition)
             .with_error_code(f.error_code)
             .with_high_watermark(f.high_watermark)
-            .with_last_stable_offset(f.high_watermark)
+            .with_last_stable_offset(f.last_stable_offset)
             .with_log_start_offset(f.log_start_offset)
             .with_aborted_transactions(aborted_transactions)
             .with_records(Some(records));
@@ -557,6 +570,7 @@ pub async fn handle(
             current_leader_epoch: w.current_leader_epoch,
             last_fetched_epoch: w.last_fetched_epoch,
             replica,
+            read_committed: request.isolation_level == 1,
         })
         .collect();
     // The shards that own any of the partitions: a long poll waits for appends there.
@@ -684,6 +698,8 @@ mod tests {
             .map(|_| ReadResult {
                 error_code: 0,
                 high_watermark,
+                last_stable_offset: high_watermark,
+                aborted_transactions: Vec::new(),
                 log_start_offset: 0,
                 records: Records::default(),
                 cold: false,
@@ -739,6 +755,7 @@ mod tests {
                     current_leader_epoch: w.current_leader_epoch,
                     last_fetched_epoch: w.last_fetched_epoch,
                     replica: None,
+                    read_committed: false,
                 })
                 .collect::<Vec<_>>(),
             1 << 20,

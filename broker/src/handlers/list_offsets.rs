@@ -1,5 +1,7 @@
 //! ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups, answered by the
-//! partition's owner shard. "Latest" is the high watermark: what a consumer can read.
+//! partition's owner shard. "Latest" is what a consumer can read: the high watermark, or for
+//! `isolation_level=read_committed` the last stable offset, which also bounds what the other
+//! lookups may answer, as in Kafka.
 
 use std::rc::Rc;
 
@@ -25,6 +27,7 @@ pub async fn lookup(
     topic: String,
     partition: i32,
     timestamp: i64,
+    read_committed: bool,
 ) -> (i16, i64, i64, i32) {
     let image = shard.image();
     let Some(owner) = image.owner(&topic, partition, shard.shared.shards) else {
@@ -40,7 +43,14 @@ pub async fn lookup(
                 return (code, -1, -1, -1);
             }
             let log = &p.log;
-            let hw = p.high_watermark().0;
+            let hw = p.high_watermark();
+            let hw = if read_committed {
+                log.first_unstable_offset(hw)
+                    .map_or(hw, |first| first.min(hw))
+            } else {
+                hw
+            }
+            .0;
             let found = match timestamp {
                 LATEST => Ok(Some((hw, -1))),
                 // Nothing is tiered: there is no tiered offset, as Kafka answers without
@@ -106,6 +116,7 @@ pub async fn handle(
                     topic.name.0.to_string(),
                     p.partition_index,
                     p.timestamp,
+                    request.isolation_level == 1,
                 )
                 .await
             };

@@ -43,6 +43,7 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
+pub mod write_txn_markers;
 
 /// Every API this broker implements, with the versions it implements. ApiVersions advertises
 /// exactly this table; anything else is refused. Where Kafka 4 has a newer version, the comment
@@ -98,6 +99,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::ListConfigResources, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    // Version 1 only: 0 is gone from Kafka 4, and the codec has no 2 (KIP-890's transaction
+    // version field).
+    (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
@@ -251,6 +255,9 @@ pub async fn dispatch(
         }
         RequestKind::DescribeProducers(r) => {
             ResponseKind::DescribeProducers(describe_producers::handle(shard, r).await)
+        }
+        RequestKind::WriteTxnMarkers(r) => {
+            ResponseKind::WriteTxnMarkers(write_txn_markers::handle(shard, r).await)
         }
         RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(describe_acls::handle(r)),
         RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(create_acls::handle(r)),

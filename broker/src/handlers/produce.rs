@@ -79,6 +79,14 @@ async fn append_on_owner(
                 Ok(epoch) => epoch,
                 Err(code) => return Outcome::error(code, None),
             };
+            // Markers are the transaction coordinator's to write (WriteTxnMarkers), as in Kafka.
+            if sluice_engine::batch::BatchHeader::parse(&records).is_ok_and(|h| h.is_control()) {
+                tracing::warn!(topic = %topic, partition, "produce refused: a client sent a control batch");
+                return Outcome::error(
+                    ResponseError::InvalidRecord.code(),
+                    Some("Clients are not allowed to write control records".into()),
+                );
+            }
             if acks == -1 {
                 if let Err(code) = p.check_acks_all() {
                     tracing::debug!(topic = %topic, partition, "acks=all refused: the ISR is below min.insync.replicas");

@@ -30,6 +30,7 @@
 //! the limits allow, and the first partition with records is never affected); the next fetch
 //! serves them.
 
+use sluice_engine::producer_state::AbortedTxn;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -63,6 +64,9 @@ pub struct PartitionRead {
     pub last_fetched_epoch: i32,
     /// A follower's fetch: its broker id and broker epoch.
     pub replica: Option<(i32, i64)>,
+    /// A consumer's `isolation_level=read_committed`: reads stop at the last stable offset and
+    /// the aborted transactions of the range come along.
+    pub read_committed: bool,
 }
 
 /// What one partition's read found. Offsets are -1 when the partition failed.
@@ -70,7 +74,11 @@ pub struct PartitionRead {
 pub struct ReadResult {
     pub error_code: i16,
     pub high_watermark: i64,
+    /// The last stable offset (KIP-98): below it every transaction is decided. -1 when failed.
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// A read-committed read's: the transactions aborted in the range it covers.
+    pub aborted_transactions: Vec<AbortedTxn>,
     pub records: Records,
     /// Whether the records were read from disk rather than memory (`fetch.cold.max.bytes`).
     pub cold: bool,
@@ -131,7 +139,9 @@ impl ReadResult {
         ReadResult {
             error_code,
             high_watermark: -1,
+            last_stable_offset: -1,
             log_start_offset: -1,
+            aborted_transactions: Vec::new(),
             records: Records::default(),
             cold: false,
             diverging_epoch: None,
@@ -203,6 +213,7 @@ pub async fn read_local(
                     {
                         let mut result = ReadResult::failed(0);
                         result.high_watermark = p.high_watermark().0;
+                        result.last_stable_offset = result.high_watermark;
                         result.log_start_offset = log.log_start_offset().0;
                         result.diverging_epoch = Some(diverging);
                         results.push(result);
@@ -227,9 +238,21 @@ pub async fn read_local(
                 (hw, hw)
             }
         };
+        // Below the last stable offset every transaction is decided: a read-committed
+        // consumer reads no further.
+        let lso = log
+            .first_unstable_offset(hw)
+            .map_or(hw, |first| first.min(hw));
+        let visible_end = if read.read_committed && read.replica.is_none() {
+            lso
+        } else {
+            visible_end
+        };
         let mut result = ReadResult {
             error_code: 0,
             high_watermark: hw.0,
+            last_stable_offset: lso.0,
+            aborted_transactions: Vec::new(),
             log_start_offset: log.log_start_offset().0,
             records: Records::default(),
             cold: false,
@@ -250,7 +273,12 @@ pub async fn read_local(
         // A zero budget with nothing taken yet still reads the first batch, as Kafka does.
         let budget = budget.max(1);
         match read_partition(log, offset, budget, visible_end, first, zero_copy).await {
-            Ok(records) => result.records = records,
+            Ok(records) => {
+                if read.read_committed && !records.is_empty() {
+                    result.aborted_transactions = log.aborted_transactions(offset, visible_end);
+                }
+                result.records = records;
+            }
             Err(e) => {
                 if !matches!(e, LogError::OffsetOutOfRange { .. } | LogError::Closed) {
                     tracing::warn!(topic = %read.topic, partition = read.partition, offset = offset.0, error = %e, "fetch failed");
@@ -261,6 +289,7 @@ pub async fn read_local(
                     // A follower behind the leader's log start starts over from there.
                     result.log_start_offset = log.log_start_offset().0;
                     result.high_watermark = hw.0;
+                    result.last_stable_offset = lso.0;
                 }
             }
         }
@@ -469,6 +498,7 @@ mod tests {
             current_leader_epoch: -1,
             last_fetched_epoch: -1,
             replica: None,
+            read_committed: false,
         }
     }
 
@@ -476,6 +506,8 @@ mod tests {
         ReadResult {
             error_code: 0,
             high_watermark: 10,
+            last_stable_offset: 10,
+            aborted_transactions: Vec::new(),
             log_start_offset: 0,
             records: Records::Batches(sizes.iter().map(|&n| Bytes::from(vec![0u8; n])).collect()),
             cold: false,

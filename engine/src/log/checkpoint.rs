@@ -169,7 +169,9 @@ impl<S: Storage> Log<S> {
     /// means a longer replay on open.
     pub(crate) async fn write_producer_snapshot_locked(&self) {
         let (offset, bytes) = {
-            let st = self.state.borrow();
+            let mut st = self.state.borrow_mut();
+            let start = st.log_start_offset;
+            st.producers.trim_aborted(start);
             (st.log_end_offset, st.producers.encode(st.log_end_offset))
         };
         let path = self.dir.join(snapshot_name(offset));

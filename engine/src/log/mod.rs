@@ -255,6 +255,25 @@ impl<S: Storage> Log<S> {
         self.state.borrow().segments.values().map(|s| s.size).sum()
     }
 
+    /// The first offset not yet stable given the partition's high watermark: of the oldest open
+    /// transaction, or of one whose marker is not below `high_watermark` yet. The last stable
+    /// offset is the smaller of it and the high watermark.
+    pub fn first_unstable_offset(&self, high_watermark: Offset) -> Option<Offset> {
+        self.state
+            .borrow_mut()
+            .producers
+            .first_unstable_offset(high_watermark)
+    }
+
+    /// The transactions aborted within `[from, to)` (Fetch's `aborted_transactions`).
+    pub fn aborted_transactions(
+        &self,
+        from: Offset,
+        to: Offset,
+    ) -> Vec<crate::producer_state::AbortedTxn> {
+        self.state.borrow().producers.aborted_transactions(from, to)
+    }
+
     /// The idempotent producers this partition remembers, by producer id (DescribeProducers).
     pub fn active_producers(&self) -> Vec<crate::producer_state::ActiveProducer> {
         self.state.borrow().producers.active()
