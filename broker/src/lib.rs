@@ -17,6 +17,7 @@ mod metrics;
 mod net;
 mod server;
 mod shard;
+mod txn;
 
 use config::BrokerConfig;
 
