@@ -47,6 +47,7 @@
 mod coordinator;
 mod metadata;
 mod records;
+pub mod shard;
 #[cfg(test)]
 mod tests;
 
@@ -64,3 +65,4 @@ pub use records::{
     decode_key, decode_record, decode_value, encode_key, DecodeError, TxnLogPartitions,
     TxnLogRecord, TxnLogValue, TRANSACTION_STATE_TOPIC,
 };
+pub use shard::{partition_for, TxnCoordinators};
