@@ -52,7 +52,8 @@ pub mod write_txn_markers;
 /// exactly this table; anything else is refused. Where Kafka 4 has a newer version, the comment
 /// says why it is left out.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    // 12 is 11 for a producer outside a transaction, the only kind there is here. 13 names
+    // 12 is 11 but for transaction version 2 producers (KIP-890), which need the finalized
+    // `transaction.version` 2 this broker does not advertise. 13 names
     // topics by id (KIP-516), which the produce handler does not read yet.
     (ApiKey::Produce, 3, 12),
     // 16 adds leader endpoints to NOT_LEADER_OR_FOLLOWER answers, for a leader elsewhere (there
