@@ -77,6 +77,23 @@ pub struct BrokerConfig {
     /// `offsets.topic.replication.factor` as set; [`BrokerConfig::offsets_topic_replication_factor`]
     /// gives the one in force.
     pub offsets_topic_replication_factor_set: Option<i16>,
+    /// `transaction.state.log.num.partitions`
+    pub transaction_state_log_partitions: i32,
+    /// `transaction.state.log.replication.factor` as set;
+    /// [`BrokerConfig::transaction_state_log_replication_factor`] gives the one in force.
+    pub transaction_state_log_replication_factor_set: Option<i16>,
+    /// `transaction.state.log.min.isr` as set; [`BrokerConfig::transaction_state_log_min_isr`]
+    /// gives the one in force.
+    pub transaction_state_log_min_isr_set: Option<i32>,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often transaction
+    /// coordinators look for transactions past their timeout (and transactional ids past
+    /// `transactional.id.expiration.ms`).
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+    /// `transaction.max.timeout.ms`: the longest `transaction.timeout.ms` a producer may ask for.
+    pub transaction_max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms`: how long a transactional id without transactions is
+    /// kept.
+    pub transactional_id_expiration_ms: i64,
     /// `default.replication.factor`: replicas of a topic created without a replication factor
     /// (auto-created topics, CreateTopics asking for -1).
     pub default_replication_factor: i16,
@@ -387,6 +404,12 @@ impl Default for BrokerConfig {
             group_consumer_heartbeat_interval_ms: GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT,
             offsets_topic_partitions: 50,
             offsets_topic_replication_factor_set: None,
+            transaction_state_log_partitions: 50,
+            transaction_state_log_replication_factor_set: None,
+            transaction_state_log_min_isr_set: None,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transaction_max_timeout_ms: 15 * 60 * 1000,
+            transactional_id_expiration_ms: 7 * 24 * 60 * 60 * 1000,
             default_replication_factor: 1,
             min_insync_replicas: 1,
             auto_leader_rebalance_enable: true,
@@ -462,6 +485,18 @@ struct FileConfig {
     offsets_topic_partitions: Option<i32>,
     #[serde(rename = "offsets.topic.replication.factor")]
     offsets_topic_replication_factor: Option<i16>,
+    #[serde(rename = "transaction.state.log.num.partitions")]
+    transaction_state_log_partitions: Option<i32>,
+    #[serde(rename = "transaction.state.log.replication.factor")]
+    transaction_state_log_replication_factor: Option<i16>,
+    #[serde(rename = "transaction.state.log.min.isr")]
+    transaction_state_log_min_isr: Option<i32>,
+    #[serde(rename = "transaction.abort.timed.out.transaction.cleanup.interval.ms")]
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
+    #[serde(rename = "transaction.max.timeout.ms")]
+    transaction_max_timeout_ms: Option<i32>,
+    #[serde(rename = "transactional.id.expiration.ms")]
+    transactional_id_expiration_ms: Option<i64>,
     #[serde(rename = "default.replication.factor")]
     default_replication_factor: Option<i16>,
     #[serde(rename = "min.insync.replicas")]
@@ -655,6 +690,24 @@ impl BrokerConfig {
         if let Some(v) = file.offsets_topic_replication_factor {
             self.offsets_topic_replication_factor_set = Some(v);
         }
+        if let Some(v) = file.transaction_state_log_partitions {
+            self.transaction_state_log_partitions = v.max(1);
+        }
+        if let Some(v) = file.transaction_state_log_replication_factor {
+            self.transaction_state_log_replication_factor_set = Some(v);
+        }
+        if let Some(v) = file.transaction_state_log_min_isr {
+            self.transaction_state_log_min_isr_set = Some(v);
+        }
+        if let Some(v) = file.transaction_abort_timed_out_transaction_cleanup_interval_ms {
+            self.transaction_abort_timed_out_transaction_cleanup_interval_ms = v;
+        }
+        if let Some(v) = file.transaction_max_timeout_ms {
+            self.transaction_max_timeout_ms = v;
+        }
+        if let Some(v) = file.transactional_id_expiration_ms {
+            self.transactional_id_expiration_ms = v;
+        }
         if let Some(v) = file.default_replication_factor {
             self.default_replication_factor = v;
         }
@@ -720,6 +773,32 @@ impl BrokerConfig {
         {
             anyhow::bail!(
                 "offsets.topic.replication.factor must be at least 1 (Kafka's default is 3)"
+            );
+        }
+        if self
+            .transaction_state_log_replication_factor_set
+            .is_some_and(|rf| rf < 1)
+        {
+            anyhow::bail!(
+                "transaction.state.log.replication.factor must be at least 1 (Kafka's default is 3)"
+            );
+        }
+        if self
+            .transaction_state_log_min_isr_set
+            .is_some_and(|n| n < 1)
+        {
+            anyhow::bail!(
+                "transaction.state.log.min.isr must be at least 1 (Kafka's default is 2)"
+            );
+        }
+        if self.transaction_abort_timed_out_transaction_cleanup_interval_ms == 0 {
+            anyhow::bail!(
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms must be at least 1 (Kafka's default is 10000)"
+            );
+        }
+        if self.transaction_max_timeout_ms < 1 || self.transactional_id_expiration_ms < 1 {
+            anyhow::bail!(
+                "transaction.max.timeout.ms and transactional.id.expiration.ms must be at least 1"
             );
         }
         if self.leader_imbalance_check_interval_seconds == 0 {
@@ -904,6 +983,25 @@ impl BrokerConfig {
     pub fn offsets_topic_replication_factor(&self) -> i16 {
         self.offsets_topic_replication_factor_set
             .unwrap_or(if self.is_cluster() { 3 } else { 1 })
+    }
+
+    /// `transaction.state.log.replication.factor` in force, with the same defaults as
+    /// [`BrokerConfig::offsets_topic_replication_factor`]: as set, else Kafka's 3 in a cluster
+    /// and 1 on the single-node default. `__transaction_state` is not created until the cluster
+    /// has that many brokers, as in Kafka.
+    pub fn transaction_state_log_replication_factor(&self) -> i16 {
+        self.transaction_state_log_replication_factor_set
+            .unwrap_or(if self.is_cluster() { 3 } else { 1 })
+    }
+
+    /// `transaction.state.log.min.isr` in force (the topic's `min.insync.replicas`): as set,
+    /// else Kafka's 2 in a cluster and 1 on the single-node default; never above the
+    /// replication factor, which could not satisfy it.
+    pub fn transaction_state_log_min_isr(&self) -> i32 {
+        let set = self
+            .transaction_state_log_min_isr_set
+            .unwrap_or(if self.is_cluster() { 2 } else { 1 });
+        set.min(i32::from(self.transaction_state_log_replication_factor()))
     }
 
     /// This node's entry in `controller.quorum.voters`, if it is a voter.

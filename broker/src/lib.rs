@@ -146,6 +146,14 @@ struct ServeArgs {
     /// cluster, as Kafka, and 1 on the single-node default.
     #[arg(long)]
     offsets_topic_replication_factor: Option<i16>,
+    /// Replicas of `__transaction_state` (`transaction.state.log.replication.factor`). Default
+    /// 3 in a cluster, as Kafka, and 1 on the single-node default.
+    #[arg(long)]
+    transaction_state_log_replication_factor: Option<i16>,
+    /// How often transaction coordinators abort transactions past their timeout
+    /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`). Default 10000, as Kafka.
+    #[arg(long)]
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
     /// Replicas of topics created without a replication factor (`default.replication.factor`).
     /// Default 1, as Kafka.
     #[arg(long)]
@@ -258,6 +266,12 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.offsets_topic_replication_factor {
         config.offsets_topic_replication_factor_set = Some(v);
+    }
+    if let Some(v) = args.transaction_state_log_replication_factor {
+        config.transaction_state_log_replication_factor_set = Some(v);
+    }
+    if let Some(v) = args.transaction_abort_timed_out_transaction_cleanup_interval_ms {
+        config.transaction_abort_timed_out_transaction_cleanup_interval_ms = v;
     }
     if let Some(v) = args.default_replication_factor {
         config.default_replication_factor = v;

@@ -4,9 +4,9 @@ or abort. librdkafka consumers read the result with `isolation.level` read_commi
 read_uncommitted; raw Fetch and ListOffsets requests check the last stable offset and the
 aborted-transaction list; a restart (SIGTERM and SIGKILL) must rebuild all of it.
 
-The transaction coordinator (InitProducerId with a transactional id, AddPartitionsToTxn, EndTxn)
-is not here yet, so the producers are idempotent ones whose batches carry the transactional
-flag, and the test writes the markers itself.
+The producers here are idempotent ones whose batches carry the transactional flag, and the test
+writes the markers itself, as a coordinator would: the log side on its own, without the
+transaction coordinator (test_transactions.py drives that with real transactional producers).
 """
 
 from __future__ import annotations

@@ -417,6 +417,59 @@ pub fn ensure_offsets_topic(shard: &Rc<Shard>) {
     .detach();
 }
 
+/// Creates `__transaction_state` (compacted, `transaction.state.log.segment.bytes` 100 MiB
+/// segments, `transaction.state.log.num.partitions`, `min.insync.replicas` from
+/// `transaction.state.log.min.isr`) through the controller.
+pub async fn create_transaction_state_topic(shard: &Rc<Shard>) -> Result<(), CreateError> {
+    let mut configs = std::collections::BTreeMap::new();
+    configs.insert("cleanup.policy".to_string(), "compact".to_string());
+    configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
+    configs.insert(
+        "min.insync.replicas".to_string(),
+        shard.config().transaction_state_log_min_isr().to_string(),
+    );
+    let partitions = shard.config().transaction_state_log_partitions;
+    let replication_factor = shard.config().transaction_state_log_replication_factor();
+    create_topic(
+        shard,
+        crate::txn::TRANSACTION_STATE_TOPIC,
+        partitions,
+        replication_factor,
+        configs,
+        false,
+    )
+    .await
+}
+
+/// Starts creating `__transaction_state` through the controller (the first FindCoordinator
+/// for a transactional id does, as in Kafka), as [`ensure_offsets_topic`] does for the offsets
+/// topic.
+pub fn ensure_transaction_state_topic(shard: &Rc<Shard>) {
+    thread_local! {
+        /// One creation in flight per shard.
+        static CREATING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if CREATING.with(|c| c.replace(true)) {
+        return;
+    }
+    let shard = shard.clone();
+    glommio::spawn_local(async move {
+        struct Done;
+        impl Drop for Done {
+            fn drop(&mut self) {
+                CREATING.with(|c| c.set(false));
+            }
+        }
+        let _done = Done;
+        match create_transaction_state_topic(&shard).await {
+            Ok(()) => tracing::info!("created the transaction state topic"),
+            Err(CreateError::Exists) => {}
+            Err(e) => tracing::warn!(error = %e, "creating the transaction state topic failed; the next FindCoordinator tries again"),
+        }
+    })
+    .detach();
+}
+
 /// DescribeQuorum at a broker's listener (as `kafka-metadata-quorum --bootstrap-server` sends
 /// it): answered by this node when it leads the quorum (only the leader knows every replica's
 /// log end), else by the leader, over its CONTROLLER listener; failing that, by this node with

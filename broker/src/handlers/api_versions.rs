@@ -19,7 +19,7 @@ pub struct Feature {
 }
 
 /// The features this broker runs at, as a Kafka 4.0 cluster reports them. A feature left out
-/// is at level 0 for clients: `transaction.version` (no transactions yet),
+/// is at level 0 for clients: `transaction.version` (transactions are KIP-98's, transaction version 0),
 /// `eligible.leader.replicas.version` (one replica: nothing to elect), `share.version` and
 /// `streams.version` (no share or streams groups), `kraft.version` (no controller quorum yet).
 pub const FEATURES: &[Feature] = &[

@@ -1,5 +1,8 @@
-//! FindCoordinator: this broker coordinates every group (single node). Transaction
-//! coordinators are not available yet.
+//! FindCoordinator: the leader of the `__consumer_offsets` partition a group hashes to
+//! coordinates the group, and the leader of the `__transaction_state` partition a
+//! transactional id hashes to coordinates the id. The first request for a kind of key creates
+//! its topic, as in Kafka; until its partition has a leader the answer is
+//! COORDINATOR_NOT_AVAILABLE and the client asks again.
 
 use std::rc::Rc;
 
@@ -11,6 +14,7 @@ use kafka_protocol::ResponseError;
 use crate::shard::Shard;
 
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 fn key_text(c: &Coordinator) -> String {
     c.key.to_string()
@@ -49,6 +53,27 @@ pub fn handle(
                     ));
                 }
             }
+        } else if request.key_type == KEY_TYPE_TRANSACTION && image.cluster.is_some() {
+            let p =
+                crate::txn::partition_for(&key_text(&c), config.transaction_state_log_partitions);
+            match image.leader_of(crate::txn::TRANSACTION_STATE_TOPIC, p) {
+                Some((_, Some(leader))) if !leader.fenced => {
+                    c.node_id = BrokerId(leader.id);
+                    c.host = StrBytes::from_string(leader.host.clone());
+                    c.port = leader.port as i32;
+                }
+                found => {
+                    if found.is_none() {
+                        crate::cluster::ensure_transaction_state_topic(shard);
+                    }
+                    c.node_id = BrokerId(-1);
+                    c.port = -1;
+                    c.error_code = ResponseError::CoordinatorNotAvailable.code();
+                    c.error_message = Some(StrBytes::from_static_str(
+                        "the transactional id's __transaction_state partition has no leader yet",
+                    ));
+                }
+            }
         } else if request.key_type == KEY_TYPE_GROUP {
             c.node_id = BrokerId(config.node_id);
             c.host = StrBytes::from_string(config.advertised_host.clone());
@@ -57,9 +82,7 @@ pub fn handle(
             c.node_id = BrokerId(-1);
             c.port = -1;
             c.error_code = ResponseError::CoordinatorNotAvailable.code();
-            c.error_message = Some(StrBytes::from_static_str(
-                "transactions are not supported yet",
-            ));
+            c.error_message = Some(StrBytes::from_static_str("unknown coordinator key type"));
         }
         c
     };

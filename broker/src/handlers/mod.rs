@@ -10,6 +10,8 @@ use crate::net::order::Turn;
 use crate::net::response::{Frame, SplicedBuf, Splices};
 use crate::shard::Shard;
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod alter_client_quotas;
 pub mod alter_replica_log_dirs;
 pub mod alter_user_scram_credentials;
@@ -27,6 +29,7 @@ pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_topic_partitions;
 pub mod describe_user_scram_credentials;
+pub mod end_txn;
 pub mod errors;
 pub mod fetch;
 pub mod find_coordinator;
@@ -49,7 +52,8 @@ pub mod write_txn_markers;
 /// exactly this table; anything else is refused. Where Kafka 4 has a newer version, the comment
 /// says why it is left out.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    // 12 is 11 for a producer outside a transaction, the only kind there is here. 13 names
+    // 12 is 11 but for transaction version 2 producers (KIP-890), which need the finalized
+    // `transaction.version` 2 this broker does not advertise. 13 names
     // topics by id (KIP-516), which the produce handler does not read yet.
     (ApiKey::Produce, 3, 12),
     // 16 adds leader endpoints to NOT_LEADER_OR_FOLLOWER answers, for a leader elsewhere (there
@@ -73,8 +77,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DeleteRecords, 0, 2),
-    // Kafka 4's 5 and 6 belong to transactions (KIP-890, KIP-939), which are not here yet.
+    // Kafka 4's 5 and 6 belong to transaction version 2 (KIP-890) and two-phase commit
+    // (KIP-939); the broker finalizes transaction version 0.
     (ApiKey::InitProducerId, 0, 4),
+    // 4 and 5 batch transactions for partition leaders' verification and carry transaction
+    // version 2 (KIP-890): neither is used at transaction version 0.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    // 4 is transaction version 2's (KIP-890). TxnOffsetCommit, the second half of
+    // sendOffsetsToTransaction, is not implemented yet.
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    // 5 is transaction version 2's (KIP-890).
+    (ApiKey::EndTxn, 0, 4),
     (ApiKey::DescribeCluster, 0, 1),
     // Answered by the quorum's leader, as Kafka's brokers forward it to the controller.
     (ApiKey::DescribeQuorum, 0, 2),
@@ -195,8 +208,15 @@ pub async fn dispatch(
             ResponseKind::DeleteRecords(delete_records::handle(shard, r).await)
         }
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(init_producer_id::handle(shard, r).await)
+            ResponseKind::InitProducerId(init_producer_id::handle(shard, r, version).await)
         }
+        RequestKind::AddPartitionsToTxn(r) => {
+            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(shard, r, version).await)
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(shard, r, version).await)
+        }
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(shard, r, version).await),
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(crate::cluster::describe_quorum(shard, r, version).await)
         }

@@ -85,6 +85,9 @@ impl Shard {
             if offsets {
                 self.on_offsets_leadership(index, &p);
             }
+            if topic == crate::txn::TRANSACTION_STATE_TOPIC {
+                crate::txn::shard::on_leadership(self, index, &p);
+            }
             if registered && info.leader >= 0 && info.leader != me {
                 leaders.insert(info.leader);
             }
@@ -105,6 +108,8 @@ impl Shard {
             self.shared.set_coordinator(index, false);
             self.unload_groups(index);
         }
+        // And `__transaction_state` partitions their transaction coordinators.
+        crate::txn::shard::drop_gone(self);
         for leader in leaders {
             super::replication::ensure_fetcher(self, leader);
         }

@@ -105,6 +105,8 @@ pub struct Shard {
     /// The `__consumer_offsets` partitions this shard coordinates groups for, with the leader
     /// epoch whose load started (their groups may still be loading).
     pub coordinating: RefCell<HashMap<i32, i32>>,
+    /// The transaction coordinators of the `__transaction_state` partitions this shard leads.
+    pub txns: crate::txn::TxnCoordinators,
     in_flight: std::cell::Cell<usize>,
     /// The metadata node; on shard 0 only.
     pub cluster: RefCell<Option<Rc<crate::cluster::node::ClusterNode>>>,
@@ -131,6 +133,7 @@ impl Shard {
             replica_throttle: Default::default(),
             strays_checked: Default::default(),
             coordinating: Default::default(),
+            txns: Default::default(),
             cluster: RefCell::new(None),
             in_flight: std::cell::Cell::new(0),
             senders,

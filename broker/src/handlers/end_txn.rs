@@ -1,0 +1,66 @@
+//! EndTxn: a transactional producer commits or aborts its transaction. The coordinator of the
+//! transactional id (`crate::txn`) makes PrepareCommit/PrepareAbort durable, answers, and then
+//! has the markers written to every partition of the transaction before completing it.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
+use kafka_protocol::ResponseError;
+
+use crate::shard::Shard;
+use crate::txn::{
+    error_for_client, shard as txn_shard, TransactionVersion, TxnResponse, TxnResult,
+};
+
+/// The first version whose clients know PRODUCER_FENCED (KIP-588).
+const PRODUCER_FENCED_VERSION: i16 = 2;
+
+fn error(code: ResponseError, version: i16) -> EndTxnResponse {
+    let code = error_for_client(Some(code), version >= PRODUCER_FENCED_VERSION).unwrap_or(code);
+    EndTxnResponse::default()
+        .with_error_code(code.code())
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1)
+}
+
+pub async fn handle(shard: &Rc<Shard>, request: EndTxnRequest, version: i16) -> EndTxnResponse {
+    let transactional_id = request.transactional_id.0.to_string();
+    let (owner, index) = match txn_shard::owner_of(shard, &transactional_id) {
+        Ok(found) => found,
+        Err(e) => return error(e, version),
+    };
+    let result = if request.committed {
+        TxnResult::Commit
+    } else {
+        TxnResult::Abort
+    };
+    let (producer_id, producer_epoch) = (request.producer_id, request.producer_epoch);
+    let answer = shard
+        .invoke_on(owner, move |shard| async move {
+            txn_shard::run_request(&shard, index, |c, ids, now| {
+                // Versions up to 4 are transaction version 0 clients (5 is KIP-890's).
+                c.end_txn(
+                    &transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    result,
+                    TransactionVersion::TV_0,
+                    ids,
+                    now,
+                )
+            })
+            .await
+        })
+        .await;
+    match answer {
+        Ok(TxnResponse::EndTxn {
+            error: None,
+            producer_id,
+            producer_epoch,
+        }) => EndTxnResponse::default()
+            .with_producer_id(producer_id)
+            .with_producer_epoch(producer_epoch),
+        Ok(TxnResponse::EndTxn { error: Some(e), .. }) | Err(e) => error(e, version),
+        Ok(other) => unreachable!("EndTxn answered {other:?}"),
+    }
+}
