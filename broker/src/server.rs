@@ -147,7 +147,9 @@ async fn standalone_start(
     }
     let offsets = crate::group::offsets_topic::OFFSETS_TOPIC;
     if !shard.image().topics.contains_key(offsets) {
-        match crate::cluster::create_offsets_topic(shard).await {
+        match crate::cluster::create_internal_topic(shard, crate::cluster::InternalTopic::Offsets)
+            .await
+        {
             Ok(()) | Err(crate::cluster::CreateError::Exists) => {}
             Err(e) => anyhow::bail!("creating the offsets topic: {e}"),
         }

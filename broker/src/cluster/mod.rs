@@ -368,17 +368,55 @@ pub async fn create_topic(
     }
 }
 
-/// Creates `__consumer_offsets` (compacted, 100 MiB segments, `offsets.topic.num.partitions`)
-/// through the controller.
-pub async fn create_offsets_topic(shard: &Rc<Shard>) -> Result<(), CreateError> {
+/// The internal topics a coordinator lives on, created through the controller on first use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InternalTopic {
+    /// `__consumer_offsets`: `offsets.topic.num.partitions`, `offsets.topic.replication.factor`.
+    Offsets,
+    /// `__transaction_state`: `transaction.state.log.num.partitions`,
+    /// `transaction.state.log.replication.factor`, and `min.insync.replicas` from
+    /// `transaction.state.log.min.isr`.
+    TransactionState,
+}
+
+impl InternalTopic {
+    pub fn name(self) -> &'static str {
+        match self {
+            InternalTopic::Offsets => crate::group::offsets_topic::OFFSETS_TOPIC,
+            InternalTopic::TransactionState => crate::txn::TRANSACTION_STATE_TOPIC,
+        }
+    }
+}
+
+/// Creates an internal topic (compacted, 100 MiB segments, its partition count and replication
+/// factor from the broker's settings) through the controller.
+pub async fn create_internal_topic(
+    shard: &Rc<Shard>,
+    topic: InternalTopic,
+) -> Result<(), CreateError> {
+    let config = shard.config();
     let mut configs = std::collections::BTreeMap::new();
     configs.insert("cleanup.policy".to_string(), "compact".to_string());
     configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
-    let partitions = shard.config().offsets_topic_partitions;
-    let replication_factor = shard.config().offsets_topic_replication_factor();
+    let (partitions, replication_factor) = match topic {
+        InternalTopic::Offsets => (
+            config.offsets_topic_partitions,
+            config.offsets_topic_replication_factor(),
+        ),
+        InternalTopic::TransactionState => {
+            configs.insert(
+                "min.insync.replicas".to_string(),
+                config.transaction_state_log_min_isr().to_string(),
+            );
+            (
+                config.transaction_state_log_partitions,
+                config.transaction_state_log_replication_factor(),
+            )
+        }
+    };
     create_topic(
         shard,
-        crate::group::offsets_topic::OFFSETS_TOPIC,
+        topic.name(),
         partitions,
         replication_factor,
         configs,
@@ -387,84 +425,40 @@ pub async fn create_offsets_topic(shard: &Rc<Shard>) -> Result<(), CreateError> 
     .await
 }
 
-/// Starts creating `__consumer_offsets` through the controller (the first FindCoordinator
-/// of a new cluster does, as in Kafka). Attempts from different shards or brokers are
-/// harmless: all but one get TOPIC_ALREADY_EXISTS.
-pub fn ensure_offsets_topic(shard: &Rc<Shard>) {
+/// Starts creating an internal topic through the controller (the first FindCoordinator for a
+/// group or a transactional id of a new cluster does, as in Kafka). Attempts from different
+/// shards or brokers are harmless: all but one get TOPIC_ALREADY_EXISTS.
+pub fn ensure_internal_topic(shard: &Rc<Shard>, topic: InternalTopic) {
     thread_local! {
-        /// One creation in flight per shard: a burst of consumers asking FindCoordinator before
-        /// the topic exists sends the controller one CreateTopics, not one each.
-        static CREATING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        /// One creation in flight per shard and topic: a burst of clients asking FindCoordinator
+        /// before the topic exists sends the controller one CreateTopics, not one each.
+        static CREATING: std::cell::RefCell<Vec<InternalTopic>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    if CREATING.with(|c| c.replace(true)) {
+    let started = CREATING.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.contains(&topic) {
+            false
+        } else {
+            c.push(topic);
+            true
+        }
+    });
+    if !started {
         return;
     }
     let shard = shard.clone();
     glommio::spawn_local(async move {
-        struct Done;
+        struct Done(InternalTopic);
         impl Drop for Done {
             fn drop(&mut self) {
-                CREATING.with(|c| c.set(false));
+                CREATING.with(|c| c.borrow_mut().retain(|t| *t != self.0));
             }
         }
-        let _done = Done;
-        match create_offsets_topic(&shard).await {
-            Ok(()) => tracing::info!("created the offsets topic"),
+        let _done = Done(topic);
+        match create_internal_topic(&shard, topic).await {
+            Ok(()) => tracing::info!(topic = topic.name(), "created the internal topic"),
             Err(CreateError::Exists) => {}
-            Err(e) => tracing::warn!(error = %e, "creating the offsets topic failed; the next FindCoordinator tries again"),
-        }
-    })
-    .detach();
-}
-
-/// Creates `__transaction_state` (compacted, `transaction.state.log.segment.bytes` 100 MiB
-/// segments, `transaction.state.log.num.partitions`, `min.insync.replicas` from
-/// `transaction.state.log.min.isr`) through the controller.
-pub async fn create_transaction_state_topic(shard: &Rc<Shard>) -> Result<(), CreateError> {
-    let mut configs = std::collections::BTreeMap::new();
-    configs.insert("cleanup.policy".to_string(), "compact".to_string());
-    configs.insert("segment.bytes".to_string(), (100u64 << 20).to_string());
-    configs.insert(
-        "min.insync.replicas".to_string(),
-        shard.config().transaction_state_log_min_isr().to_string(),
-    );
-    let partitions = shard.config().transaction_state_log_partitions;
-    let replication_factor = shard.config().transaction_state_log_replication_factor();
-    create_topic(
-        shard,
-        crate::txn::TRANSACTION_STATE_TOPIC,
-        partitions,
-        replication_factor,
-        configs,
-        false,
-    )
-    .await
-}
-
-/// Starts creating `__transaction_state` through the controller (the first FindCoordinator
-/// for a transactional id does, as in Kafka), as [`ensure_offsets_topic`] does for the offsets
-/// topic.
-pub fn ensure_transaction_state_topic(shard: &Rc<Shard>) {
-    thread_local! {
-        /// One creation in flight per shard.
-        static CREATING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-    if CREATING.with(|c| c.replace(true)) {
-        return;
-    }
-    let shard = shard.clone();
-    glommio::spawn_local(async move {
-        struct Done;
-        impl Drop for Done {
-            fn drop(&mut self) {
-                CREATING.with(|c| c.set(false));
-            }
-        }
-        let _done = Done;
-        match create_transaction_state_topic(&shard).await {
-            Ok(()) => tracing::info!("created the transaction state topic"),
-            Err(CreateError::Exists) => {}
-            Err(e) => tracing::warn!(error = %e, "creating the transaction state topic failed; the next FindCoordinator tries again"),
+            Err(e) => tracing::warn!(topic = topic.name(), error = %e, "creating the internal topic failed; the next FindCoordinator tries again"),
         }
     })
     .detach();

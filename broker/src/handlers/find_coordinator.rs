@@ -11,6 +11,7 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinator
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::cluster::InternalTopic;
 use crate::shard::Shard;
 
 const KEY_TYPE_GROUP: i8 = 0;
@@ -29,13 +30,26 @@ pub fn handle(
     let image = shard.image();
     let answer = |key: StrBytes| {
         let mut c = Coordinator::default().with_key(key);
-        if request.key_type == KEY_TYPE_GROUP && image.cluster.is_some() {
-            // The leader of the group's `__consumer_offsets` partition coordinates it.
-            let p = crate::group::offsets_topic::partition_for(
-                &key_text(&c),
-                config.offsets_topic_partitions,
-            );
-            match image.leader_of(crate::group::offsets_topic::OFFSETS_TOPIC, p) {
+        // The internal topic and partition whose leader coordinates the key, in a cluster.
+        let placed = match request.key_type {
+            _ if image.cluster.is_none() => None,
+            KEY_TYPE_GROUP => Some((
+                InternalTopic::Offsets,
+                crate::group::offsets_topic::partition_for(
+                    &key_text(&c),
+                    config.offsets_topic_partitions,
+                ),
+                "the group's __consumer_offsets partition has no leader yet",
+            )),
+            KEY_TYPE_TRANSACTION => Some((
+                InternalTopic::TransactionState,
+                crate::txn::partition_for(&key_text(&c), config.transaction_state_log_partitions),
+                "the transactional id's __transaction_state partition has no leader yet",
+            )),
+            _ => None,
+        };
+        if let Some((topic, p, no_leader)) = placed {
+            match image.leader_of(topic.name(), p) {
                 Some((_, Some(leader))) if !leader.fenced => {
                     c.node_id = BrokerId(leader.id);
                     c.host = StrBytes::from_string(leader.host.clone());
@@ -43,35 +57,12 @@ pub fn handle(
                 }
                 found => {
                     if found.is_none() {
-                        crate::cluster::ensure_offsets_topic(shard);
+                        crate::cluster::ensure_internal_topic(shard, topic);
                     }
                     c.node_id = BrokerId(-1);
                     c.port = -1;
                     c.error_code = ResponseError::CoordinatorNotAvailable.code();
-                    c.error_message = Some(StrBytes::from_static_str(
-                        "the group's __consumer_offsets partition has no leader yet",
-                    ));
-                }
-            }
-        } else if request.key_type == KEY_TYPE_TRANSACTION && image.cluster.is_some() {
-            let p =
-                crate::txn::partition_for(&key_text(&c), config.transaction_state_log_partitions);
-            match image.leader_of(crate::txn::TRANSACTION_STATE_TOPIC, p) {
-                Some((_, Some(leader))) if !leader.fenced => {
-                    c.node_id = BrokerId(leader.id);
-                    c.host = StrBytes::from_string(leader.host.clone());
-                    c.port = leader.port as i32;
-                }
-                found => {
-                    if found.is_none() {
-                        crate::cluster::ensure_transaction_state_topic(shard);
-                    }
-                    c.node_id = BrokerId(-1);
-                    c.port = -1;
-                    c.error_code = ResponseError::CoordinatorNotAvailable.code();
-                    c.error_message = Some(StrBytes::from_static_str(
-                        "the transactional id's __transaction_state partition has no leader yet",
-                    ));
+                    c.error_message = Some(StrBytes::from_static_str(no_leader));
                 }
             }
         } else if request.key_type == KEY_TYPE_GROUP {
