@@ -99,6 +99,8 @@ const TRANSACTION_TIMEOUT_MS: u32 = 60_000;
 const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_millis(TRANSACTION_TIMEOUT_MS as u64);
 /// Attempts at one commit that fails with a retriable error, before the transaction is aborted.
 const COMMIT_ATTEMPTS_MAX: u32 = 3;
+/// How often a committing producer checks whether its records are all acknowledged.
+const DELIVERED_CHECK_INTERVAL: Duration = Duration::from_micros(200);
 
 /// The transaction a transactional producer has open.
 struct OpenTransaction {
@@ -126,6 +128,19 @@ fn timeout(d: Duration) -> Timeout {
     Timeout::After(d)
 }
 
+/// Waits until every record sent has been acknowledged and its delivery report handled (by the
+/// producer's polling thread), or `timeout` has passed. `commit_transaction` of the rdkafka crate
+/// first flushes with its own `flush`, which, while anything is outstanding, polls in slices of
+/// 100 ms that each run to their end: every commit would then take a multiple of 100 ms,
+/// whatever the broker. Once nothing is outstanding that flush returns at once, so this wait
+/// leaves the commit to librdkafka's own flush and the EndTxn round trip.
+fn wait_delivered(producer: &ThreadedProducer<Reports>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while producer.in_flight_count() > 0 && Instant::now() < deadline {
+        std::thread::sleep(DELIVERED_CHECK_INTERVAL);
+    }
+}
+
 /// `begin_transaction`; false (the failure counted) when the producer cannot go on.
 fn begin(producer: &ThreadedProducer<Reports>, transactions: &Transactions) -> bool {
     match producer.begin_transaction() {
@@ -149,6 +164,7 @@ fn end_transaction(
 ) -> bool {
     for attempt in 1..=COMMIT_ATTEMPTS_MAX {
         let start = Instant::now();
+        wait_delivered(producer, TRANSACTION_CALL_TIMEOUT);
         match producer.commit_transaction(timeout(TRANSACTION_CALL_TIMEOUT)) {
             Ok(()) => {
                 // An empty transaction (a stop right after a commit) commits nothing.
