@@ -478,20 +478,20 @@ mod tests {
         let w = cli.workload().unwrap();
         assert!(w.transactional);
         assert_eq!(w.transaction_interval_ms, 100);
-        assert_eq!(w.records_per_transaction, 0);
+        assert_eq!(w.records_per_transaction, 1000);
         let cli = Cli::parse_from([
             "sluice-bench",
             "--workload",
             file,
             "--records-per-transaction",
-            "1000",
+            "500",
             "--transaction-interval-ms",
             "0",
         ]);
         let w = cli.workload().unwrap();
         assert_eq!(
             (w.records_per_transaction, w.transaction_interval_ms),
-            (1000, 0)
+            (500, 0)
         );
         let cli = Cli::parse_from([
             "sluice-bench",
