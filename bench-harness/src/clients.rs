@@ -11,10 +11,11 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::util::Timeout;
 use rdkafka::{ClientContext, Message};
 
 use crate::payload::{filler, key_bytes, now_ns, sent_ns, stamp, Keys};
-use crate::stats::Meter;
+use crate::stats::{Meter, Transactions};
 use crate::workload::Workload;
 
 /// Records every delivery report: publish latency from the message's intended send time.
@@ -50,6 +51,12 @@ pub fn producer_config(bootstrap: &str, w: &Workload) -> ClientConfig {
         // rate the producer waits for the broker instead of queueing without end.
         .set("queue.buffering.max.kbytes", "32768")
         .set("message.timeout.ms", "120000");
+    if w.transactional {
+        // librdkafka refuses a message timeout above the transaction timeout; a minute is
+        // Kafka's default transaction timeout and within any broker's maximum (15 minutes).
+        c.set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string())
+            .set("message.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string());
+    }
     for (k, v) in &w.producer_config {
         c.set(k, v);
     }
@@ -62,6 +69,11 @@ pub fn consumer_config(bootstrap: &str, group: &str, w: &Workload) -> ClientConf
         .set("group.id", group)
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "true");
+    if w.transactional {
+        // Only committed records, once their commit marker is written: end-to-end latency then
+        // includes the commit. (librdkafka's default, set here so that no one has to know it.)
+        c.set("isolation.level", "read_committed");
+    }
     for (k, v) in &w.consumer_config {
         c.set(k, v);
     }
@@ -76,15 +88,131 @@ pub struct ProducerPlan {
     pub rate: f64,
     /// Stop after sending this many payload bytes.
     pub limit_bytes: Option<u64>,
+    /// The producer's `transactional.id` on a transactional workload (unique per run).
+    pub transactional_id: Option<String>,
+}
+
+/// `transaction.timeout.ms` of the transactional producers (and their `message.timeout.ms`).
+const TRANSACTION_TIMEOUT_MS: u32 = 60_000;
+/// How long a producer waits for `init_transactions`, `commit_transaction` and
+/// `abort_transaction`: the transaction timeout, after which the coordinator aborts anyway.
+const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_millis(TRANSACTION_TIMEOUT_MS as u64);
+/// Attempts at one commit that fails with a retriable error, before the transaction is aborted.
+const COMMIT_ATTEMPTS_MAX: u32 = 3;
+/// How often a committing producer checks whether its records are all acknowledged.
+const DELIVERED_CHECK_INTERVAL: Duration = Duration::from_micros(200);
+
+/// The transaction a transactional producer has open.
+struct OpenTransaction {
+    started: Instant,
+    records: u64,
+}
+
+impl OpenTransaction {
+    fn new() -> OpenTransaction {
+        OpenTransaction {
+            started: Instant::now(),
+            records: 0,
+        }
+    }
+
+    /// Whether the workload's count or time bound says to commit now.
+    fn due(&self, w: &Workload) -> bool {
+        (w.records_per_transaction > 0 && self.records >= w.records_per_transaction)
+            || (w.transaction_interval_ms > 0
+                && self.started.elapsed() >= Duration::from_millis(w.transaction_interval_ms))
+    }
+}
+
+fn timeout(d: Duration) -> Timeout {
+    Timeout::After(d)
+}
+
+/// Waits until every record sent has been acknowledged and its delivery report handled (by the
+/// producer's polling thread), or `timeout` has passed. `commit_transaction` of the rdkafka crate
+/// first flushes with its own `flush`, which, while anything is outstanding, polls in slices of
+/// 100 ms that each run to their end: every commit would then take a multiple of 100 ms,
+/// whatever the broker. Once nothing is outstanding that flush returns at once, so this wait
+/// leaves the commit to librdkafka's own flush and the EndTxn round trip.
+fn wait_delivered(producer: &ThreadedProducer<Reports>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while producer.in_flight_count() > 0 && Instant::now() < deadline {
+        std::thread::sleep(DELIVERED_CHECK_INTERVAL);
+    }
+}
+
+/// `begin_transaction`; false (the failure counted) when the producer cannot go on.
+fn begin(producer: &ThreadedProducer<Reports>, transactions: &Transactions) -> bool {
+    match producer.begin_transaction() {
+        Ok(()) => true,
+        Err(e) => {
+            transactions.failed(|| format!("begin_transaction failed: {e}"));
+            false
+        }
+    }
+}
+
+/// Commits the open transaction, retrying a retriable failure up to `COMMIT_ATTEMPTS_MAX`
+/// times and aborting it when the commit cannot succeed; every failed attempt and every abort
+/// is counted. With `begin_next`, begins the next transaction. Returns false when the producer
+/// cannot go on (a fatal error, or an abort or begin that failed).
+fn end_transaction(
+    producer: &ThreadedProducer<Reports>,
+    transactions: &Transactions,
+    open: &OpenTransaction,
+    begin_next: bool,
+) -> bool {
+    for attempt in 1..=COMMIT_ATTEMPTS_MAX {
+        let start = Instant::now();
+        wait_delivered(producer, TRANSACTION_CALL_TIMEOUT);
+        match producer.commit_transaction(timeout(TRANSACTION_CALL_TIMEOUT)) {
+            Ok(()) => {
+                // An empty transaction (a stop right after a commit) commits nothing.
+                if open.records > 0 {
+                    let latency_us = start.elapsed().as_micros() as u64;
+                    transactions.committed(open.records, latency_us);
+                }
+                return !begin_next || begin(producer, transactions);
+            }
+            Err(e) => {
+                transactions
+                    .failed(|| format!("commit_transaction failed (attempt {attempt}): {e}"));
+                let (fatal, retriable) = match &e {
+                    KafkaError::Transaction(r) => (r.is_fatal(), r.is_retriable()),
+                    _ => (false, false),
+                };
+                if fatal {
+                    return false;
+                }
+                if !retriable {
+                    break;
+                }
+            }
+        }
+    }
+    match producer.abort_transaction(timeout(TRANSACTION_CALL_TIMEOUT)) {
+        Ok(()) => {
+            transactions.aborted(open.records);
+            !begin_next || begin(producer, transactions)
+        }
+        Err(e) => {
+            transactions.failed(|| format!("abort_transaction failed: {e}"));
+            false
+        }
+    }
 }
 
 pub fn spawn_producer(
     plan: ProducerPlan,
-    config: ClientConfig,
+    mut config: ClientConfig,
     w: &Workload,
     meter: Arc<Meter>,
+    transactions: Arc<Transactions>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<JoinHandle<()>> {
+    if let Some(id) = &plan.transactional_id {
+        config.set("transactional.id", id);
+    }
     let producer: ThreadedProducer<Reports> = config
         .create_with_context(Reports {
             meter: meter.clone(),
@@ -102,6 +230,17 @@ pub fn spawn_producer(
             let start_ns = now_ns();
             let mut sent_bytes = 0u64;
             let mut seq = 0u64;
+            let transactional = plan.transactional_id.is_some();
+            if transactional {
+                if let Err(e) = producer.init_transactions(timeout(TRANSACTION_CALL_TIMEOUT)) {
+                    transactions.failed(|| format!("init_transactions failed: {e}"));
+                    return;
+                }
+                if !begin(&producer, &transactions) {
+                    return;
+                }
+            }
+            let mut open = OpenTransaction::new();
             'send: while !stop.load(Ordering::Relaxed) {
                 if plan.limit_bytes.is_some_and(|limit| sent_bytes >= limit) {
                     break;
@@ -145,6 +284,21 @@ pub fn spawn_producer(
                 }
                 sent_bytes += w.message_size as u64;
                 seq += 1;
+                if transactional {
+                    open.records += 1;
+                    if open.due(&w) {
+                        if !end_transaction(&producer, &transactions, &open, true) {
+                            // Counted; a producer whose transactions cannot go on stops.
+                            return;
+                        }
+                        open = OpenTransaction::new();
+                    }
+                }
+            }
+            // The last transaction is committed like the others, so that read_committed
+            // consumers can read all that was acknowledged.
+            if transactional && !end_transaction(&producer, &transactions, &open, false) {
+                return;
             }
             if let Err(e) = producer.flush(Duration::from_secs(120)) {
                 meter.error(|| format!("flush failed: {e}"));

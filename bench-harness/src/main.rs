@@ -32,7 +32,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
 use clients::{consumer_config, producer_config, spawn_consumer, spawn_producer, ProducerPlan};
-use stats::{falling_behind, group_digits, Backlog, Meter, Point, Summary};
+use stats::{
+    falling_behind, group_digits, Backlog, Meter, Point, Summary, TransactionSummary, Transactions,
+};
 use sustainable::{Criteria, Outcome, Probe, Search, Step};
 use workload::{Cli, Workload};
 
@@ -109,6 +111,9 @@ struct Results<'a> {
     /// the send time in the payload to the consumer's poll), whether or not the consumers kept
     /// up. `None` with a backlog (see `catch_up`).
     consume: Option<Summary>,
+    /// A transactional workload's transactions: commits in the measured window with their
+    /// latency; failed commits and aborted transactions over the whole run (probes included).
+    transactions: Option<TransactionSummary>,
     /// One group's consume rate over the publish rate in the window (1: kept pace).
     consume_over_publish: Option<f64>,
     /// The slowest group's backlog over the window, in messages (times `message_size` for bytes).
@@ -132,6 +137,8 @@ struct Reporter {
     next: Duration,
     publish: Arc<Meter>,
     consume: Arc<Meter>,
+    /// A transactional workload's commits.
+    transactions: Option<Arc<Transactions>>,
     series: Vec<Point>,
 }
 
@@ -142,6 +149,9 @@ impl Reporter {
         self.next = self.start.elapsed();
         self.publish.take_second();
         self.consume.take_second();
+        if let Some(t) = &self.transactions {
+            t.take_second();
+        }
     }
 
     /// Sleeps to the next whole second of the run and records it; returns the backlog sampled.
@@ -157,6 +167,7 @@ impl Reporter {
         let backlog = backlog();
         let p = self.publish.take_second();
         let c = self.consume.take_second();
+        let t = self.transactions.as_ref().map(|t| t.take_second());
         let q = |h: &hdrhistogram::Histogram<u64>, q: f64| {
             if h.is_empty() {
                 0
@@ -176,9 +187,15 @@ impl Reporter {
             e2e_p50_us: q(&c.latency, 0.5),
             e2e_p99_us: q(&c.latency, 0.99),
             backlog,
+            transactions_per_s: t.as_ref().map(|t| t.messages as f64 / seconds),
+            commit_p99_us: t.as_ref().map(|t| q(&t.latency, 0.99)),
+        };
+        let transactions = match (point.transactions_per_s, point.commit_p99_us) {
+            (Some(per_s), Some(p99)) => format!(" | txn {per_s:>5.0}/s commit p99 {}", ms(p99)),
+            _ => String::new(),
         };
         eprintln!(
-            "[{:>4.0}s {:<8}] publish {:>9} msg/s {:>7.1} MB/s p50 {} p99 {} | consume {:>9} msg/s {:>7.1} MB/s e2e p50 {} p99 {} | backlog {}",
+            "[{:>4.0}s {:<8}] publish {:>9} msg/s {:>7.1} MB/s p50 {} p99 {} | consume {:>9} msg/s {:>7.1} MB/s e2e p50 {} p99 {} | backlog {}{}",
             point.t,
             phase,
             group_digits(point.publish_msg_per_s as u64),
@@ -190,6 +207,7 @@ impl Reporter {
             ms(point.e2e_p50_us),
             ms(point.e2e_p99_us),
             group_digits(backlog),
+            transactions,
         );
         self.series.push(point);
         backlog
@@ -205,6 +223,7 @@ struct Session<'a> {
     topics: Arc<Vec<String>>,
     publish: Arc<Meter>,
     consume: Arc<Meter>,
+    transactions: Arc<Transactions>,
     /// Messages read by each group.
     groups: Vec<Arc<AtomicU64>>,
     /// Partitions assigned to each consumer, by group.
@@ -227,6 +246,7 @@ impl<'a> Session<'a> {
         prefix: String,
         publish: &Arc<Meter>,
         consume: &Arc<Meter>,
+        transactions: &Arc<Transactions>,
     ) -> anyhow::Result<Session<'a>> {
         let topics: Vec<String> = (0..w.topics).map(|i| format!("{prefix}-{i}")).collect();
         create_topics(bootstrap, &topics, w)?;
@@ -237,6 +257,7 @@ impl<'a> Session<'a> {
             topics: Arc::new(topics),
             publish: publish.clone(),
             consume: consume.clone(),
+            transactions: transactions.clone(),
             groups: (0..w.consumer_groups)
                 .map(|_| Arc::new(AtomicU64::new(0)))
                 .collect(),
@@ -302,12 +323,18 @@ impl<'a> Session<'a> {
                 topics: self.topics.clone(),
                 rate: rate as f64 / self.w.producers as f64,
                 limit_bytes: None,
+                // Unique per run (the prefix holds the run's id) and per probe.
+                transactional_id: self
+                    .w
+                    .transactional
+                    .then(|| format!("{}-txn-{index}", self.prefix)),
             };
             self.producers.push(spawn_producer(
                 plan,
                 producer_config(self.bootstrap, self.w),
                 self.w,
                 self.publish.clone(),
+                self.transactions.clone(),
                 self.stop_producers.clone(),
             )?);
         }
@@ -362,6 +389,8 @@ struct Measured {
     publish: Summary,
     /// Over all groups; `None` when the window had no consumers.
     consume: Option<Summary>,
+    /// A transactional workload's commits in the window.
+    transactions: Option<TransactionSummary>,
     backlog: Backlog,
 }
 
@@ -414,6 +443,7 @@ fn measure(
     }
     session.publish.take_window(1.0);
     session.consume.take_window(1.0);
+    session.transactions.take_window(1.0);
     let mut track = Backlog::starting_at(backlog());
     let start = Instant::now();
     for _ in 0..ticks(duration_s).max(1) {
@@ -424,12 +454,17 @@ fn measure(
         seconds,
         publish: session.publish.take_window(seconds),
         consume: with_consumers.then(|| session.consume.take_window(seconds)),
+        transactions: session
+            .w
+            .transactional
+            .then(|| session.transactions.take_window(seconds)),
         backlog: track,
     }
 }
 
-fn error_count(publish: &Meter, consume: &Meter) -> u64 {
-    publish.errors().0 + consume.errors().0
+/// Failed deliveries and consumes, failed commits and aborted transactions, so far.
+fn error_count(publish: &Meter, consume: &Meter, transactions: &Transactions) -> u64 {
+    publish.errors().0 + consume.errors().0 + transactions.failures()
 }
 
 /// The search for the maximum sustainable rate, after the maximum-rate run `main`.
@@ -442,6 +477,7 @@ fn discover(
     main_errors: u64,
     publish: &Arc<Meter>,
     consume: &Arc<Meter>,
+    transactions: &Arc<Transactions>,
     reporter: &mut Reporter,
 ) -> anyhow::Result<Discovery> {
     let criteria = Criteria {
@@ -468,13 +504,14 @@ fn discover(
             group_digits(rate as u64),
             rate * w.message_size as f64 / 1e6
         );
-        let errors_before = error_count(publish, consume);
+        let errors_before = error_count(publish, consume, transactions);
         let mut session = Session::create(
             &cli.bootstrap,
             w,
             format!("{prefix}-p{n}"),
             publish,
             consume,
+            transactions,
         )?;
         session.start_consumers()?;
         session.wait_for_assignment();
@@ -490,7 +527,7 @@ fn discover(
         );
         // A probe's verdict is in; what its consumers still owe is not worth waiting for.
         session.finish(Duration::ZERO, cli.keep_topics);
-        let errors = error_count(publish, consume) - errors_before;
+        let errors = error_count(publish, consume, transactions) - errors_before;
         let probe = criteria.judge(m.outcome(w, rate, errors));
         eprintln!("sluice-bench: probe {n} {}", verdict(&probe));
         probes.push(probe);
@@ -654,7 +691,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
     let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
     let prefix = format!("{}-{run_id}", w.name);
     eprintln!(
-        "sluice-bench: {} against {bootstrap}: {} topic(s) x {} partitions (replication factor {}), {} B messages, {} producer(s) at {}, {} group(s) x {} consumer(s), acks={} compression={}{}{}",
+        "sluice-bench: {} against {bootstrap}: {} topic(s) x {} partitions (replication factor {}), {} B messages, {} producer(s) at {}, {} group(s) x {} consumer(s), acks={} compression={}{}{}{}",
         w.name,
         w.topics,
         w.partitions,
@@ -667,6 +704,14 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         w.acks,
         w.compression,
         if w.backlog_bytes > 0 { format!(", backlog {} MiB", w.backlog_bytes >> 20) } else { String::new() },
+        if w.transactional {
+            format!(
+                ", transactional (commit after {} records or {} ms; 0 = no bound), read_committed",
+                w.records_per_transaction, w.transaction_interval_ms
+            )
+        } else {
+            String::new()
+        },
         if w.find_sustainable_rate {
             format!(
                 ", then at most {} probes of {} + {} s for the sustainable rate",
@@ -679,13 +724,22 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
 
     let publish = Arc::new(Meter::default());
     let consume = Arc::new(Meter::default());
-    let mut session = Session::create(bootstrap, &w, prefix.clone(), &publish, &consume)?;
+    let transactions = Arc::new(Transactions::default());
+    let mut session = Session::create(
+        bootstrap,
+        &w,
+        prefix.clone(),
+        &publish,
+        &consume,
+        &transactions,
+    )?;
     let topics: Vec<String> = session.topics.to_vec();
     let mut reporter = Reporter {
         start: Instant::now(),
         next: Duration::ZERO,
         publish: publish.clone(),
         consume: consume.clone(),
+        transactions: w.transactional.then(|| transactions.clone()),
         series: Vec::new(),
     };
 
@@ -748,7 +802,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
     };
 
     let unread = session.finish(Duration::from_secs_f64(w.drain_s_max), cli.keep_topics);
-    let main_errors = error_count(&publish, &consume);
+    let main_errors = error_count(&publish, &consume, &transactions);
     let discovery = if w.find_sustainable_rate {
         Some(discover(
             cli,
@@ -758,6 +812,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             main_errors,
             &publish,
             &consume,
+            &transactions,
             &mut reporter,
         )?)
     } else {
@@ -770,6 +825,12 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         .and_then(|(msg, _)| falling_behind(measured.publish.msg_per_s, msg, &measured.backlog));
     let (publish_errors, first_publish_error) = publish.errors();
     let (consume_errors, first_consume_error) = consume.errors();
+    // The window's commits, with every failure of the run: the last commits came after it.
+    let transaction_summary = measured.transactions.clone().map(|mut s| {
+        transactions.failures_so_far(&mut s);
+        s
+    });
+    let transaction_failures = transactions.failures();
     let results = Results {
         tool: "sluice-bench",
         label: &cli.label,
@@ -779,6 +840,7 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
         topics: &topics,
         publish: measured.publish.clone(),
         consume: measured.consume.clone(),
+        transactions: transaction_summary,
         consume_over_publish,
         backlog: with_consumers.then_some(measured.backlog),
         backlog_growth_msg_per_s: with_consumers
@@ -822,7 +884,16 @@ fn run(cli: &Cli) -> anyhow::Result<bool> {
             w.drain_s_max
         );
     }
-    Ok(publish_errors == 0 && consume_errors == 0 && results.publish.messages > 0)
+    if transaction_failures > 0 {
+        eprintln!(
+            "sluice-bench: {transaction_failures} failed commits or aborted transactions (see \
+             `transactions` in the results)"
+        );
+    }
+    Ok(publish_errors == 0
+        && consume_errors == 0
+        && transaction_failures == 0
+        && results.publish.messages > 0)
 }
 
 /// Writes `backlog_bytes` at full speed with producers of its own; returns the messages written.
@@ -836,12 +907,16 @@ fn fill_backlog(bootstrap: &str, w: &Workload, topics: &Arc<Vec<String>>) -> any
             topics: topics.clone(),
             rate: 0.0,
             limit_bytes: Some(w.backlog_bytes.div_ceil(w.producers as u64)),
+            // The backlog is written outside transactions: it is set-up, not measured, and a
+            // read_committed consumer reads it all the same.
+            transactional_id: None,
         };
         handles.push(spawn_producer(
             plan,
             producer_config(bootstrap, w),
             w,
             fill.clone(),
+            Arc::new(Transactions::default()),
             stop.clone(),
         )?);
     }
@@ -905,6 +980,26 @@ fn print_summary(r: &Results) {
     }
     if let Some(c) = &r.consume {
         line("consume (end-to-end)", c);
+    }
+    if let Some(t) = &r.transactions {
+        let l = &t.commit_latency_us;
+        println!(
+            "transactions           {:>10.1} txn/s, {} committed, {:.0} records each on average  commit latency ms: p50 {:.2} p99 {:.2} max {:.2}",
+            t.committed_per_s,
+            group_digits(t.committed),
+            t.records_per_transaction_mean,
+            l.p50 as f64 / 1e3,
+            l.p99 as f64 / 1e3,
+            l.max as f64 / 1e3,
+        );
+        // Always printed on a transactional run, zero or not.
+        println!(
+            "transactions failed    {} failed commits ({}), {} aborted ({} records), over the whole run",
+            t.failed_commits,
+            t.first_failure.as_deref().unwrap_or("-"),
+            t.aborted,
+            group_digits(t.aborted_records),
+        );
     }
     if let (Some(ratio), Some(b)) = (r.consume_over_publish, &r.backlog) {
         println!(

@@ -4,6 +4,7 @@
 //! measurement window and one for the current second; the reporter takes the second's every
 //! second (the progress line and the plot) and the window's when a phase ends.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use hdrhistogram::Histogram;
@@ -172,6 +173,91 @@ impl Percentiles {
     }
 }
 
+/// The transactional producers' transactions: every commit with its latency (from the
+/// `commit_transaction` call to its return, which includes flushing the transaction's records)
+/// and its record count, every failed commit and every aborted transaction. Failures and aborts
+/// count over the whole run: none is ever left out of the results.
+#[derive(Default)]
+pub struct Transactions {
+    /// `messages` are committed transactions, `bytes` the records they held, the latency each
+    /// commit's; `errors` are failed commit attempts (or a producer's failed set-up).
+    commits: Meter,
+    aborted: AtomicU64,
+    aborted_records: AtomicU64,
+}
+
+impl Transactions {
+    pub fn committed(&self, records: u64, latency_us: u64) {
+        self.commits.record(records as usize, latency_us);
+    }
+
+    pub fn failed(&self, what: impl FnOnce() -> String) {
+        self.commits.error(what);
+    }
+
+    /// A transaction ended by `abort_transaction`: its records are never read by a
+    /// read_committed consumer.
+    pub fn aborted(&self, records: u64) {
+        self.aborted.fetch_add(1, Ordering::Relaxed);
+        self.aborted_records.fetch_add(records, Ordering::Relaxed);
+    }
+
+    /// Failed commits (and producer set-ups) plus aborted transactions, over the run.
+    pub fn failures(&self) -> u64 {
+        self.commits.errors().0 + self.aborted.load(Ordering::Relaxed)
+    }
+
+    pub fn take_second(&self) -> Second {
+        self.commits.take_second()
+    }
+
+    /// Ends the current window: its commits over `seconds`, with the run's failures so far.
+    pub fn take_window(&self, seconds: f64) -> TransactionSummary {
+        let w = self.commits.take_window(seconds);
+        let (failed_commits, first_failure) = self.commits.errors();
+        TransactionSummary {
+            committed: w.messages,
+            committed_per_s: w.msg_per_s,
+            committed_records: w.bytes,
+            records_per_transaction_mean: w.bytes as f64 / w.messages.max(1) as f64,
+            commit_latency_us: w.latency_us,
+            failed_commits,
+            first_failure,
+            aborted: self.aborted.load(Ordering::Relaxed),
+            aborted_records: self.aborted_records.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Transactions {
+    /// Sets `s`'s failures and aborts to the run's totals so far (a window's summary is taken
+    /// before the producers commit their last transactions).
+    pub fn failures_so_far(&self, s: &mut TransactionSummary) {
+        let (failed_commits, first_failure) = self.commits.errors();
+        s.failed_commits = failed_commits;
+        s.first_failure = first_failure;
+        s.aborted = self.aborted.load(Ordering::Relaxed);
+        s.aborted_records = self.aborted_records.load(Ordering::Relaxed);
+    }
+}
+
+/// Transactions over a measured window; the failures and aborts over the whole run up to its end.
+#[derive(Clone, Debug, Serialize)]
+pub struct TransactionSummary {
+    pub committed: u64,
+    pub committed_per_s: f64,
+    pub committed_records: u64,
+    pub records_per_transaction_mean: f64,
+    /// From `commit_transaction`'s call to its return.
+    pub commit_latency_us: Percentiles,
+    /// Commit attempts that returned an error (each retry counts), and producers whose
+    /// `init_transactions` or `begin_transaction` failed.
+    pub failed_commits: u64,
+    pub first_failure: Option<String>,
+    pub aborted: u64,
+    pub aborted_records: u64,
+}
+
 /// The slowest consumer group's backlog over a window: messages acknowledged to the producers
 /// and not yet read by that group, sampled once a second.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -262,6 +348,11 @@ pub struct Point {
     pub e2e_p99_us: u64,
     /// Messages produced but not yet consumed by the slowest group.
     pub backlog: u64,
+    /// Transactions committed in the second, and their commit latency (transactional runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transactions_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_p99_us: Option<u64>,
 }
 
 #[cfg(test)]
@@ -350,6 +441,28 @@ mod tests {
         b.observe(80_000);
         let why = falling_behind(30_000.0, 31_000.0, &b).unwrap();
         assert!(why.starts_with("80,000 messages unread"), "{why}");
+    }
+
+    #[test]
+    fn transactions_count_commits_in_the_window_and_failures_over_the_run() {
+        let t = Transactions::default();
+        t.committed(100, 2_000);
+        t.failed(|| "commit failed: the first".into());
+        t.aborted(7);
+        let w = t.take_window(1.0);
+        assert_eq!((w.committed, w.committed_records), (1, 100));
+        assert_eq!(w.records_per_transaction_mean, 100.0);
+        assert_eq!(w.commit_latency_us.p50, 2_000);
+        t.committed(300, 4_000);
+        t.committed(100, 4_000);
+        t.failed(|| "commit failed: the second".into());
+        let w = t.take_window(2.0);
+        assert_eq!((w.committed, w.committed_per_s), (2, 1.0));
+        assert_eq!(w.records_per_transaction_mean, 200.0);
+        // Failures are never windowed away.
+        assert_eq!((w.failed_commits, w.aborted, w.aborted_records), (2, 1, 7));
+        assert_eq!(w.first_failure.as_deref(), Some("commit failed: the first"));
+        assert_eq!(t.failures(), 3);
     }
 
     #[test]

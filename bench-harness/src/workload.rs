@@ -79,6 +79,15 @@ pub struct Workload {
     pub probe_resolution: f64,
     /// Topic configs for the topics the run creates (e.g. `flush.messages = "1"`).
     pub topic_config: BTreeMap<String, String>,
+    /// Transactional producers: each has its own `transactional.id` (unique per run) and
+    /// sends inside transactions it commits after `records_per_transaction` records or
+    /// `transaction_interval_ms`, whichever comes first; consumers read with
+    /// `isolation.level=read_committed`, so end-to-end latency includes the commit.
+    pub transactional: bool,
+    /// Commit after this many records of one producer; 0 = no bound on the count.
+    pub records_per_transaction: u64,
+    /// Commit once a transaction is this old (checked at each send); 0 = no bound on time.
+    pub transaction_interval_ms: u64,
     /// Extra librdkafka properties for producers and consumers.
     pub producer_config: BTreeMap<String, String>,
     pub consumer_config: BTreeMap<String, String>,
@@ -117,6 +126,9 @@ impl Default for Workload {
             sustainable_e2e_p99_ms_max: 1000.0,
             sustainable_consume_over_publish_min: 0.97,
             probe_resolution: 0.1,
+            transactional: false,
+            records_per_transaction: 0,
+            transaction_interval_ms: 0,
             topic_config: BTreeMap::new(),
             producer_config: BTreeMap::new(),
             consumer_config: BTreeMap::new(),
@@ -218,6 +230,15 @@ pub struct Cli {
     /// Stop once the lowest failing rate is within this fraction above the highest passing one.
     #[arg(long)]
     pub probe_resolution: Option<f64>,
+    /// Transactional producers (each its own `transactional.id`) and read_committed consumers.
+    #[arg(long)]
+    pub transactional: bool,
+    /// With --transactional: commit after this many records per producer (0: no count bound).
+    #[arg(long)]
+    pub records_per_transaction: Option<u64>,
+    /// With --transactional: commit every this many ms per producer (0: no time bound).
+    #[arg(long)]
+    pub transaction_interval_ms: Option<u64>,
     /// A topic config for created topics, `name=value`; repeatable.
     #[arg(long, value_parser = key_value)]
     pub topic_config: Vec<(String, String)>,
@@ -281,10 +302,15 @@ impl Cli {
             probe_duration_s,
             sustainable_e2e_p99_ms_max,
             sustainable_consume_over_publish_min,
-            probe_resolution
+            probe_resolution,
+            records_per_transaction,
+            transaction_interval_ms
         );
         if self.find_sustainable_rate {
             w.find_sustainable_rate = true;
+        }
+        if self.transactional {
+            w.transactional = true;
         }
         w.topic_config.extend(self.topic_config.iter().cloned());
         w.producer_config
@@ -334,6 +360,29 @@ impl Workload {
         }
         if self.find_sustainable_rate {
             self.check_search()?;
+        }
+        self.check_transactions()?;
+        Ok(())
+    }
+}
+
+impl Workload {
+    fn check_transactions(&self) -> anyhow::Result<()> {
+        if !self.transactional {
+            if self.records_per_transaction > 0 || self.transaction_interval_ms > 0 {
+                bail!("records_per_transaction and transaction_interval_ms need transactional");
+            }
+            return Ok(());
+        }
+        if self.records_per_transaction == 0 && self.transaction_interval_ms == 0 {
+            bail!(
+                "a transactional workload commits after records_per_transaction records or \
+                 transaction_interval_ms: set at least one"
+            );
+        }
+        // A transactional producer is idempotent, and idempotence needs every in-sync replica.
+        if !["all", "-1"].contains(&self.acks.as_str()) {
+            bail!("transactional producers need acks=all, not {:?}", self.acks);
         }
         Ok(())
     }
@@ -420,6 +469,65 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("probe_count_max"));
+    }
+
+    #[test]
+    fn the_transactional_workload_file_parses_and_flags_override_it() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/transactional.toml");
+        let cli = Cli::parse_from(["sluice-bench", "--workload", file]);
+        let w = cli.workload().unwrap();
+        assert!(w.transactional);
+        assert_eq!(w.transaction_interval_ms, 100);
+        assert_eq!(w.records_per_transaction, 1000);
+        let cli = Cli::parse_from([
+            "sluice-bench",
+            "--workload",
+            file,
+            "--records-per-transaction",
+            "500",
+            "--transaction-interval-ms",
+            "0",
+        ]);
+        let w = cli.workload().unwrap();
+        assert_eq!(
+            (w.records_per_transaction, w.transaction_interval_ms),
+            (500, 0)
+        );
+        let cli = Cli::parse_from([
+            "sluice-bench",
+            "--transactional",
+            "--records-per-transaction",
+            "5",
+        ]);
+        let w = cli.workload().unwrap();
+        assert!(w.transactional);
+        assert_eq!(w.records_per_transaction, 5);
+        assert!(
+            !Cli::parse_from(["sluice-bench"])
+                .workload()
+                .unwrap()
+                .transactional
+        );
+    }
+
+    #[test]
+    fn bad_transactional_workloads_are_refused_with_a_reason() {
+        let cli = Cli::parse_from(["sluice-bench", "--transactional"]);
+        let e = cli.workload().unwrap_err().to_string();
+        assert!(e.contains("records_per_transaction"), "{e}");
+        let cli = Cli::parse_from(["sluice-bench", "--records-per-transaction", "10"]);
+        let e = cli.workload().unwrap_err().to_string();
+        assert!(e.contains("need transactional"), "{e}");
+        let cli = Cli::parse_from([
+            "sluice-bench",
+            "--transactional",
+            "--transaction-interval-ms",
+            "100",
+            "--acks",
+            "1",
+        ]);
+        let e = cli.workload().unwrap_err().to_string();
+        assert!(e.contains("acks=all"), "{e}");
     }
 
     #[test]

@@ -162,6 +162,47 @@ fn fixed_rate_run_with_a_consumer_group() {
 }
 
 #[test]
+fn transactional_producers_commit_and_read_committed_consumers_read_it_all() {
+    let broker = Broker::start();
+    let r = broker.bench(
+        "txn",
+        &[
+            "--rate",
+            "1000",
+            "--warmup-s",
+            "1",
+            "--duration-s",
+            "3",
+            "--partitions",
+            "4",
+            "--producers",
+            "2",
+            "--transactional",
+            "--records-per-transaction",
+            "100",
+            "--transaction-interval-ms",
+            "200",
+        ],
+    );
+    let t = &r["transactions"];
+    // 1,000 msg/s over two producers, a commit every 100 records or 200 ms: about 10/s.
+    assert!(u(&t["committed"]) > 0, "{t}");
+    assert_eq!(u(&t["failed_commits"]), 0, "{t}");
+    assert_eq!(u(&t["aborted"]), 0, "{t}");
+    assert!(t["first_failure"].is_null(), "{t}");
+    let mean = t["records_per_transaction_mean"].as_f64().unwrap();
+    assert!(mean > 0.0 && mean <= 100.0, "{mean}");
+    let l = &t["commit_latency_us"];
+    assert!(u(&l["p50"]) > 0 && u(&l["p50"]) <= u(&l["max"]), "{l}");
+    // Every acknowledged record was in a committed transaction, so read_committed reads it all.
+    assert_eq!(u(&r["unread_at_end"]), 0, "the group read everything");
+    assert_eq!(u(&r["errors"]["publish"]), 0);
+    assert_eq!(r["workload"]["transactional"], true);
+    let series = r["series"].as_array().unwrap();
+    assert!(series.iter().all(|p| p["transactions_per_s"].is_number()));
+}
+
+#[test]
 fn a_sustainable_rate_search_is_bounded_and_reports_every_probe() {
     let broker = Broker::start();
     let r = broker.bench(
