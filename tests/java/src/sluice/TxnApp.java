@@ -50,7 +50,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * {@code AuthorizationException}, {@code UnsupportedVersionException}) ends the application
  * (exit status 5); any other {@code KafkaException} aborts the transaction, and the consumer goes
  * back to where the batch started. A {@code TimeoutException} from {@code commitTransaction} or
- * {@code abortTransaction} is retried, as the documentation allows.
+ * {@code abortTransaction} is retried, as the documentation allows, a few times; then, and on an
+ * {@code IllegalStateException} (a state the producer should never be in), the application ends
+ * too.
  *
  * <p>Input records are keyed, with values {@code in|ID}; each output record has the input's key
  * and the value {@code out|ID|PARTITION|OFFSET|NAME|TXN}: the input record's id, partition and
@@ -235,7 +237,20 @@ public final class TxnApp {
         System.exit(status);
     }
 
-    /** Ends the current transaction, trying again after a TimeoutException as Kafka allows. */
+    /** The transaction could not be ended: the producer can only be closed. */
+    static final class Stuck extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        Stuck(String why, Throwable cause) {
+            super(why, cause);
+        }
+    }
+
+    /**
+     * Ends the current transaction, trying again after a TimeoutException: Kafka allows that, but
+     * no other operation, since the first attempt may already be completing; after
+     * {@link #END_TXN_TRIES} the producer can only be closed.
+     */
     private void endTransaction(boolean commit) {
         for (int attempt = 1; ; attempt++) {
             try {
@@ -247,7 +262,8 @@ public final class TxnApp {
                 return;
             } catch (TimeoutException e) {
                 if (attempt >= END_TXN_TRIES) {
-                    throw e;
+                    throw new Stuck((commit ? "commitTransaction" : "abortTransaction") + " timed out " + attempt
+                        + " times", e);
                 }
                 emit("retrying " + (commit ? "commit" : "abort") + " " + oneLine(e));
             }
@@ -313,7 +329,7 @@ public final class TxnApp {
                     endTransaction(true);
                     emit("committed " + txn + " " + count);
                 } catch (ProducerFencedException | OutOfOrderSequenceException | AuthorizationException
-                         | UnsupportedVersionException e) {
+                         | UnsupportedVersionException | Stuck e) {
                     emit("fatal " + txn + " " + oneLine(e));
                     return EXIT_FATAL;
                 } catch (KafkaException e) {
@@ -329,7 +345,7 @@ public final class TxnApp {
                 }
             }
         } catch (ProducerFencedException | OutOfOrderSequenceException | AuthorizationException
-                 | UnsupportedVersionException e) {
+                 | UnsupportedVersionException | Stuck | IllegalStateException e) {
             emit("fatal " + txn + " " + oneLine(e));
             return EXIT_FATAL;
         }

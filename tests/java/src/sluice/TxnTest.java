@@ -621,7 +621,7 @@ public final class TxnTest {
                 bootstrap, group, in, out, name, "txn-app-" + slot, log.toString(), stop.toString(),
                 String.valueOf(ABORT_EVERY),
                 "session.timeout.ms=" + CLASSIC_SESSION_MS, "heartbeat.interval.ms=1000", "max.poll.records=500",
-                "producer.transaction.timeout.ms=" + TXN_TIMEOUT_MS, "producer.max.block.ms=30000",
+                "producer.transaction.timeout.ms=" + TXN_TIMEOUT_MS, "producer.max.block.ms=10000",
                 "producer.request.timeout.ms=10000", "producer.delivery.timeout.ms=30000"));
             ProcessBuilder pb = new ProcessBuilder(cmd);
             pb.redirectErrorStream(true);
@@ -663,6 +663,11 @@ public final class TxnTest {
             return es.isEmpty() ? "(nothing)" : es.get(es.size() - 1)[1];
         }
 
+        String lastLine() {
+            List<String[]> es = events();
+            return es.isEmpty() ? "(nothing)" : String.join(" ", Arrays.copyOfRange(es.get(es.size() - 1), 1, es.get(es.size() - 1).length));
+        }
+
         /** Records in the transactions this run logged as committed. */
         long committedRecords() {
             long n = 0;
@@ -684,7 +689,7 @@ public final class TxnTest {
         }
 
         String stderr() {
-            String s = tail(err, 1200).trim();
+            String s = tail(err, 600).trim();
             return s.isEmpty() ? "(no output from " + name + ")" : "--- " + name + " stderr tail: " + s.replace('\n', '|');
         }
 
@@ -819,8 +824,8 @@ public final class TxnTest {
                 for (int s = 0; s < APPS; s++) {
                     if (!live[s].proc.isAlive()) {
                         unexpected++;
-                        unexpectedWhy.add(live[s].name + " exited " + live[s].proc.exitValue() + " after "
-                            + live[s].lastEvent() + "; " + live[s].stderr());
+                        unexpectedWhy.add(live[s].name + " exited " + live[s].proc.exitValue() + " after '"
+                            + live[s].lastLine() + "'; " + live[s].stderr());
                         if (unexpected > UNEXPECTED_RESTARTS_MAX) {
                             throw new Failure("applications exited by themselves " + unexpected + " times: " + unexpectedWhy);
                         }
@@ -843,12 +848,13 @@ public final class TxnTest {
                         note(secs(System.nanoTime()) + " broker restarted, pid " + broker.proc.pid());
                     } else {
                         App a = live[k.slot()];
-                        // A random moment while a transaction is open, if one opens soon enough.
+                        // A random moment while a transaction is open, if one opens soon enough:
+                        // while its records are sent, or while it commits.
+                        String when = rnd.nextBoolean() ? "begin" : "committing";
                         long waitUntil = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(MID_TXN_WAIT_MS);
                         Thread.sleep(rnd.nextInt(50));
-                        while (System.nanoTime() < waitUntil
-                            && !Set.of("begin", "committing").contains(a.lastEvent())) {
-                            Thread.sleep(2);
+                        while (System.nanoTime() < waitUntil && !a.lastEvent().equals(when)) {
+                            Thread.sleep(1);
                         }
                         String last = a.lastEvent();
                         a.kill();
