@@ -84,7 +84,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  */
 public final class TxnApp {
     static final long MAX_LIFE_MS = 600_000;
-    /** How often a timed-out commitTransaction or abortTransaction is tried again. */
+    /** How often a timed-out initTransactions, commitTransaction or abortTransaction is tried. */
     static final int END_TXN_TRIES = 5;
     static final int EXIT_FATAL = 5;
 
@@ -277,8 +277,19 @@ public final class TxnApp {
         long txn = 0;
         try {
             // Fences every earlier producer with this transactional id, and aborts (or completes)
-            // what it left open.
-            producer.initTransactions();
+            // what it left open. Kafka allows retrying it after a TimeoutException (a broker that
+            // is restarting).
+            for (int attempt = 1; ; attempt++) {
+                try {
+                    producer.initTransactions();
+                    break;
+                } catch (TimeoutException e) {
+                    if (attempt >= END_TXN_TRIES) {
+                        throw new Stuck("initTransactions timed out " + attempt + " times", e);
+                    }
+                    emit("retrying init " + oneLine(e));
+                }
+            }
             emit("initialized");
             consumer = new KafkaConsumer<>(consumerConfig);
             consumer.subscribe(List.of(inTopic), listener);
