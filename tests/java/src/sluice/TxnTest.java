@@ -936,7 +936,8 @@ public final class TxnTest {
                         onPurposeRecords += t.count;
                     } else {
                         abortedByError++;
-                        t.error = String.join(" ", Arrays.copyOfRange(e, 5, e.length));
+                        String error = String.join(" ", Arrays.copyOfRange(e, 5, e.length));
+                        t.error = error.length() <= 160 ? error : error.substring(0, 160) + "...";
                     }
                 } else if (ev.equals("aborted")) {
                     txns.get(a.name + "/" + e[2]).end = "aborted";
