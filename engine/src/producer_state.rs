@@ -208,8 +208,20 @@ impl ProducerStateManager {
                 _ => Ok(SequenceCheck::Append),
             };
         }
-        if producer_id < 0 || header.base_sequence() < 0 {
+        if producer_id < 0 {
             return Ok(SequenceCheck::Append);
+        }
+        if header.base_sequence() < 0 {
+            // A coordinator's batch for a producer (transactional offsets) has no sequence, but
+            // an older epoch than the partition knows is a fenced producer's, as in Kafka.
+            return match self.producers.get(&producer_id) {
+                Some(e) if header.producer_epoch() < e.epoch => Err(ProducerError::InvalidEpoch {
+                    producer_id,
+                    epoch: header.producer_epoch(),
+                    current: e.epoch,
+                }),
+                _ => Ok(SequenceCheck::Append),
+            };
         }
         let Some(entry) = self.producers.get(&producer_id) else {
             // Unknown producer (new, or its state expired): accept whatever it sends.
@@ -563,6 +575,35 @@ mod tests {
         let h = BatchHeader::parse(b).unwrap();
         let last = base + h.last_offset_delta() as i64;
         s.record(&h, Offset(base), Offset(last))
+    }
+
+    #[test]
+    fn a_coordinator_batch_without_sequence_is_checked_for_its_epoch_only() {
+        let mut s = ProducerStateManager::default();
+        record(&mut s, &txn_batch(5, 2, 0, 1), 0);
+        // Transactional offsets a group coordinator writes for producer 5: no sequence.
+        let current = txn_batch(5, 2, -1, 1);
+        let check = s.check(&BatchHeader::parse(&current).unwrap()).unwrap();
+        assert!(matches!(check, SequenceCheck::Append));
+        let fenced = txn_batch(5, 1, -1, 1);
+        let check = s.check(&BatchHeader::parse(&fenced).unwrap());
+        assert!(
+            matches!(
+                check,
+                Err(ProducerError::InvalidEpoch {
+                    producer_id: 5,
+                    epoch: 1,
+                    current: 2
+                })
+            ),
+            "{check:?}"
+        );
+        // An unknown producer's is taken.
+        let unknown = txn_batch(7, 0, -1, 1);
+        assert!(matches!(
+            s.check(&BatchHeader::parse(&unknown).unwrap()),
+            Ok(SequenceCheck::Append)
+        ));
     }
 
     #[test]

@@ -16,6 +16,9 @@
 //! in-sync replica before the commit is acknowledged). The leader of that partition is the
 //! group's coordinator: a replica that becomes leader rebuilds its groups from the log, one that
 //! stops being leader drops them (`Shard::on_offsets_leadership`), as Kafka's coordinators move.
+//! Offsets sent with a transaction (TxnOffsetCommit) are the producer's transactional batch in
+//! that log, pending until the transaction's marker there applies or drops them; a load replays
+//! both.
 //! Group membership is in memory: after a restart or a move members get UNKNOWN_MEMBER_ID and
 //! simply rejoin.
 
@@ -27,7 +30,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures_channel::oneshot;
 use kafka_protocol::ResponseError;
-use sluice_engine::batch::{BatchBuilder, NewRecord, Records};
+use sluice_engine::batch::{BatchBuilder, BatchHeader, NewRecord, Records, ATTR_TRANSACTIONAL};
 use sluice_engine::Timestamp;
 
 use crate::shard::Shard;
@@ -132,6 +135,9 @@ pub struct Group {
     /// Member ids handed out with MEMBER_ID_REQUIRED and not yet used (KIP-394).
     pending_members: Vec<String>,
     pub offsets: BTreeMap<(String, i32), Committed>,
+    /// Offsets sent with a transaction (TxnOffsetCommit), by producer id: in the log, applied
+    /// to `offsets` by the transaction's commit marker, dropped by its abort marker.
+    pub pending_txn: BTreeMap<i64, BTreeMap<(String, i32), Committed>>,
     /// Bumped on every rebalance so a stale rebalance timer does nothing.
     rebalance_round: u64,
     /// While set, a new group waits for more members before completing its first join.
@@ -152,10 +158,31 @@ impl Group {
             members: BTreeMap::new(),
             pending_members: Vec::new(),
             offsets: BTreeMap::new(),
+            pending_txn: BTreeMap::new(),
             rebalance_round: 0,
             initial_delay_until: None,
             consumer: None,
         }
+    }
+
+    /// Whether a transaction still open has offsets for `topic`-`partition` (OffsetFetch with
+    /// `require_stable` then answers UNSTABLE_OFFSET_COMMIT, KIP-447).
+    pub fn has_pending_txn_offset(&self, topic: &str, partition: i32) -> bool {
+        let key = (topic.to_string(), partition);
+        self.pending_txn.values().any(|o| o.contains_key(&key))
+    }
+
+    /// Ends producer `producer_id`'s transaction for this group: a commit applies its offsets,
+    /// an abort drops them.
+    fn complete_txn(&mut self, producer_id: i64, commit: bool) -> usize {
+        let Some(pending) = self.pending_txn.remove(&producer_id) else {
+            return 0;
+        };
+        let n = pending.len();
+        if commit {
+            self.offsets.extend(pending);
+        }
+        n
     }
 
     /// KIP-345: a request naming a static member's instance id under another member id comes
@@ -1118,6 +1145,28 @@ impl Shard {
         (0, codes)
     }
 
+    /// The group check of a TxnOffsetCommit (KIP-447): a request without group metadata (v0-2,
+    /// or a producer outside group management) is not checked; one with it is checked as an
+    /// OffsetCommit is, except that a rebalance in progress does not refuse it (Kafka checks the
+    /// member and its generation only).
+    pub fn check_txn_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> i16 {
+        if generation < 0 && member_id.is_empty() && instance_id.is_none() {
+            return 0;
+        }
+        match self.check_commit(group_id, member_id, instance_id, generation) {
+            c if c == err(ResponseError::RebalanceInProgress) => 0,
+            // A KIP-848 member's stale epoch is the transactional client's ILLEGAL_GENERATION.
+            c if c == err(ResponseError::StaleMemberEpoch) => err(ResponseError::IllegalGeneration),
+            c => c,
+        }
+    }
+
     /// Checks that a commit may be made on behalf of `member_id` at `generation`
     /// (generation -1: a commit outside group management, allowed while the group has no
     /// members).
@@ -1185,6 +1234,82 @@ impl Shard {
         if commits.is_empty() {
             return Ok(());
         }
+        self.append_offsets(group_id, &commits, None).await?;
+        let mut groups = self.groups.groups.borrow_mut();
+        let group = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(group_id));
+        for (key, committed) in commits {
+            match committed {
+                Some(c) => {
+                    group.offsets.insert(key, c);
+                }
+                None => {
+                    group.offsets.remove(&key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// TxnOffsetCommit: appends `commits` to the group's offsets partition as a transactional
+    /// batch of `producer_id` (the transaction's markers reach that partition through
+    /// AddOffsetsToTxn) and keeps them pending until the transaction's marker applies or drops
+    /// them ([`Shard::complete_txn_offsets`]), as Kafka's group coordinator does.
+    pub async fn store_txn_offsets(
+        self: &Rc<Self>,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commits: Vec<((String, i32), Committed)>,
+    ) -> Result<(), i16> {
+        if commits.is_empty() {
+            return Ok(());
+        }
+        let as_records: Vec<_> = commits
+            .iter()
+            .map(|(k, c)| (k.clone(), Some(c.clone())))
+            .collect();
+        self.append_offsets(group_id, &as_records, Some((producer_id, producer_epoch)))
+            .await?;
+        let mut groups = self.groups.groups.borrow_mut();
+        let group = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(group_id));
+        group
+            .pending_txn
+            .entry(producer_id)
+            .or_default()
+            .extend(commits);
+        Ok(())
+    }
+
+    /// A marker for `producer_id`'s transaction was written to `__consumer_offsets` partition
+    /// `index` (led here): the transaction's offsets for the groups of that partition are
+    /// applied (commit) or dropped (abort).
+    pub fn complete_txn_offsets(&self, index: i32, producer_id: i64, commit: bool) {
+        let partitions = self.config().offsets_topic_partitions;
+        let mut groups = self.groups.groups.borrow_mut();
+        for (id, group) in groups.iter_mut() {
+            if offsets_topic::partition_for(id, partitions) != index {
+                continue;
+            }
+            let n = group.complete_txn(producer_id, commit);
+            if n > 0 {
+                tracing::debug!(group = %id, producer_id, commit, offsets = n, "transactional offsets completed");
+            }
+        }
+    }
+
+    /// Appends offset records for `group_id` (a tombstone for `None`) to its offsets partition
+    /// and waits until every in-sync replica has them. With `producer`, the batch is that
+    /// producer's transactional batch.
+    async fn append_offsets(
+        self: &Rc<Self>,
+        group_id: &str,
+        commits: &[((String, i32), Option<Committed>)],
+        producer: Option<(i64, i16)>,
+    ) -> Result<(), i16> {
         let partitions = self.config().offsets_topic_partitions;
         let p = offsets_topic::partition_for(group_id, partitions);
         let Some(log) = self.partition(OFFSETS_TOPIC, p) else {
@@ -1195,7 +1320,13 @@ impl Shard {
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
         let mut builder = BatchBuilder::new();
-        for ((topic, partition), committed) in &commits {
+        if let Some((producer_id, producer_epoch)) = producer {
+            // No sequence: the coordinator writes it, not the producer (as Kafka's does).
+            builder = builder
+                .producer(producer_id, producer_epoch, -1)
+                .attributes(ATTR_TRANSACTIONAL);
+        }
+        for ((topic, partition), committed) in commits {
             let key = offsets_topic::encode_key(&CommitKey {
                 group: group_id.to_string(),
                 topic: topic.clone(),
@@ -1254,20 +1385,6 @@ impl Shard {
                 err(ResponseError::CoordinatorNotAvailable)
             });
         }
-        let mut groups = self.groups.groups.borrow_mut();
-        let group = groups
-            .entry(group_id.to_string())
-            .or_insert_with(|| Group::new(group_id));
-        for (key, committed) in commits {
-            match committed {
-                Some(c) => {
-                    group.offsets.insert(key, c);
-                }
-                None => {
-                    group.offsets.remove(&key);
-                }
-            }
-        }
         Ok(())
     }
 
@@ -1292,6 +1409,19 @@ impl Shard {
             let mut groups = self.groups.groups.borrow_mut();
             for b in batches {
                 cur = b.last_offset.next();
+                let Ok(header) = BatchHeader::parse(&b.bytes) else {
+                    continue;
+                };
+                if header.is_control() {
+                    // A transaction's end: its offsets in this partition apply or go.
+                    let commit = sluice_engine::producer_state::control_type(&b.bytes)
+                        == Some(sluice_engine::producer_state::CONTROL_TYPE_COMMIT);
+                    for g in groups.values_mut() {
+                        g.complete_txn(header.producer_id(), commit);
+                    }
+                    continue;
+                }
+                let txn_producer = header.is_transactional().then(|| header.producer_id());
                 for record in Records::new(&b.bytes) {
                     let Ok(record) = record else { break };
                     let Some(key) = record.key.and_then(offsets_topic::decode_key) else {
@@ -1300,19 +1430,32 @@ impl Shard {
                     let group = groups
                         .entry(key.group.clone())
                         .or_insert_with(|| Group::new(&key.group));
-                    match record.value.and_then(offsets_topic::decode_value) {
-                        Some(v) => {
-                            group.offsets.insert(
-                                (key.topic, key.partition),
-                                Committed {
-                                    offset: v.offset,
-                                    leader_epoch: v.leader_epoch,
-                                    metadata: v.metadata,
-                                },
-                            );
+                    match (
+                        record.value.and_then(offsets_topic::decode_value),
+                        txn_producer,
+                    ) {
+                        (Some(v), producer) => {
+                            let committed = Committed {
+                                offset: v.offset,
+                                leader_epoch: v.leader_epoch,
+                                metadata: v.metadata,
+                            };
+                            let key = (key.topic, key.partition);
+                            match producer {
+                                Some(pid) => {
+                                    group
+                                        .pending_txn
+                                        .entry(pid)
+                                        .or_default()
+                                        .insert(key, committed);
+                                }
+                                None => {
+                                    group.offsets.insert(key, committed);
+                                }
+                            }
                             loaded += 1;
                         }
-                        None => {
+                        (None, _) => {
                             group.offsets.remove(&(key.topic, key.partition));
                         }
                     }
@@ -1325,6 +1468,7 @@ impl Shard {
         self.groups.groups.borrow_mut().retain(|id, g| {
             offsets_topic::partition_for(id, partitions) != index
                 || !g.offsets.is_empty()
+                || !g.pending_txn.is_empty()
                 || !g.members.is_empty()
         });
         Ok(loaded)

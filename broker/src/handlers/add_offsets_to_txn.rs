@@ -1,7 +1,7 @@
 //! AddOffsetsToTxn: a transactional producer about to send a group's offsets with its
 //! transaction (`sendOffsetsToTransaction`) has the coordinator add the group's
 //! `__consumer_offsets` partition to the transaction, so that the transaction's markers reach
-//! it. The second half, TxnOffsetCommit to the group coordinator, is not implemented yet.
+//! it. The second half is TxnOffsetCommit to the group coordinator (`txn_offset_commit.rs`).
 
 use std::rc::Rc;
 

@@ -46,6 +46,7 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
 pub mod write_txn_markers;
 
 /// Every API this broker implements, with the versions it implements. ApiVersions advertises
@@ -83,9 +84,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // 4 and 5 batch transactions for partition leaders' verification and carry transaction
     // version 2 (KIP-890): neither is used at transaction version 0.
     (ApiKey::AddPartitionsToTxn, 0, 3),
-    // 4 is transaction version 2's (KIP-890). TxnOffsetCommit, the second half of
-    // sendOffsetsToTransaction, is not implemented yet.
+    // 4 is transaction version 2's (KIP-890).
     (ApiKey::AddOffsetsToTxn, 0, 3),
+    // 5 is transaction version 2's (KIP-890: the coordinator verifies the group's partition).
+    (ApiKey::TxnOffsetCommit, 0, 4),
     // 5 is transaction version 2's (KIP-890).
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::DescribeCluster, 0, 1),
@@ -215,6 +217,9 @@ pub async fn dispatch(
         }
         RequestKind::AddOffsetsToTxn(r) => {
             ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(shard, r, version).await)
+        }
+        RequestKind::TxnOffsetCommit(r) => {
+            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(shard, r).await)
         }
         RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(shard, r, version).await),
         RequestKind::DescribeQuorum(r) => {

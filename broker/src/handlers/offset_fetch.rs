@@ -8,12 +8,13 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 use crate::group::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
-/// (partition, offset, leader epoch, metadata)
-type PartitionOffset = (i32, i64, i32, String);
+/// (partition, offset, leader epoch, metadata, error code)
+type PartitionOffset = (i32, i64, i32, String, i16);
 /// (topic, its partitions' offsets), or an error code for the group.
 type GroupOffsets = Result<Vec<(String, Vec<PartitionOffset>)>, i16>;
 
@@ -21,6 +22,7 @@ async fn fetch(
     shard: &Rc<Shard>,
     group_id: String,
     wanted: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
 ) -> GroupOffsets {
     let Some(owner) = coordinator_shard(shard, &group_id) else {
         return Err(no_coordinator(shard, &group_id));
@@ -28,12 +30,28 @@ async fn fetch(
     shard
         .invoke_on(owner, move |s| async move {
             let groups = s.groups.groups.borrow();
-            let committed = groups.get(&group_id).map(|g| &g.offsets);
+            let group = groups.get(&group_id);
+            let committed = group.map(|g| &g.offsets);
+            // KIP-447: a read-committed consumer asks for stable offsets; while an open
+            // transaction has offsets for the partition it gets UNSTABLE_OFFSET_COMMIT and
+            // retries, instead of starting from what the transaction is about to replace.
+            let unstable = |topic: &str, p: i32| {
+                require_stable && group.is_some_and(|g| g.has_pending_txn_offset(topic, p))
+            };
             let lookup = |topic: &str, p: i32| {
+                if unstable(topic, p) {
+                    return (
+                        p,
+                        -1,
+                        -1,
+                        String::new(),
+                        ResponseError::UnstableOffsetCommit.code(),
+                    );
+                }
                 committed
                     .and_then(|o| o.get(&(topic.to_string(), p)))
-                    .map(|c| (p, c.offset, c.leader_epoch, c.metadata.clone()))
-                    .unwrap_or((p, -1, -1, String::new()))
+                    .map(|c| (p, c.offset, c.leader_epoch, c.metadata.clone(), 0))
+                    .unwrap_or((p, -1, -1, String::new(), 0))
             };
             Ok(match wanted {
                 Some(topics) => topics
@@ -46,8 +64,8 @@ async fn fetch(
                 None => {
                     let mut by_topic: Vec<(String, Vec<PartitionOffset>)> = Vec::new();
                     if let Some(offsets) = committed {
-                        for ((t, p), c) in offsets {
-                            let entry = (*p, c.offset, c.leader_epoch, c.metadata.clone());
+                        for (t, p) in offsets.keys() {
+                            let entry = lookup(t, *p);
                             match by_topic.iter_mut().find(|(n, _)| n == t) {
                                 Some((_, v)) => v.push(entry),
                                 None => by_topic.push((t.clone(), vec![entry])),
@@ -75,7 +93,14 @@ pub async fn handle(
                     .collect()
             });
             let mut group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            match fetch(shard, g.group_id.0.to_string(), wanted).await {
+            match fetch(
+                shard,
+                g.group_id.0.to_string(),
+                wanted,
+                request.require_stable,
+            )
+            .await
+            {
                 Ok(topics) => {
                     group.topics = topics
                         .into_iter()
@@ -85,12 +110,13 @@ pub async fn handle(
                                 .with_partitions(
                                     parts
                                         .into_iter()
-                                        .map(|(p, o, e, m)| {
+                                        .map(|(p, o, e, m, code)| {
                                             OffsetFetchResponsePartitions::default()
                                                 .with_partition_index(p)
                                                 .with_committed_offset(o)
                                                 .with_committed_leader_epoch(e)
                                                 .with_metadata(Some(StrBytes::from_string(m)))
+                                                .with_error_code(code)
                                         })
                                         .collect(),
                                 )
@@ -109,7 +135,7 @@ pub async fn handle(
             .collect()
     });
     let GroupId(group_id) = request.group_id;
-    match fetch(shard, group_id.to_string(), wanted).await {
+    match fetch(shard, group_id.to_string(), wanted, request.require_stable).await {
         Ok(topics) => {
             response.topics = topics
                 .into_iter()
@@ -119,11 +145,12 @@ pub async fn handle(
                         .with_partitions(
                             parts
                                 .into_iter()
-                                .map(|(p, o, e, m)| {
+                                .map(|(p, o, e, m, code)| {
                                     let mut r = OffsetFetchResponsePartition::default()
                                         .with_partition_index(p)
                                         .with_committed_offset(o)
-                                        .with_metadata(Some(StrBytes::from_string(m)));
+                                        .with_metadata(Some(StrBytes::from_string(m)))
+                                        .with_error_code(code);
                                     if version >= 5 {
                                         r.committed_leader_epoch = e;
                                     }

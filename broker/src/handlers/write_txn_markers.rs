@@ -3,6 +3,9 @@
 //! `sluice_engine::batch::control_batch`). The marker is appended like an acks=all produce and
 //! answered once the high watermark passed it, as Kafka appends markers with `requiredAcks=-1`.
 //!
+//! On a `__consumer_offsets` partition the marker also applies (commit) or drops (abort) the
+//! offsets the transaction sent with TxnOffsetCommit, once the in-sync replicas have it.
+//!
 //! Appending the marker ends the producer's open transaction in that partition's producer state:
 //! the last stable offset moves past it, and an abort is remembered so that read-committed
 //! fetches list it. A marker from an older producer epoch than the partition knows is refused
@@ -66,6 +69,10 @@ pub async fn write_marker(shard: &Rc<Shard>, topic: String, partition: i32, mark
                     if code != 0 {
                         tracing::warn!(%topic, partition, code, producer_id = marker.producer_id, "transaction marker not acknowledged by the in-sync replicas");
                     } else {
+                        if topic == crate::group::offsets_topic::OFFSETS_TOPIC {
+                            // The transaction's offsets (TxnOffsetCommit) apply or go.
+                            shard.complete_txn_offsets(partition, marker.producer_id, marker.commit);
+                        }
                         tracing::debug!(%topic, partition, producer_id = marker.producer_id, commit = marker.commit, offset = info.base_offset.0, "transaction marker written");
                     }
                     code
