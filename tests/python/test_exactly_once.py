@@ -9,6 +9,9 @@ transaction's commit marker on `__consumer_offsets` and dropped by its abort mar
 - offsets sent in an open transaction are not committed: OffsetFetch with `require_stable`
   (KIP-447) answers UNSTABLE_OFFSET_COMMIT for them, the commit marker makes them the group's
   offsets, an abort marker leaves the old ones;
+- each client's loop as its own process (eos_app.py) over 20,000 records, killed with SIGKILL
+  twice mid-run and started again, and the broker killed with SIGKILL once: read_committed
+  still sees each output exactly once and the offsets reach the input's end;
 - a SIGKILL with one transaction's offsets committed and another's still open: after the
   restart the group coordinator replays both from its log, the committed offsets stand, and the
   open transaction's offsets are dropped when its timeout aborts it.
@@ -16,12 +19,16 @@ transaction's commit marker on `__consumer_offsets` and dropped by its abort mar
 
 from __future__ import annotations
 
+import random
 import signal
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
-from confluent_kafka import ConsumerGroupTopicPartitions
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
 from harness import admin, consumer, create_topic, produce_all, producer
 
@@ -289,3 +296,72 @@ def test_offsets_replayed_after_kill9(fresh_broker):
     assert got == {0: 10, 1: 10, 2: 10}, got
     assert committed_offsets(bootstrap, group, topic, require_stable=False) == {0: 10, 1: 10, 2: 10}
     open_producer = None
+
+
+APP = Path(__file__).with_name("eos_app.py")
+KILL_INPUTS = 20_000
+APP_KILLS = 2
+
+
+def start_app(client: str, bootstrap: str, in_topic: str, out_topic: str, group: str, log):
+    return subprocess.Popen(
+        [sys.executable, str(APP), client, bootstrap, in_topic, out_topic, group, f"{group}-txn", str(KILL_INPUTS)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def committed_count(log_path: Path) -> int:
+    lines = [ln for ln in log_path.read_text().splitlines() if ln.startswith("committed ")]
+    return int(lines[-1].split()[1]) if lines else 0
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_exactly_once_through_kills(fresh_broker, client, tmp_path):
+    """The application (eos_app.py, its own process) is killed with SIGKILL twice at moments
+    its transactions are running and started again, and the broker once: the outputs are still
+    exactly once for read_committed, and the offsets reach the input's end."""
+    bootstrap = fresh_broker.bootstrap
+    in_topic, out_topic, group = names(f"eos-kill-{client}")
+    fill_input(bootstrap, in_topic, KILL_INPUTS)
+    create_topic(bootstrap, out_topic, PARTITIONS)
+    rng = random.Random(KILL_INPUTS)
+    instance = 0
+    app = None
+    try:
+        for kill in range(APP_KILLS + 1):
+            log_path = tmp_path / f"app-{instance}.log"
+            app = start_app(client, bootstrap, in_topic, out_topic, group, log_path.open("w"))
+            instance += 1
+            if kill == APP_KILLS:
+                break
+            # Killed once it has committed a few transactions, at a random moment after.
+            deadline = time.monotonic() + 60
+            while committed_count(log_path) < 600:
+                assert app.poll() is None, log_path.read_text()[-2000:]
+                assert time.monotonic() < deadline, "the application made no progress"
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 0.3))
+            app.send_signal(signal.SIGKILL)
+            app.wait(timeout=10)
+            if kill == 0:
+                # The broker too, with the killed application's transaction open.
+                fresh_broker.restart(sig=signal.SIGKILL)
+        code = app.wait(timeout=120)
+        assert code == 0, (tmp_path / f"app-{instance - 1}.log").read_text()[-3000:]
+    finally:
+        if app is not None and app.poll() is None:
+            app.kill()
+            app.wait(timeout=10)
+    want = sorted(b"out-%d" % i for i in range(KILL_INPUTS))
+    got = read_all(bootstrap, out_topic, "read_committed", KILL_INPUTS, timeout=60)
+    assert sorted(got) == want, (
+        f"read_committed must see each input's output exactly once: {len(got)} records, "
+        f"{len(set(got))} distinct, {len(set(want) - set(got))} missing"
+    )
+    # What a killed instance had sent in its open transaction was aborted when the next one
+    # fenced it: read_uncommitted sees those outputs again, nothing else.
+    uncommitted = read_all(bootstrap, out_topic, "read_uncommitted", KILL_INPUTS, timeout=60)
+    assert set(uncommitted) == set(want)
+    ends = end_offsets(bootstrap, in_topic)
+    assert wait_committed(bootstrap, group, in_topic, ends) == ends
