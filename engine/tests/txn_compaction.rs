@@ -395,3 +395,268 @@ fn delete_records_past_an_abort_drops_it_from_the_aborted_list_across_a_crash() 
         );
     });
 }
+
+/// What a randomized run appended: every data record, and every transaction's fate.
+#[derive(Clone, Debug)]
+struct MRec {
+    offset: i64,
+    key: String,
+    value: String,
+    /// Index into `Txn`s, for transactional records.
+    txn: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Open,
+    Committed,
+    Aborted,
+}
+
+#[derive(Clone, Debug)]
+struct MTxn {
+    pid: i64,
+    fate: Fate,
+    marker: Option<i64>,
+}
+
+/// What the log holds: data records `(offset, key, value)`, marker offsets, and the
+/// `(base offset, producer id)` of every transactional data batch (emptied ones included).
+async fn holdings(
+    log: &Log<MemStorage>,
+) -> (Vec<(i64, String, String)>, Vec<i64>, Vec<(i64, i64)>) {
+    let mut records = Vec::new();
+    let mut markers = Vec::new();
+    let mut txn_batches = Vec::new();
+    for (base, bytes) in raw_batches(log).await {
+        let header = BatchHeader::parse(&bytes).unwrap();
+        if header.is_control() {
+            markers.push(base);
+            continue;
+        }
+        if header.is_transactional() {
+            txn_batches.push((base, header.producer_id()));
+        }
+        for r in Records::new(&bytes) {
+            let r = r.unwrap();
+            records.push((
+                base + r.offset_delta as i64,
+                String::from_utf8(r.key.unwrap().to_vec()).unwrap(),
+                String::from_utf8(r.value.unwrap().to_vec()).unwrap(),
+            ));
+        }
+    }
+    (records, markers, txn_batches)
+}
+
+/// A small deterministic generator (xorshift), so that a failing seed can be rerun.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+async fn check_compaction(log: &Log<MemStorage>, model: &[MRec], txns: &[MTxn], seed: u64) {
+    let before = holdings(log).await;
+    let hw = log.high_watermark();
+    let lso = log.first_unstable_offset(hw);
+    let outcome = log.compact().await.unwrap();
+    let end = outcome.cleanable_end.0;
+    let after = holdings(log).await;
+    let ctx = format!("seed {seed}, {outcome:?}");
+    assert_eq!(log.first_unstable_offset(hw), lso, "{ctx}");
+    if let Some(lso) = lso {
+        assert!(end <= lso.0, "cleaned past the LSO {lso}: {ctx}");
+    }
+    let by_offset: std::collections::HashMap<i64, &MRec> =
+        model.iter().map(|r| (r.offset, r)).collect();
+    let aborted = |r: &MRec| r.txn.is_some_and(|t| txns[t].fate == Fate::Aborted);
+    // Records kept are as appended; past the cleanable end nothing changed.
+    for (o, k, v) in &after.0 {
+        let m = by_offset[o];
+        assert_eq!((&m.key, &m.value), (k, v), "{ctx}");
+    }
+    let tail = |h: &(Vec<(i64, String, String)>, Vec<i64>, Vec<(i64, i64)>)| {
+        (
+            h.0.iter()
+                .filter(|r| r.0 >= end)
+                .cloned()
+                .collect::<Vec<_>>(),
+            h.1.iter()
+                .filter(|&&o| o >= end)
+                .copied()
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(tail(&after), tail(&before), "{ctx}");
+    let kept: std::collections::HashSet<i64> = after.0.iter().map(|r| r.0).collect();
+    for r in model {
+        // The latest record of each key that was not aborted survives.
+        let latest = !aborted(r)
+            && !model
+                .iter()
+                .any(|l| l.key == r.key && l.offset > r.offset && !aborted(l));
+        if latest {
+            assert!(kept.contains(&r.offset), "latest {r:?} lost: {ctx}");
+        }
+        if r.offset < end && kept.contains(&r.offset) {
+            assert!(!aborted(r), "aborted {r:?} kept: {ctx}");
+            let superseded = model
+                .iter()
+                .any(|l| l.key == r.key && l.offset > r.offset && l.offset < end && !aborted(l));
+            assert!(!superseded, "superseded {r:?} kept: {ctx}");
+        }
+    }
+    // A transactional batch left in the log keeps its transaction's marker.
+    for &(base, pid) in &after.2 {
+        let marker = txns
+            .iter()
+            .filter(|t| t.pid == pid)
+            .filter_map(|t| t.marker)
+            .filter(|&m| m > base)
+            .min();
+        if let Some(m) = marker {
+            assert!(
+                after.1.contains(&m),
+                "marker {m} of batch {base} gone: {ctx}"
+            );
+        }
+    }
+    // The aborted list names no marker that is gone.
+    for a in aborted_all(log) {
+        assert!(
+            after.1.contains(&a.last_offset.0),
+            "{a:?} outlived its marker: {ctx}"
+        );
+    }
+}
+
+fn aborted_all(log: &Log<MemStorage>) -> Vec<AbortedTxn> {
+    log.aborted_transactions(Offset(i64::MIN), Offset(i64::MAX))
+}
+
+#[test]
+fn randomized_transactions_compact_against_a_model_and_survive_crashes() {
+    for seed in 1..=40u64 {
+        block_on(async {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut storage = MemStorage::new();
+            let clock = Clock::manual(1_000_000);
+            let mut log = open(&storage, &clock).await;
+            let mut model: Vec<MRec> = Vec::new();
+            let mut txns: Vec<MTxn> = Vec::new();
+            let mut open_txn: [Option<usize>; 4] = [None; 4];
+            let mut seqs = [0i32; 4];
+            let mut n = 0;
+            for _ in 0..120 {
+                clock.advance(rng.below(2_000) as i64);
+                match rng.below(20) {
+                    0..=5 => {
+                        let key = format!("k{}", rng.below(6));
+                        let value = format!("v{n}");
+                        n += 1;
+                        let o = produce(&log, &clock, None, &[(&key, &value)]).await;
+                        model.push(MRec {
+                            offset: o,
+                            key,
+                            value,
+                            txn: None,
+                        });
+                    }
+                    6..=11 => {
+                        let p = 1 + rng.below(3) as usize;
+                        let t = *open_txn[p].get_or_insert_with(|| {
+                            txns.push(MTxn {
+                                pid: p as i64,
+                                fate: Fate::Open,
+                                marker: None,
+                            });
+                            txns.len() - 1
+                        });
+                        let count = 1 + rng.below(2) as usize;
+                        let recs: Vec<(String, String)> = (0..count)
+                            .map(|i| (format!("k{}", rng.below(6)), format!("v{}", n + i)))
+                            .collect();
+                        n += count;
+                        let pairs: Vec<(&str, &str)> =
+                            recs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                        let o =
+                            produce(&log, &clock, Some((p as i64, seqs[p], true)), &pairs).await;
+                        seqs[p] += count as i32;
+                        for (i, (key, value)) in recs.into_iter().enumerate() {
+                            model.push(MRec {
+                                offset: o + i as i64,
+                                key,
+                                value,
+                                txn: Some(t),
+                            });
+                        }
+                    }
+                    12..=14 => {
+                        let p = 1 + rng.below(3) as usize;
+                        if let Some(t) = open_txn[p].take() {
+                            let commit = rng.below(2) == 0;
+                            let m = end_txn(&log, &clock, p as i64, commit).await;
+                            txns[t].marker = Some(m);
+                            txns[t].fate = if commit {
+                                Fate::Committed
+                            } else {
+                                Fate::Aborted
+                            };
+                        }
+                    }
+                    15 | 16 => log.roll().await.unwrap(),
+                    17 | 18 => {
+                        if rng.below(3) == 0 {
+                            clock.advance(DELETE_RETENTION_MS);
+                        }
+                        check_compaction(&log, &model, &txns, seed).await;
+                    }
+                    _ => {
+                        // A power loss, sometimes with no snapshot to start from.
+                        let producers = log.active_producers();
+                        let aborted = aborted_all(&log);
+                        let contents_before = holdings(&log).await;
+                        let replay = rng.below(2) == 0;
+                        drop(log);
+                        if replay {
+                            remove_snapshots(&storage).await;
+                        }
+                        storage = storage.crash(CrashMode::DropUnsynced);
+                        log = open(&storage, &clock).await;
+                        assert_eq!(holdings(&log).await, contents_before, "seed {seed}");
+                        assert_eq!(log.active_producers(), producers, "seed {seed}");
+                        let markers = |v: Vec<AbortedTxn>| {
+                            v.iter()
+                                .map(|a| (a.producer_id, a.last_offset))
+                                .collect::<Vec<_>>()
+                        };
+                        if replay {
+                            // A replay cannot know where an aborted transaction began once
+                            // its first batches are compacted away; its marker it knows.
+                            assert_eq!(markers(aborted_all(&log)), markers(aborted), "seed {seed}");
+                        } else {
+                            // `last_stable_offset` is a search hint that depends on when the
+                            // high watermark last passed the markers (not snapshotted), so
+                            // only the ranges must match.
+                            let ranges = |v: Vec<AbortedTxn>| {
+                                v.iter()
+                                    .map(|a| (a.producer_id, a.first_offset, a.last_offset))
+                                    .collect::<Vec<_>>()
+                            };
+                            assert_eq!(ranges(aborted_all(&log)), ranges(aborted), "seed {seed}");
+                        }
+                    }
+                }
+            }
+            log.roll().await.unwrap();
+            clock.advance(2 * DELETE_RETENTION_MS);
+            check_compaction(&log, &model, &txns, seed).await;
+        });
+    }
+}
