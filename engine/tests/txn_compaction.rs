@@ -422,9 +422,9 @@ struct MTxn {
 
 /// What the log holds: data records `(offset, key, value)`, marker offsets, and the
 /// `(base offset, producer id)` of every transactional data batch (emptied ones included).
-async fn holdings(
-    log: &Log<MemStorage>,
-) -> (Vec<(i64, String, String)>, Vec<i64>, Vec<(i64, i64)>) {
+type Holdings = (Vec<(i64, String, String)>, Vec<i64>, Vec<(i64, i64)>);
+
+async fn holdings(log: &Log<MemStorage>) -> Holdings {
     let mut records = Vec::new();
     let mut markers = Vec::new();
     let mut txn_batches = Vec::new();
@@ -481,7 +481,7 @@ async fn check_compaction(log: &Log<MemStorage>, model: &[MRec], txns: &[MTxn], 
         let m = by_offset[o];
         assert_eq!((&m.key, &m.value), (k, v), "{ctx}");
     }
-    let tail = |h: &(Vec<(i64, String, String)>, Vec<i64>, Vec<(i64, i64)>)| {
+    let tail = |h: &Holdings| {
         (
             h.0.iter()
                 .filter(|r| r.0 >= end)
