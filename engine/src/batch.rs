@@ -268,12 +268,26 @@ pub fn validate_for_append(
 /// offset, leader epoch, last offset delta, timestamps, producer id, epoch and sequence); the
 /// length and the CRC are recomputed.
 pub fn rebuild(batch: &[u8], attributes: i16, record_count: i32, records: &[u8]) -> BytesMut {
+    assert!(record_count > 0, "a record batch holds at least one record");
+    rebuild_any(batch, attributes, record_count, records)
+}
+
+/// `batch`'s header with no records: what compaction keeps of a producer's last batch once it
+/// has removed every record in it, so that the producer's epoch and last sequence stay in the
+/// log for whoever rebuilds producer state from it (a follower, or a replay without a
+/// snapshot), as Kafka's cleaner does. Base offset, last offset delta, timestamps and producer
+/// fields are kept; the codec bits are cleared, as there is nothing to decompress.
+pub fn emptied(batch: &[u8]) -> BytesMut {
+    let header = BatchHeader::parse(batch).expect("a stored batch has a header");
+    rebuild_any(batch, header.attributes() & !ATTR_COMPRESSION_MASK, 0, &[])
+}
+
+fn rebuild_any(batch: &[u8], attributes: i16, record_count: i32, records: &[u8]) -> BytesMut {
     assert!(
         batch.len() >= BATCH_HEADER_SIZE,
         "rebuilding a batch of {} bytes",
         batch.len()
     );
-    assert!(record_count > 0, "a record batch holds at least one record");
     let size = BATCH_HEADER_SIZE + records.len();
     let mut b = BytesMut::with_capacity(size);
     b.extend_from_slice(&batch[..BATCH_HEADER_SIZE]);

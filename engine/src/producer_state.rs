@@ -399,6 +399,30 @@ impl ProducerStateManager {
         out
     }
 
+    /// Forgets the aborted transaction whose abort marker is at `marker_offset`: compaction
+    /// removed that marker, its records having gone before it. A read-committed consumer must
+    /// never be told of an aborted transaction whose marker is gone (it would drop the
+    /// producer's later transactional batches until an abort marker that never comes), so the
+    /// entry goes no later than the marker does.
+    pub fn forget_aborted(&mut self, marker_offset: Offset) -> Option<AbortedTxn> {
+        self.aborted.remove(&marker_offset)
+    }
+
+    /// Puts back an entry [`ProducerStateManager::forget_aborted`] returned.
+    pub fn restore_aborted(&mut self, txn: AbortedTxn) {
+        self.aborted.insert(txn.last_offset, txn);
+    }
+
+    /// The base offset of every producer's last batch with a sequence (the batch its next
+    /// sequence continues from). Compaction keeps such a batch's header even when it removes
+    /// all of its records, as Kafka's cleaner does.
+    pub fn last_batch_offsets(&self) -> HashMap<i64, Offset> {
+        self.producers
+            .iter()
+            .filter_map(|(&id, e)| Some((id, e.batches.back()?.base_offset)))
+            .collect()
+    }
+
     /// Forgets aborted transactions whose markers are below the log start offset.
     pub fn trim_aborted(&mut self, log_start_offset: Offset) {
         self.aborted = self.aborted.split_off(&log_start_offset);

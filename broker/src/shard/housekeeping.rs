@@ -102,7 +102,10 @@ impl Shard {
                 if last_compaction.elapsed() >= compaction_check {
                     last_compaction = Instant::now();
                     for ((topic, index), p) in &partitions {
-                        if let Err(e) = p.log.compact().await.map(drop).or_else(ignore_closed) {
+                        // Never past the last stable offset as the partition's high
+                        // watermark makes it, not this replica's own log end.
+                        let hw = p.high_watermark();
+                        if let Err(e) = p.log.compact_up_to(hw).await.map(drop).or_else(ignore_closed) {
                             tracing::warn!(topic = %topic, partition = index, error = %e, "compaction failed");
                         }
                     }

@@ -166,8 +166,8 @@ impl<S: Storage> Log<S> {
 
     /// Writes the producer state as of the log end (the caller holds the io lock and no append
     /// can buffer meanwhile), then prunes old snapshots. Best effort: a missing snapshot only
-    /// means a longer replay on open.
-    pub(crate) async fn write_producer_snapshot_locked(&self) {
+    /// means a longer replay on open. Returns whether the snapshot was written.
+    pub(crate) async fn write_producer_snapshot_locked(&self) -> bool {
         let (offset, bytes) = {
             let mut st = self.state.borrow_mut();
             let start = st.log_start_offset;
@@ -177,7 +177,7 @@ impl<S: Storage> Log<S> {
         let path = self.dir.join(snapshot_name(offset));
         if let Err(e) = write_file_atomic(&self.storage, &path, &bytes).await {
             tracing::warn!(path = %path.display(), error = %e, "could not write a producer state snapshot");
-            return;
+            return false;
         }
         let offsets = self.snapshot_offsets().await;
         if offsets.len() > PRODUCER_SNAPSHOTS_KEPT {
@@ -188,6 +188,7 @@ impl<S: Storage> Log<S> {
                     .await;
             }
         }
+        true
     }
 
     /// Rebuilds producer state from the latest usable snapshot at or below the log end, plus
