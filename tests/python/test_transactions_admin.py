@@ -170,6 +170,10 @@ def test_find_hanging_and_abort(broker):
     assert [(h["Topic"], h["Partition"], h["ProducerId"], h["StartOffset"]) for h in found] == [
         (topic, "0", str(hanging_pid), "0")]
     assert int(found[0]["Duration(min)"]) >= 59
+    # By broker: every partition it leads (the single broker is node 1).
+    found = table(sluice(bootstrap, "find-hanging", "--broker-id", 1, "--max-transaction-timeout", 1).stdout)
+    assert [(h["Topic"], h["ProducerId"]) for h in found] == [(topic, str(hanging_pid))]
+    assert table(sluice(bootstrap, "find-hanging", "--broker-id", 2, "--max-transaction-timeout", 1).stdout) == []
     # Younger than the default 15 minutes? No: an hour old, so the default finds it too.
     found = table(sluice(bootstrap, "find-hanging", "--topic", topic).stdout)
     assert [h["ProducerId"] for h in found] == [str(hanging_pid)]
