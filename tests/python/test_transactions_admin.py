@@ -10,7 +10,9 @@ DescribeProducers as the CLI shows them, and WriteTxnMarkers as `abort` sends it
 - a transactional batch from a producer id no coordinator knows, timestamped an hour ago, holds
   the last stable offset back: find-hanging lists it (and not an open transaction its
   coordinator knows), abort by start offset writes its abort marker, and read_committed then
-  reads past it without any of its records.
+  reads past it without any of its records;
+- Kafka's own kafka-transactions finds the same kind of hanging transaction (with the columns
+  `sluice transactions find-hanging` prints, equal) and aborts it.
 """
 
 from __future__ import annotations
@@ -197,3 +199,40 @@ def test_find_hanging_and_abort(broker):
         c.close()
 
     known.abort_transaction(30)
+
+
+def test_kafka_transactions_finds_and_aborts_a_hanging_transaction(broker):
+    """Kafka's own kafka-transactions on the same kind of hanging transaction: its find-hanging
+    (DescribeProducers, ListTransactions, DescribeTransactions as Kafka's admin client reads
+    them) finds it, with the columns `sluice transactions find-hanging` prints, and its abort
+    (WriteTxnMarkers with the epochs DescribeProducers gave) lets read_committed past it."""
+    from reference import kafka_tool
+
+    bootstrap = broker.bootstrap
+    topic = new_topic(bootstrap, 1)
+    hanging_pid = 987_000_001
+    hour_ago = int(time.time() * 1000) - HOUR_MS
+    part = produce_raw(bootstrap, topic, hanging_batch(hanging_pid, [b"x0", b"x1", b"x2"], hour_ago))
+    assert part["error_code"] == 0 and part["base_offset"] == 0, part
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False})
+    plain.produce(topic, value=b"after", partition=0)
+    assert plain.flush(30) == 0
+
+    def kafka_transactions(*args) -> str:
+        return kafka_tool("org.apache.kafka.tools.TransactionsCommand", "--bootstrap-server", bootstrap, *args)
+
+    theirs = table(kafka_transactions("find-hanging", "--topic", topic, "--max-transaction-timeout", "1"))
+    ours = table(sluice(bootstrap, "find-hanging", "--topic", topic, "--max-transaction-timeout", 1).stdout)
+    assert [(h["Topic"], h["Partition"], h["ProducerId"], h["ProducerEpoch"], h["StartOffset"]) for h in theirs] == [
+        (topic, "0", str(hanging_pid), "0", "0")]
+    for h in theirs + ours:
+        h.pop("Duration(min)")  # may tick between the two
+    assert ours == theirs
+
+    kafka_transactions("abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
+    assert table(kafka_transactions("find-hanging", "--topic", topic, "--max-transaction-timeout", "1")) == []
+    c = reader(bootstrap, "read_committed", [(topic, 0)])
+    try:
+        assert read_values(c, 1, timeout=20) == [b"after"]
+    finally:
+        c.close()
