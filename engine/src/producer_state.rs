@@ -59,6 +59,11 @@ pub struct ProducerEntry {
     pub last_timestamp: Timestamp,
     /// The offset of the producer's first batch in its open transaction, if one is open here.
     pub current_txn_first_offset: Option<Offset>,
+    /// The coordinator epoch of the producer's last marker (Kafka's `coordinatorEpoch`), which
+    /// DescribeProducers reports and `kafka-transactions abort` sends back. Snapshots do not
+    /// carry it (format 3 has no room for it): after a restart it is known again from the
+    /// markers in the replayed tail or from the producer's next marker, and unknown until then.
+    pub coordinator_epoch: Option<i32>,
 }
 
 /// A transaction aborted in this partition: its records from `first_offset` up to the abort
@@ -97,6 +102,8 @@ pub struct ActiveProducer {
     pub last_timestamp: Timestamp,
     /// The first offset of its open transaction here, -1 when none is open.
     pub current_txn_start_offset: i64,
+    /// The coordinator epoch of its last marker here, -1 when unknown.
+    pub coordinator_epoch: i32,
 }
 
 /// What to do with a batch.
@@ -163,6 +170,17 @@ pub fn control_type(batch: &[u8]) -> Option<i16> {
     Some(i16::from_be_bytes([key[2], key[3]]))
 }
 
+/// The coordinator epoch a transaction marker carries, from its first record's value
+/// (`(version 0, coordinator_epoch)`); `None` when the value is not a marker's.
+pub fn control_coordinator_epoch(batch: &[u8]) -> Option<i32> {
+    let record = crate::batch::Records::new(batch).next()?.ok()?;
+    let value = record.value?;
+    if value.len() < 6 {
+        return None;
+    }
+    Some(i32::from_be_bytes([value[2], value[3], value[4], value[5]]))
+}
+
 impl ProducerStateManager {
     pub fn len(&self) -> usize {
         self.producers.len()
@@ -187,6 +205,7 @@ impl ProducerStateManager {
                 last_sequence: e.batches.back().map(|b| b.last_seq).unwrap_or(-1),
                 last_timestamp: e.last_timestamp,
                 current_txn_start_offset: e.current_txn_first_offset.map_or(-1, |o| o.0),
+                coordinator_epoch: e.coordinator_epoch.unwrap_or(-1),
             })
             .collect();
         out.sort_by_key(|p| p.producer_id);
@@ -301,6 +320,9 @@ impl ProducerStateManager {
             }
             let kind = control_type(header.bytes());
             if matches!(kind, Some(CONTROL_TYPE_ABORT | CONTROL_TYPE_COMMIT)) {
+                if let Some(coordinator_epoch) = control_coordinator_epoch(header.bytes()) {
+                    entry.coordinator_epoch = Some(coordinator_epoch);
+                }
                 completed = Some(CompletedTxn {
                     producer_id,
                     first_offset: first_offset.unwrap_or(base_offset),
@@ -533,6 +555,7 @@ impl ProducerStateManager {
                     last_offset,
                     last_timestamp,
                     current_txn_first_offset,
+                    coordinator_epoch: None,
                 },
             );
         }
@@ -712,6 +735,37 @@ mod tests {
     }
 
     #[test]
+    fn the_last_markers_coordinator_epoch_is_reported_but_not_snapshotted() {
+        let mut s = ProducerStateManager::default();
+        let epoch_of = |s: &ProducerStateManager| {
+            s.active()
+                .iter()
+                .find(|p| p.producer_id == 5)
+                .unwrap()
+                .coordinator_epoch
+        };
+        record(&mut s, &txn_batch(5, 0, 0, 1), 0);
+        assert_eq!(epoch_of(&s), -1, "no marker yet");
+        let m = crate::batch::control_batch(5, 0, false, 7, Timestamp(2));
+        assert_eq!(control_coordinator_epoch(&m), Some(7));
+        assert_eq!(control_coordinator_epoch(&txn_batch(5, 0, 1, 1)), None);
+        record(&mut s, &m, 1);
+        assert_eq!(epoch_of(&s), 7);
+        // A new transaction keeps the epoch of the last marker until its own marker.
+        record(&mut s, &txn_batch(5, 0, 1, 1), 2);
+        assert_eq!(epoch_of(&s), 7);
+        record(
+            &mut s,
+            &crate::batch::control_batch(5, 0, true, 9, Timestamp(3)),
+            3,
+        );
+        assert_eq!(epoch_of(&s), 9);
+        // Snapshot format 3 has no room for it: unknown again until the next marker.
+        let (back, _) = ProducerStateManager::decode(&s.encode(Offset(4))).unwrap();
+        assert_eq!(epoch_of(&back), -1);
+    }
+
+    #[test]
     fn the_aborted_search_stops_at_the_first_entry_past_the_range() {
         let mut s = ProducerStateManager::default();
         // Three transactions aborted one after the other, none overlapping.
@@ -823,6 +877,7 @@ mod tests {
                 last_sequence: 7,
                 last_timestamp: Timestamp(1),
                 current_txn_start_offset: -1,
+                coordinator_epoch: -1,
             },
             ActiveProducer {
                 producer_id: 9,
@@ -830,6 +885,7 @@ mod tests {
                 last_sequence: 1,
                 last_timestamp: Timestamp(1_700_000_000_005),
                 current_txn_start_offset: -1,
+                coordinator_epoch: -1,
             },
         ];
         assert_eq!(s.active(), want);

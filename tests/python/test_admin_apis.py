@@ -26,7 +26,8 @@ from kafka.protocol.admin.configs import (AlterConfigsRequest, DescribeConfigsRe
                                          ListConfigResourcesRequest)
 from kafka.protocol.admin.topics import (CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest,
                                         DeleteTopicsRequest, DescribeTopicPartitionsRequest)
-from kafka.protocol.admin.transactions import DescribeProducersRequest
+from kafka.protocol.admin.transactions import (DescribeProducersRequest, DescribeTransactionsRequest,
+                                              ListTransactionsRequest)
 from kafka.protocol.admin.users import AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, OffsetForLeaderEpochRequest
@@ -44,14 +45,17 @@ KAFKA_PROPS = {"auto.create.topics.enable": "false"}
 # Every API and version range Sluice implements (api key: (min, max)); a change to the table in
 # broker/src/handlers/mod.rs must come with a test of what it adds (ListGroups 5, its type filter:
 # test_group_kafka.py; ElectLeaders: test_replication.py; Alter/ListPartitionReassignments:
-# test_reassignment.py; the transaction APIs: test_transactions.py).
+# test_reassignment.py; the transaction APIs: test_transactions.py; DescribeTransactions and
+# ListTransactions: test_describe_and_list_transactions_like_kafka here and
+# test_transactions_admin.py).
 EXPECTED_APIS = {
     0: (3, 12), 1: (4, 18), 2: (1, 10), 3: (0, 13), 8: (2, 8), 9: (1, 8), 10: (0, 4), 11: (0, 9),
     12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 18: (0, 4), 19: (2, 7),
     20: (1, 6), 21: (0, 2), 22: (0, 4), 23: (2, 4), 24: (0, 3), 25: (0, 3), 26: (0, 4), 27: (1, 1), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4),
     33: (0, 2), 34: (1, 2), 35: (1, 4), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1),
     46: (0, 0), 47: (0, 0), 48: (0, 1),
-    49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 60: (0, 1), 61: (0, 0), 68: (0, 1), 69: (0, 1),
+    49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 2),
+    68: (0, 1), 69: (0, 1),
     74: (0, 1), 75: (0, 0),
 }
 METADATA_VERSION_4_0 = 25
@@ -363,6 +367,61 @@ def test_describe_producers_like_kafka_and_across_a_restart(both):
     (after,) = ask(sluice.bootstrap, describe_producers([(B, [0])]))
     (state,) = after["topics"][0]["partitions"][0]["active_producers"]
     assert state["producer_id"] == ids[0] and state["last_sequence"] == 4 and state["last_timestamp"] == TS + 4
+
+
+# -- DescribeTransactions, ListTransactions ------------------------------------------------------
+
+def test_describe_and_list_transactions_like_kafka(both):
+    """An open transaction (librdkafka's transactional producer, the same transactional id on both
+    brokers) described and listed with every filter at every version: the answers are equal but
+    for the producer id and the start time, which each broker chooses."""
+    tid = f"admin-txn-{uuid.uuid4().hex[:6]}"
+    producers = []
+    for b in both:
+        p = producer(b.bootstrap, **{"transactional.id": tid, "enable.idempotence": True,
+                                    "transaction.timeout.ms": 600_000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(B, value=b"t0", partition=1)
+        p.produce(B, value=b"t1", partition=0)
+        assert p.flush(30) == 0
+        producers.append(p)
+
+    (ours,), (theirs,) = ask_both(both, build(DescribeTransactionsRequest, 0,
+                                              transactional_ids=[tid, "admin-no-such-txn"]))
+    pids = []
+    for r in (ours, theirs):
+        found, missing = r["transaction_states"]
+        pids.append(found.pop("producer_id"))
+        assert abs(found.pop("transaction_start_time_ms") - time.time() * 1000) < 120_000
+        found["topics"] = sorted((t["topic"], sorted(t["partitions"])) for t in found["topics"])
+        r.pop("throttle_time_ms")
+    assert ours == theirs
+    found, missing = ours["transaction_states"]
+    assert found == {"error_code": 0, "transactional_id": tid, "transaction_state": "Ongoing",
+                     "transaction_timeout_ms": 600_000, "producer_epoch": 0, "topics": [(B, [0, 1])]}
+    assert missing["error_code"] == 105  # TRANSACTIONAL_ID_NOT_FOUND
+
+    for version, extra in ((0, {}), (1, {"duration_filter": -1}), (2, {"duration_filter": -1, "transactional_id_pattern": None})):
+        for states, pid_filter, more in (
+                (["Ongoing"], None, {}), (["CompleteCommit", "Bogus"], None, {}), ([], "own", {}),
+                ([], None, {"duration_filter": 3_600_000}), ([], None, {"transactional_id_pattern": "admin-txn-.*"}),
+                ([], None, {"transactional_id_pattern": "dmin-txn-.*"})):
+            if any(k not in extra for k in more):
+                continue
+            answers = []
+            for b, pid in zip(both, pids):
+                (r,) = ask(b.bootstrap, build(ListTransactionsRequest, version, state_filters=states,
+                                              producer_id_filters=[pid] if pid_filter else [], **{**extra, **more}))
+                r.pop("throttle_time_ms")
+                # Only this test's transaction: other tests of the module may leave theirs.
+                r["transaction_states"] = [t for t in r["transaction_states"] if t["transactional_id"] == tid]
+                for t in r["transaction_states"]:
+                    assert t.pop("producer_id") == pid
+                answers.append(r)
+            assert answers[0] == answers[1], (version, states, pid_filter, more)
+    for p in producers:
+        p.abort_transaction(30)
 
 
 # -- OffsetForLeaderEpoch ----------------------------------------------------------------------

@@ -67,6 +67,11 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     // `sluice cluster --bootstrap-controller`: the controller quorum.
     (ApiKey::DescribeQuorum, 0, 2),
+    // `sluice transactions`. WriteTxnMarkers 1 is the version every Kafka 4 broker takes.
+    (ApiKey::ListTransactions, 0, 2),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::WriteTxnMarkers, 1, 1),
 ];
 
 /// Kafka's name for an error code, as in `org.apache.kafka.common.protocol.Errors`:

@@ -778,7 +778,7 @@ impl Admin {
 }
 
 /// Prints rows under a header, each column as wide as its widest cell plus two spaces.
-fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+pub(super) fn print_table(headers: &[&str], rows: &[Vec<String>]) {
     for line in table(headers, rows) {
         println!("{line}");
     }

@@ -1,6 +1,6 @@
 //! Operator subcommands that speak the Kafka protocol to a running broker, like Kafka's own
-//! command-line tools and kcat: `topic`, `produce`, `consume`, `cluster`, `group`, `reassign`
-//! and `elect-leaders`; and `storage`, which formats a data directory before a node first
+//! command-line tools and kcat: `topic`, `produce`, `consume`, `cluster`, `group`,
+//! `transactions`, `reassign` and `elect-leaders`; and `storage`, which formats a data directory before a node first
 //! starts.
 //!
 //! Everything here is blocking and single-threaded on the calling thread (`client.rs`); the
@@ -19,6 +19,7 @@ mod produce;
 mod reassign;
 mod storage;
 mod topic;
+mod transactions;
 
 /// The subcommands that talk to a broker; `main.rs` flattens them into its own list.
 #[derive(Subcommand, Debug)]
@@ -33,6 +34,9 @@ pub enum Command {
     Cluster(cluster::ClusterArgs),
     /// List, describe and delete consumer groups, show their lag and reset their offsets.
     Group(group::GroupArgs),
+    /// List, describe and abort transactions, show partitions' producers and find hanging
+    /// transactions, like kafka-transactions.
+    Transactions(transactions::TransactionsArgs),
     /// Move partition replicas between brokers, drain a broker, list or cancel reassignments.
     Reassign(reassign::ReassignArgs),
     /// Elect preferred (or, with --unclean, any) leaders, like kafka-leader-election.
@@ -65,6 +69,7 @@ pub fn run(command: &Command) -> ! {
         Command::Consume(args) => consume::run(args),
         Command::Cluster(args) => cluster::run(args),
         Command::Group(args) => group::run(args),
+        Command::Transactions(args) => transactions::run(args),
         Command::Reassign(args) => reassign::run(args),
         Command::ElectLeaders(args) => reassign::elect(args),
         Command::Storage(args) => storage::run(args),

@@ -1,8 +1,10 @@
 //! DescribeProducers (KIP-664): the idempotent producers each partition remembers, answered by
 //! the partition's owner shard from the log's producer state.
 //!
-//! A producer's open transaction in the partition shows as the offset it started at (-1: none).
-//! The coordinator epoch of its last marker is not kept: it is reported as -1.
+//! A producer's open transaction in the partition shows as the offset it started at (-1: none),
+//! with the coordinator epoch of the producer's last marker (-1: unknown, see the engine's
+//! `ProducerEntry::coordinator_epoch`), which `kafka-transactions abort` sends back in its
+//! WriteTxnMarkers.
 
 use std::rc::Rc;
 
@@ -51,7 +53,7 @@ pub async fn handle(
                                 .with_producer_epoch(a.producer_epoch as i32)
                                 .with_last_sequence(a.last_sequence)
                                 .with_last_timestamp(a.last_timestamp.0)
-                                .with_coordinator_epoch(-1)
+                                .with_coordinator_epoch(a.coordinator_epoch)
                                 .with_current_txn_start_offset(a.current_txn_start_offset)
                         })
                         .collect();

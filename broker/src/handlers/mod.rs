@@ -28,6 +28,7 @@ pub mod describe_cluster;
 pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_topic_partitions;
+pub mod describe_transactions;
 pub mod describe_user_scram_credentials;
 pub mod end_txn;
 pub mod errors;
@@ -40,6 +41,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_config_resources;
 pub mod list_offsets;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
@@ -114,6 +116,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::ListConfigResources, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    // 1 adds the duration filter (KIP-994), 2 the transactional id pattern (KIP-1152).
+    (ApiKey::ListTransactions, 0, 2),
     // Version 1 only: 0 is gone from Kafka 4, and the codec has no 2 (KIP-890's transaction
     // version field).
     (ApiKey::WriteTxnMarkers, 1, 1),
@@ -280,6 +285,12 @@ pub async fn dispatch(
         }
         RequestKind::DescribeProducers(r) => {
             ResponseKind::DescribeProducers(describe_producers::handle(shard, r).await)
+        }
+        RequestKind::DescribeTransactions(r) => {
+            ResponseKind::DescribeTransactions(describe_transactions::handle(shard, r).await)
+        }
+        RequestKind::ListTransactions(r) => {
+            ResponseKind::ListTransactions(list_transactions::handle(shard, r, version).await)
         }
         RequestKind::WriteTxnMarkers(r) => {
             ResponseKind::WriteTxnMarkers(write_txn_markers::handle(shard, r).await)

@@ -23,7 +23,6 @@ use kafka_protocol::ResponseError;
 use sluice_engine::Timestamp;
 
 use super::errors::log_error_code;
-use crate::shard::partition::now_ms;
 use crate::shard::Shard;
 
 /// How long a marker waits for the in-sync replicas, as Kafka's `request.timeout.ms` default.
@@ -59,7 +58,10 @@ pub async fn write_marker(shard: &Rc<Shard>, topic: String, partition: i32, mark
                 marker.producer_epoch,
                 marker.commit,
                 marker.coordinator_epoch,
-                Timestamp(now_ms() as i64),
+                // Wall-clock time, as Kafka stamps markers: DescribeProducers reports it as the
+                // producer's last timestamp, and `kafka-transactions find-hanging` ages
+                // transactions by it.
+                Timestamp(crate::txn::shard::wall_ms()),
             );
             match p.log.append(BytesMut::from(&batch[..]), leader_epoch).await {
                 Ok(info) => {

@@ -38,7 +38,7 @@ use sluice_engine::Timestamp;
 
 use super::{
     ProducerIds, Step, TopicPartition, TransactionVersion, TxnAppend, TxnConfig, TxnCoordinator,
-    TxnMarkers, TxnResponse, TxnResult, TRANSACTION_STATE_TOPIC,
+    TxnListing, TxnMarkers, TxnResponse, TxnResult, TRANSACTION_STATE_TOPIC,
 };
 use crate::config::BrokerConfig;
 use crate::handlers::write_txn_markers::{write_marker, Marker};
@@ -150,6 +150,33 @@ pub fn with_coordinator<T>(
             Err(no_coordinator(shard, index))
         }
     }
+}
+
+/// ListTransactions over every coordinator this shard hosts (see [`TxnCoordinator::list`]);
+/// COORDINATOR_LOAD_IN_PROGRESS while any of them is loading, as Kafka answers while one of its
+/// `__transaction_state` partitions loads.
+pub fn list_local(
+    shard: &Shard,
+    producer_id_filters: &[ProducerId],
+    state_filters: &[String],
+    duration_filter_ms: i64,
+    now_ms: i64,
+) -> Result<Vec<TxnListing>, ResponseError> {
+    let partitions = shard.txns.partitions.borrow();
+    let mut listings = Vec::new();
+    for owned in partitions.values() {
+        let Some(c) = &owned.coordinator else {
+            return Err(ResponseError::CoordinatorLoadInProgress);
+        };
+        let list = c.list(
+            producer_id_filters,
+            state_filters,
+            duration_filter_ms,
+            now_ms,
+        );
+        listings.extend(list.transaction_states);
+    }
+    Ok(listings)
 }
 
 fn still_leading(shard: &Shard, index: i32, epoch: i32) -> bool {
