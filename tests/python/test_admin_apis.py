@@ -45,13 +45,14 @@ KAFKA_PROPS = {"auto.create.topics.enable": "false"}
 # Every API and version range Sluice implements (api key: (min, max)); a change to the table in
 # broker/src/handlers/mod.rs must come with a test of what it adds (ListGroups 5, its type filter:
 # test_group_kafka.py; ElectLeaders: test_replication.py; Alter/ListPartitionReassignments:
-# test_reassignment.py; the transaction APIs: test_transactions.py; DescribeTransactions and
+# test_reassignment.py; the transaction APIs: test_transactions.py; TxnOffsetCommit:
+# test_exactly_once.py; DescribeTransactions and
 # ListTransactions: test_describe_and_list_transactions_like_kafka here and
 # test_transactions_admin.py).
 EXPECTED_APIS = {
     0: (3, 12), 1: (4, 18), 2: (1, 10), 3: (0, 13), 8: (2, 8), 9: (1, 8), 10: (0, 4), 11: (0, 9),
     12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 18: (0, 4), 19: (2, 7),
-    20: (1, 6), 21: (0, 2), 22: (0, 4), 23: (2, 4), 24: (0, 3), 25: (0, 3), 26: (0, 4), 27: (1, 1), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4),
+    20: (1, 6), 21: (0, 2), 22: (0, 4), 23: (2, 4), 24: (0, 3), 25: (0, 3), 26: (0, 4), 27: (1, 1), 28: (0, 4), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4),
     33: (0, 2), 34: (1, 2), 35: (1, 4), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1),
     46: (0, 0), 47: (0, 0), 48: (0, 1),
     49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 2),
