@@ -1398,6 +1398,7 @@ impl Shard {
         still_leading: impl Fn() -> bool,
     ) -> anyhow::Result<usize> {
         let mut loaded = 0usize;
+        let partitions = self.config().offsets_topic_partitions;
         let log = &partition.log;
         let end = log.high_watermark();
         let mut cur = log.log_start_offset();
@@ -1413,11 +1414,16 @@ impl Shard {
                     continue;
                 };
                 if header.is_control() {
-                    // A transaction's end: its offsets in this partition apply or go.
+                    // A transaction's end: its offsets in this partition apply or go. Only
+                    // this partition's groups: another partition's may hold the same
+                    // producer's offsets from a later transaction, which this marker does not
+                    // end.
                     let commit = sluice_engine::producer_state::control_type(&b.bytes)
                         == Some(sluice_engine::producer_state::CONTROL_TYPE_COMMIT);
-                    for g in groups.values_mut() {
-                        g.complete_txn(header.producer_id(), commit);
+                    for (id, g) in groups.iter_mut() {
+                        if offsets_topic::partition_for(id, partitions) == index {
+                            g.complete_txn(header.producer_id(), commit);
+                        }
                     }
                     continue;
                 }
@@ -1464,7 +1470,6 @@ impl Shard {
         }
         // A group of this partition whose every commit was deleted (DeleteGroups, OffsetDelete)
         // is gone; other partitions' groups are not this load's.
-        let partitions = self.config().offsets_topic_partitions;
         self.groups.groups.borrow_mut().retain(|id, g| {
             offsets_topic::partition_for(id, partitions) != index
                 || !g.offsets.is_empty()
