@@ -94,6 +94,12 @@ pub struct BrokerConfig {
     /// `transactional.id.expiration.ms`: how long a transactional id without transactions is
     /// kept.
     pub transactional_id_expiration_ms: i64,
+    /// The `transaction.version` feature level the cluster runs at (KIP-890): 2, the level of
+    /// a new Kafka 4 cluster, has every transaction end bump the producer epoch and the
+    /// partition leaders add partitions to transactions for the client; 0 and 1 keep clients
+    /// on the KIP-98 protocol (the leaders still verify, KIP-890 part 1). Kafka keeps it in the
+    /// metadata log; here every broker of a cluster must be given the same level.
+    pub transaction_version: i16,
     /// `default.replication.factor`: replicas of a topic created without a replication factor
     /// (auto-created topics, CreateTopics asking for -1).
     pub default_replication_factor: i16,
@@ -410,6 +416,7 @@ impl Default for BrokerConfig {
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transaction_max_timeout_ms: 15 * 60 * 1000,
             transactional_id_expiration_ms: 7 * 24 * 60 * 60 * 1000,
+            transaction_version: 2,
             default_replication_factor: 1,
             min_insync_replicas: 1,
             auto_leader_rebalance_enable: true,
@@ -497,6 +504,8 @@ struct FileConfig {
     transaction_max_timeout_ms: Option<i32>,
     #[serde(rename = "transactional.id.expiration.ms")]
     transactional_id_expiration_ms: Option<i64>,
+    #[serde(rename = "transaction.version")]
+    transaction_version: Option<i16>,
     #[serde(rename = "default.replication.factor")]
     default_replication_factor: Option<i16>,
     #[serde(rename = "min.insync.replicas")]
@@ -708,6 +717,9 @@ impl BrokerConfig {
         if let Some(v) = file.transactional_id_expiration_ms {
             self.transactional_id_expiration_ms = v;
         }
+        if let Some(v) = file.transaction_version {
+            self.transaction_version = v;
+        }
         if let Some(v) = file.default_replication_factor {
             self.default_replication_factor = v;
         }
@@ -799,6 +811,12 @@ impl BrokerConfig {
         if self.transaction_max_timeout_ms < 1 || self.transactional_id_expiration_ms < 1 {
             anyhow::bail!(
                 "transaction.max.timeout.ms and transactional.id.expiration.ms must be at least 1"
+            );
+        }
+        if !(0..=2).contains(&self.transaction_version) {
+            anyhow::bail!(
+                "transaction.version must be 0, 1 or 2 (got {}); Kafka 4 defaults to 2",
+                self.transaction_version
             );
         }
         if self.leader_imbalance_check_interval_seconds == 0 {

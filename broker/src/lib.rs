@@ -138,6 +138,12 @@ struct ServeArgs {
     /// (`replica.lag.time.max.ms`). Default 30000, as Kafka.
     #[arg(long)]
     replica_lag_time_max_ms: Option<u64>,
+    /// The `transaction.version` feature level (KIP-890): 2 (default, as a new Kafka 4
+    /// cluster) bumps the producer epoch at every transaction end and adds partitions to
+    /// transactions at their leaders; 0 keeps clients on the KIP-98 protocol. Give every broker
+    /// of a cluster the same level.
+    #[arg(long)]
+    transaction_version: Option<i16>,
     /// How long a follower's fetch waits at its leader for new records
     /// (`replica.fetch.wait.max.ms`). Default 500, as Kafka.
     #[arg(long)]
@@ -260,6 +266,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.replica_lag_time_max_ms {
         config.replica_lag_time_max_ms = v;
+    }
+    if let Some(v) = args.transaction_version {
+        config.transaction_version = v;
     }
     if let Some(v) = args.replica_fetch_wait_max_ms {
         config.replica_fetch_wait_max_ms = v;

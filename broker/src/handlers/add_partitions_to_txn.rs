@@ -3,28 +3,40 @@
 //! ongoing transaction, durably, before the producer sends records to them. Partitions of
 //! unknown topics are refused with UNKNOWN_TOPIC_OR_PARTITION and the others of the request are
 //! not attempted (OPERATION_NOT_ATTEMPTED), as in Kafka.
+//!
+//! Versions 4 and 5 are the partition leaders' (KIP-890, `crate::txn::verify`): several
+//! transactions per request, each either verified (`verify_only`: is every partition already in
+//! the ongoing transaction?) or added on the producer's behalf (transaction version 2), with a
+//! result per transaction and partition.
 
 use std::rc::Rc;
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse};
 use kafka_protocol::ResponseError;
 
 use crate::shard::Shard;
 use crate::txn::{
-    error_for_client, shard as txn_shard, TopicPartition, TransactionVersion, TxnResponse,
+    error_for_client, shard as txn_shard, verify, TopicPartition, TransactionVersion,
+    TxnResponse,
 };
 
 /// The first version whose clients know PRODUCER_FENCED (KIP-588).
 const PRODUCER_FENCED_VERSION: i16 = 2;
+
+/// The first version of the leaders' batched form.
+const BROKER_VERSION: i16 = 4;
 
 pub async fn handle(
     shard: &Rc<Shard>,
     request: AddPartitionsToTxnRequest,
     version: i16,
 ) -> AddPartitionsToTxnResponse {
+    if version >= BROKER_VERSION {
+        return handle_batched(shard, request).await;
+    }
     let transactional_id = request.v3_and_below_transactional_id.0.to_string();
     let partitions: Vec<TopicPartition> = request
         .v3_and_below_topics
@@ -108,6 +120,88 @@ pub async fn handle(
             AddPartitionsToTxnTopicResult::default()
                 .with_name(t.name)
                 .with_results_by_partition(results),
+        );
+    }
+    response
+}
+
+/// Versions 4+: each transaction on its own (concurrently), every partition of a transaction
+/// answered with the transaction's outcome.
+async fn handle_batched(
+    shard: &Rc<Shard>,
+    request: AddPartitionsToTxnRequest,
+) -> AddPartitionsToTxnResponse {
+    let mut tasks = Vec::new();
+    for t in &request.transactions {
+        let shard = shard.clone();
+        let transactional_id = t.transactional_id.0.to_string();
+        let (producer_id, producer_epoch) = (t.producer_id.0, t.producer_epoch);
+        let operation = if t.verify_only {
+            verify::Operation::Verify
+        } else {
+            verify::Operation::Add
+        };
+        let partitions: Vec<TopicPartition> = t
+            .topics
+            .iter()
+            .flat_map(|topic| {
+                topic
+                    .partitions
+                    .iter()
+                    .map(|&p| TopicPartition::new(&topic.name.0, p))
+            })
+            .collect();
+        tasks.push(glommio::spawn_local(async move {
+            let owner = txn_shard::owner_of(&shard, &transactional_id);
+            let (owner, index) = match owner {
+                Ok(found) => found,
+                Err(e) => return partitions.into_iter().map(|p| (p, Some(e))).collect(),
+            };
+            shard
+                .invoke_on(owner, move |shard| async move {
+                    verify::local(
+                        &shard,
+                        index,
+                        &transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        partitions,
+                        operation,
+                    )
+                    .await
+                })
+                .await
+        }));
+    }
+    let mut response = AddPartitionsToTxnResponse::default();
+    for (t, task) in request.transactions.into_iter().zip(tasks) {
+        let results: Vec<(TopicPartition, Option<ResponseError>)> = task.await;
+        let mut topic_results: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
+        for topic in t.topics {
+            let by_partition = topic
+                .partitions
+                .iter()
+                .map(|&index| {
+                    let code = results
+                        .iter()
+                        .find(|(tp, _)| tp.topic == topic.name.0.as_str() && tp.partition == index)
+                        .and_then(|(_, e)| e.map(|e| e.code()))
+                        .unwrap_or(0);
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(index)
+                        .with_partition_error_code(code)
+                })
+                .collect();
+            topic_results.push(
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(topic.name)
+                    .with_results_by_partition(by_partition),
+            );
+        }
+        response.results_by_transaction.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id)
+                .with_topic_results(topic_results),
         );
     }
     response

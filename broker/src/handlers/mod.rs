@@ -55,9 +55,10 @@ pub mod write_txn_markers;
 /// exactly this table; anything else is refused. Where Kafka 4 has a newer version, the comment
 /// says why it is left out.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    // 12 is 11 but for transaction version 2 producers (KIP-890), which need the finalized
-    // `transaction.version` 2 this broker does not advertise. 13 names
-    // topics by id (KIP-516), which the produce handler does not read yet.
+    // 11 adds TRANSACTION_ABORTABLE for a transactional batch whose partition is not in the
+    // transaction (KIP-890 part 1); 12 has the leader add the partition instead, at
+    // `transaction.version` 2 (part 2). 13 names topics by id (KIP-516), which the produce
+    // handler does not read yet.
     (ApiKey::Produce, 3, 12),
     // 16 adds leader endpoints to NOT_LEADER_OR_FOLLOWER answers, for a leader elsewhere (there
     // is none: this node leads every partition); 17 and 18 add follower fields consumers leave
@@ -80,18 +81,20 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DeleteRecords, 0, 2),
-    // Kafka 4's 5 and 6 belong to transaction version 2 (KIP-890) and two-phase commit
-    // (KIP-939); the broker finalizes transaction version 0.
-    (ApiKey::InitProducerId, 0, 4),
-    // 4 and 5 batch transactions for partition leaders' verification and carry transaction
-    // version 2 (KIP-890): neither is used at transaction version 0.
-    (ApiKey::AddPartitionsToTxn, 0, 3),
-    // 4 is transaction version 2's (KIP-890).
-    (ApiKey::AddOffsetsToTxn, 0, 3),
-    // 5 is transaction version 2's (KIP-890: the coordinator verifies the group's partition).
-    (ApiKey::TxnOffsetCommit, 0, 4),
-    // 5 is transaction version 2's (KIP-890).
-    (ApiKey::EndTxn, 0, 4),
+    // 5 adds TRANSACTION_ABORTABLE (KIP-890); 6 is two-phase commit (KIP-939), past the
+    // codec's versions.
+    (ApiKey::InitProducerId, 0, 5),
+    // 4 and 5 are the partition leaders' form (KIP-890): several transactions per request,
+    // each either verified (`verify_only`) or added on the producer's behalf (transaction
+    // version 2). Clients send 0 to 3.
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    // 4 adds TRANSACTION_ABORTABLE (KIP-890).
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    // 4 adds TRANSACTION_ABORTABLE; 5 adds the group's partition to the transaction itself
+    // (transaction version 2: no AddOffsetsToTxn).
+    (ApiKey::TxnOffsetCommit, 0, 5),
+    // 5 bumps the producer epoch at every end (transaction version 2).
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::DescribeCluster, 0, 1),
     // Answered by the quorum's leader, as Kafka's brokers forward it to the controller.
     (ApiKey::DescribeQuorum, 0, 2),
@@ -193,7 +196,7 @@ pub async fn dispatch(
             crate::cluster::list_partition_reassignments(shard, r, version).await,
         ),
         RequestKind::ApiVersions(r) => {
-            ResponseKind::ApiVersions(api_versions::handle(&r, version, None))
+            ResponseKind::ApiVersions(api_versions::handle(&r, version, None, shard.config().transaction_version))
         }
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(shard, r, version).await)
@@ -224,7 +227,7 @@ pub async fn dispatch(
             ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(shard, r, version).await)
         }
         RequestKind::TxnOffsetCommit(r) => {
-            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(shard, r).await)
+            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(shard, r, version).await)
         }
         RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(shard, r, version).await),
         RequestKind::DescribeQuorum(r) => {

@@ -24,6 +24,7 @@ use futures_channel::oneshot;
 use super::errors::{log_error_code, produce_error_reports_log_start_offset, record_errors};
 use crate::net::order::Turn;
 use crate::shard::{wake, Shard};
+use crate::txn::verify;
 
 struct Outcome {
     error_code: i16,
@@ -48,8 +49,18 @@ impl Outcome {
     }
 }
 
+/// What a produce request says about its transaction, for KIP-890's verification.
+#[derive(Clone)]
+struct Txn {
+    transactional_id: Option<String>,
+    /// The request's version: 11+ knows TRANSACTION_ABORTABLE, 12+ may rely on the leader to
+    /// add the partition (at `transaction.version` 2).
+    version: i16,
+}
+
 /// Appends on the partition's owner shard; `in_order` completes (or is dropped) once the
 /// batch holds its place in the log's append order, or is refused.
+#[allow(clippy::too_many_arguments)]
 async fn append_on_owner(
     shard: &Rc<Shard>,
     topic: String,
@@ -57,6 +68,7 @@ async fn append_on_owner(
     records: Option<Bytes>,
     acks: i16,
     timeout: std::time::Duration,
+    txn: Txn,
     in_order: oneshot::Sender<()>,
 ) -> Outcome {
     let image = shard.image();
@@ -75,17 +87,72 @@ async fn append_on_owner(
             let Some(p) = shard.partition(&topic, partition) else {
                 return Outcome::error(ResponseError::UnknownTopicOrPartition.code(), None);
             };
-            let leader_epoch = match p.check_leader(-1) {
+            let mut leader_epoch = match p.check_leader(-1) {
                 Ok(epoch) => epoch,
                 Err(code) => return Outcome::error(code, None),
             };
+            let header = sluice_engine::batch::BatchHeader::parse(&records).ok();
             // Markers are the transaction coordinator's to write (WriteTxnMarkers), as in Kafka.
-            if sluice_engine::batch::BatchHeader::parse(&records).is_ok_and(|h| h.is_control()) {
+            if header.as_ref().is_some_and(|h| h.is_control()) {
                 tracing::warn!(topic = %topic, partition, "produce refused: a client sent a control batch");
                 return Outcome::error(
                     ResponseError::InvalidRecord.code(),
                     Some("Clients are not allowed to write control records".into()),
                 );
+            }
+            // A transaction's first batch here: the coordinator verifies (or, at transaction
+            // version 2, adds) the partition before the batch may open a transaction.
+            let mut verified = None;
+            if let Some((producer_id, producer_epoch)) = header
+                .as_ref()
+                .filter(|h| h.is_transactional() && h.producer_id() >= 0)
+                .map(|h| (h.producer_id(), h.producer_epoch()))
+                .filter(|&(id, epoch)| !p.log.producer_in_transaction(id, epoch))
+            {
+                let Some(transactional_id) = txn.transactional_id.clone() else {
+                    tracing::warn!(topic = %topic, partition, producer_id, "produce refused: a transactional batch without a transactional id");
+                    return Outcome::error(
+                        ResponseError::TransactionalIdAuthorizationFailed.code(),
+                        Some("a transactional batch needs the request's transactional id".into()),
+                    );
+                };
+                let operation = if txn.version >= verify::PRODUCE_ADD_VERSION
+                    && shard.config().transaction_version >= 2
+                {
+                    verify::Operation::Add
+                } else {
+                    verify::Operation::Verify
+                };
+                let guard = p.start_txn_verification(producer_id);
+                let tp = crate::txn::TopicPartition::new(&topic, partition);
+                if let Some(e) = verify::verify_or_add(
+                    &shard,
+                    transactional_id.clone(),
+                    producer_id,
+                    producer_epoch,
+                    tp,
+                    operation,
+                )
+                .await
+                {
+                    let code = verify::error_for_produce(
+                        e,
+                        txn.version >= verify::PRODUCE_ABORTABLE_VERSION,
+                    );
+                    tracing::debug!(topic = %topic, partition, transactional_id, producer_id, producer_epoch, error = ?e, answered = ?code, "transactional produce not verified");
+                    return Outcome::error(
+                        code.code(),
+                        Some(format!(
+                            "the partition could not be verified in the transaction: {e:?}"
+                        )),
+                    );
+                }
+                // The leadership may have moved while the coordinator was asked.
+                leader_epoch = match p.check_leader(-1) {
+                    Ok(epoch) => epoch,
+                    Err(code) => return Outcome::error(code, None),
+                };
+                verified = Some((producer_id, guard));
             }
             if acks == -1 {
                 if let Err(code) = p.check_acks_all() {
@@ -93,6 +160,17 @@ async fn append_on_owner(
                     return Outcome::error(
                         code,
                         Some("the in-sync replicas are fewer than min.insync.replicas".into()),
+                    );
+                }
+            }
+            // Checked with no await before the append: a marker written since the verification
+            // started ended the transaction the batch was verified against.
+            if let Some((producer_id, guard)) = verified {
+                if let Err(e) = p.finish_txn_verification(producer_id, guard) {
+                    tracing::debug!(topic = %topic, partition, producer_id, error = ?e, "transactional produce refused: its transaction ended while it was verified");
+                    return Outcome::error(
+                        e.code(),
+                        Some("the transaction ended while the partition was verified".into()),
                     );
                 }
             }
@@ -162,6 +240,10 @@ pub async fn handle(
     turn: &mut Turn,
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
+    let txn = Txn {
+        transactional_id: request.transactional_id.as_ref().map(|t| t.0.to_string()),
+        version,
+    };
     let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     let mut tasks = Vec::new();
     let mut placed = Vec::new();
@@ -171,13 +253,14 @@ pub async fn handle(
             let shard = shard.clone();
             let name = name.clone();
             let index = p.index;
+            let txn = txn.clone();
             let task = if !matches!(acks, -1..=1) {
                 None
             } else {
                 let (tx, rx) = oneshot::channel();
                 placed.push(rx);
                 Some(glommio::spawn_local(async move {
-                    append_on_owner(&shard, name, index, p.records, acks, timeout, tx).await
+                    append_on_owner(&shard, name, index, p.records, acks, timeout, txn, tx).await
                 }))
             };
             tasks.push((topic.name.clone(), index, task));

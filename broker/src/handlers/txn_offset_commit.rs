@@ -8,6 +8,10 @@
 //! v3+ carries the consumer's group metadata (KIP-447): a producer whose consumer was fenced
 //! from the group (an old generation, an unknown member, a replaced static member) is refused
 //! as in OffsetCommit. v0-2 carry none and are checked against nothing.
+//!
+//! Before the offsets are kept pending, the transaction coordinator verifies that the group's
+//! partition is in the transaction (KIP-890 part 1); v5 clients at transaction version 2 send
+//! no AddOffsetsToTxn, and the coordinator adds the partition then (part 2).
 
 use std::rc::Rc;
 
@@ -17,10 +21,37 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use kafka_protocol::ResponseError;
 
-use crate::group::{coordinator_shard, no_coordinator, Committed};
+use crate::group::{coordinator_shard, no_coordinator, offsets_topic, Committed};
 use crate::shard::Shard;
+use crate::txn::{verify, TopicPartition};
 
-pub async fn handle(shard: &Rc<Shard>, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
+/// The first version whose clients know TRANSACTION_ABORTABLE (KIP-890).
+const ABORTABLE_VERSION: i16 = 4;
+/// The first version of transaction version 2 clients, which send no AddOffsetsToTxn.
+const ADD_VERSION: i16 = 5;
+
+/// The answer for a failed verification of the group's partition, in the errors the
+/// TxnOffsetCommit clients retry (the coordinator's troubles: find the coordinator again) or
+/// know.
+fn verification_error(error: ResponseError, version: i16) -> ResponseError {
+    use ResponseError::*;
+    match error {
+        NetworkException
+        | CoordinatorLoadInProgress
+        | CoordinatorNotAvailable
+        | NotCoordinator
+        | NotEnoughReplicas => CoordinatorNotAvailable,
+        ProducerFenced => InvalidProducerEpoch,
+        TransactionAbortable if version < ABORTABLE_VERSION => InvalidTxnState,
+        other => other,
+    }
+}
+
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: TxnOffsetCommitRequest,
+    version: i16,
+) -> TxnOffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
     let image = shard.image();
     // A partition that does not exist is refused on its own, as in OffsetCommit.
@@ -52,6 +83,7 @@ pub async fn handle(shard: &Rc<Shard>, request: TxnOffsetCommitRequest) -> TxnOf
             let instance_id = request.group_instance_id.as_ref().map(|i| i.to_string());
             let generation = request.generation_id;
             let (producer_id, producer_epoch) = (request.producer_id.0, request.producer_epoch);
+            let transactional_id = request.transactional_id.0.to_string();
             shard
                 .invoke_on(owner, move |s| async move {
                     let check = s.check_txn_commit(
@@ -62,6 +94,46 @@ pub async fn handle(shard: &Rc<Shard>, request: TxnOffsetCommitRequest) -> TxnOf
                     );
                     if check != 0 {
                         return check;
+                    }
+                    // KIP-890: the group's partition must be in the transaction (verified), or
+                    // at transaction version 2 is added to it here, before offsets are pending
+                    // on it.
+                    let index = offsets_topic::partition_for(
+                        &group_id,
+                        s.config().offsets_topic_partitions,
+                    );
+                    let guard = match s.partition(offsets_topic::OFFSETS_TOPIC, index) {
+                        Some(p) if !p.log.producer_in_transaction(producer_id, producer_epoch) => {
+                            let operation =
+                                if version >= ADD_VERSION && s.config().transaction_version >= 2 {
+                                    verify::Operation::Add
+                                } else {
+                                    verify::Operation::Verify
+                                };
+                            let guard = p.start_txn_verification(producer_id);
+                            let tp = TopicPartition::new(offsets_topic::OFFSETS_TOPIC, index);
+                            if let Some(e) = verify::verify_or_add(
+                                &s,
+                                transactional_id,
+                                producer_id,
+                                producer_epoch,
+                                tp,
+                                operation,
+                            )
+                            .await
+                            {
+                                return verification_error(e, version).code();
+                            }
+                            Some((p, guard))
+                        }
+                        _ => None,
+                    };
+                    // With no await before the offsets are appended: a marker since the
+                    // verification started ended the transaction.
+                    if let Some((p, guard)) = guard {
+                        if let Err(e) = p.finish_txn_verification(producer_id, guard) {
+                            return e.code();
+                        }
                     }
                     match s
                         .store_txn_offsets(&group_id, producer_id, producer_epoch, commits)

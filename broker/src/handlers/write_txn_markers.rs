@@ -63,6 +63,9 @@ pub async fn write_marker(shard: &Rc<Shard>, topic: String, partition: i32, mark
                 // transactions by it.
                 Timestamp(crate::txn::shard::wall_ms()),
             );
+            // A transactional batch verified against the transaction this marker ends must not
+            // land after it (KIP-890's verification guard).
+            p.clear_txn_verification(marker.producer_id);
             match p.log.append(BytesMut::from(&batch[..]), leader_epoch).await {
                 Ok(info) => {
                     // Read-committed fetches waiting here may read further now.

@@ -481,6 +481,7 @@ fn prepare(
                 &ApiVersionsRequest::default(),
                 0,
                 Some(ResponseError::UnsupportedVersion),
+                shard.config().transaction_version,
             ));
             let frame =
                 handlers::encode_response(ApiKey::ApiVersions, 0, correlation_id, &response)?;

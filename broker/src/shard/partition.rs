@@ -32,6 +32,12 @@ pub struct Partition {
     pub isr_change_in_flight: std::cell::Cell<bool>,
     /// The node's metrics, for the ISR shrinks and expansions this replica leads.
     metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// KIP-890's verification guards, by producer id: a transaction's first batch here is
+    /// appended only if no marker for its producer was written while the coordinator was
+    /// asked whether the partition is in the transaction (else the batch, verified against a
+    /// transaction that has just ended, would open one nobody ends).
+    txn_verifications: RefCell<std::collections::HashMap<i64, u64>>,
+    next_verification: std::cell::Cell<u64>,
 }
 
 /// Counts a committed ISR change of a partition this broker leads, as Kafka's
@@ -65,7 +71,41 @@ impl Partition {
             changed: event_listener::Event::new(),
             isr_change_in_flight: std::cell::Cell::new(false),
             metrics,
+            txn_verifications: RefCell::default(),
+            next_verification: std::cell::Cell::new(0),
         }
+    }
+
+    /// Starts verifying a transactional batch of `producer_id` with its coordinator; returns
+    /// the guard to hand to [`Partition::finish_txn_verification`].
+    pub fn start_txn_verification(&self, producer_id: i64) -> u64 {
+        let guard = self.next_verification.get() + 1;
+        self.next_verification.set(guard);
+        self.txn_verifications.borrow_mut().insert(producer_id, guard);
+        guard
+    }
+
+    /// Whether the verification `guard` still stands. Called right before the append, with no
+    /// await between. A marker for the producer since the verification started makes it
+    /// INVALID_TXN_STATE (the transaction it was verified against has ended); a later
+    /// verification of the same producer (a retry on another connection) makes it
+    /// NOT_ENOUGH_REPLICAS, which the producer retries, as Kafka answers the older of two.
+    /// The guard stays until the producer's next marker.
+    pub fn finish_txn_verification(
+        &self,
+        producer_id: i64,
+        guard: u64,
+    ) -> Result<(), kafka_protocol::ResponseError> {
+        match self.txn_verifications.borrow().get(&producer_id) {
+            Some(&g) if g == guard => Ok(()),
+            Some(_) => Err(kafka_protocol::ResponseError::NotEnoughReplicas),
+            None => Err(kafka_protocol::ResponseError::InvalidTxnState),
+        }
+    }
+
+    /// A marker for `producer_id` is being written: verifications in flight no longer stand.
+    pub fn clear_txn_verification(&self, producer_id: i64) {
+        self.txn_verifications.borrow_mut().remove(&producer_id);
     }
 
     /// For a leader: (in-sync replicas, replicas, `min.insync.replicas`), for the gauges.

@@ -40,9 +40,8 @@
 //! The records are Kafka's own (`records.rs`), so Kafka's tools read a Sluice
 //! `__transaction_state` and a Sluice coordinator loads what Kafka wrote.
 
-// `shard.rs` wires the coordinator into the broker. The partition leaders' verification
-// (transaction version 2) is not handled yet, so parts of the core and of the re-exports below
-// are used by the tests only.
+// `shard.rs` wires the coordinator into the broker, `verify.rs` the partition leaders' side of
+// KIP-890. Parts of the core and of the re-exports below are used by the tests only.
 #![allow(dead_code, unused_imports)]
 
 mod coordinator;
@@ -51,6 +50,7 @@ mod records;
 pub mod shard;
 #[cfg(test)]
 mod tests;
+pub mod verify;
 
 pub use coordinator::{
     error_for_client, expected_producer, AppendKind, Completion, LoadError, ProducerIds, Step,

@@ -76,9 +76,9 @@ pub fn txn_config(config: &BrokerConfig) -> TxnConfig {
     TxnConfig {
         transaction_max_timeout_ms: config.transaction_max_timeout_ms,
         transactional_id_expiration_ms: config.transactional_id_expiration_ms,
-        // The broker finalizes `transaction.version` 0 (api_versions.rs): clients speak the
-        // KIP-98 protocol, and the coordinator writes the records Kafka writes at that level.
-        transaction_version_level: TransactionVersion::TV_0,
+        // The cluster's `transaction.version`: the records the coordinator writes, and how its
+        // own aborts bump epochs, are Kafka's at that level.
+        transaction_version_level: TransactionVersion(config.transaction_version),
     }
 }
 
@@ -102,6 +102,10 @@ struct Owned {
 #[derive(Default)]
 pub struct TxnCoordinators {
     partitions: RefCell<HashMap<i32, Owned>>,
+    /// Partition leaders' adds (transaction version 2) waiting for the add in flight for the
+    /// same transactional id, to go in one record after it (`verify::local`). An id is a key
+    /// while an add for it is in flight.
+    pub(super) adds_waiting: RefCell<HashMap<String, Vec<super::verify::WaitingAdd>>>,
 }
 
 /// The error for a transactional request when this shard has no loaded coordinator for

@@ -274,6 +274,17 @@ impl<S: Storage> Log<S> {
         self.state.borrow().producers.aborted_transactions(from, to)
     }
 
+    /// Whether `producer_id` has a transaction open in this partition at `producer_epoch`: its
+    /// later batches of that transaction need no check with the transaction coordinator
+    /// (KIP-890's partition verification is for a transaction's first batch).
+    pub fn producer_in_transaction(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.state
+            .borrow()
+            .producers
+            .get(producer_id)
+            .is_some_and(|e| e.epoch == producer_epoch && e.current_txn_first_offset.is_some())
+    }
+
     /// The idempotent producers this partition remembers, by producer id (DescribeProducers).
     pub fn active_producers(&self) -> Vec<crate::producer_state::ActiveProducer> {
         self.state.borrow().producers.active()

@@ -568,6 +568,18 @@ public final class TxnTest {
                 }
                 second.commitTransaction();
                 pass("fencing: the new producer commits a transaction");
+
+                // Transaction version 2 (KIP-890, Kafka 4's default): every end bumps the
+                // producer epoch, so two more commits move it on by two.
+                int epoch = producerEpoch(bootstrap, id);
+                for (int t = 0; t < 2; t++) {
+                    second.beginTransaction();
+                    good.add("more-" + t);
+                    second.send(new ProducerRecord<>(topic, 0, "k", "more-" + t));
+                    second.commitTransaction();
+                }
+                checkEquals("fencing: at transaction version 2 each commit bumps the producer epoch",
+                    epoch + 2, producerEpoch(bootstrap, id));
             }
         }
         Map<Integer, Long> ends;
@@ -587,6 +599,14 @@ public final class TxnTest {
         zombieInLog.removeAll(good);
         check("fencing: read_uncommitted sees the fenced transaction's records, but none sent after the fencing",
             zombieInLog.equals(zombie.subList(0, 3)) ? null : "records other than the new producer's: " + zombieInLog);
+    }
+
+    /** The producer epoch the transaction coordinator holds for {@code transactionalId}. */
+    static int producerEpoch(String bootstrap, String transactionalId) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            return admin.describeTransactions(List.of(transactionalId)).description(transactionalId)
+                .get(30, TimeUnit.SECONDS).producerEpoch();
+        }
     }
 
     // ---------------------------------------------------------------- 2: exactly once under kills
