@@ -131,6 +131,12 @@ pub enum ProducerError {
         first_seq: i32,
         expected: i32,
     },
+    #[error("producer {producer_id}: a marker from coordinator epoch {coordinator_epoch}, older than the last marker's {current}")]
+    CoordinatorFenced {
+        producer_id: i64,
+        coordinator_epoch: i32,
+        current: i32,
+    },
 }
 
 fn next_seq(seq: i32) -> i32 {
@@ -216,14 +222,26 @@ impl ProducerStateManager {
     pub fn check(&self, header: &BatchHeader<'_>) -> Result<SequenceCheck, ProducerError> {
         let producer_id = header.producer_id();
         if header.is_control() {
-            // A marker carries no sequence; one from an older epoch than the producer's is a
+            // A marker carries no sequence; one from an older producer epoch than the
+            // producer's, or from an older coordinator epoch than its last marker's, is a
             // zombie coordinator's and is refused, as Kafka does.
+            let coordinator_epoch = control_coordinator_epoch(header.bytes());
             return match self.producers.get(&producer_id) {
                 Some(e) if header.producer_epoch() < e.epoch => Err(ProducerError::InvalidEpoch {
                     producer_id,
                     epoch: header.producer_epoch(),
                     current: e.epoch,
                 }),
+                Some(ProducerEntry {
+                    coordinator_epoch: Some(current),
+                    ..
+                }) if coordinator_epoch.is_some_and(|c| c < *current) => {
+                    Err(ProducerError::CoordinatorFenced {
+                        producer_id,
+                        coordinator_epoch: coordinator_epoch.unwrap_or(-1),
+                        current: *current,
+                    })
+                }
                 _ => Ok(SequenceCheck::Append),
             };
         }
@@ -735,7 +753,7 @@ mod tests {
     }
 
     #[test]
-    fn the_last_markers_coordinator_epoch_is_reported_but_not_snapshotted() {
+    fn the_last_markers_coordinator_epoch_is_reported_and_fences_older_markers_but_is_not_snapshotted() {
         let mut s = ProducerStateManager::default();
         let epoch_of = |s: &ProducerStateManager| {
             s.active()
@@ -751,6 +769,21 @@ mod tests {
         assert_eq!(control_coordinator_epoch(&txn_batch(5, 0, 1, 1)), None);
         record(&mut s, &m, 1);
         assert_eq!(epoch_of(&s), 7);
+        // A marker from an older coordinator epoch is a zombie coordinator's.
+        let zombie = crate::batch::control_batch(5, 0, true, 6, Timestamp(2));
+        assert!(matches!(
+            s.check(&BatchHeader::parse(&zombie).unwrap()),
+            Err(ProducerError::CoordinatorFenced {
+                producer_id: 5,
+                coordinator_epoch: 6,
+                current: 7
+            })
+        ));
+        let same = crate::batch::control_batch(5, 0, true, 7, Timestamp(2));
+        assert_eq!(
+            s.check(&BatchHeader::parse(&same).unwrap()),
+            Ok(SequenceCheck::Append)
+        );
         // A new transaction keeps the epoch of the last marker until its own marker.
         record(&mut s, &txn_batch(5, 0, 1, 1), 2);
         assert_eq!(epoch_of(&s), 7);

@@ -30,6 +30,9 @@ pub fn log_error_code(error: &LogError) -> i16 {
         LogError::Producer(ProducerError::InvalidEpoch { .. }) => {
             ResponseError::InvalidProducerEpoch
         }
+        LogError::Producer(ProducerError::CoordinatorFenced { .. }) => {
+            ResponseError::TransactionCoordinatorFenced
+        }
     };
     e.code()
 }
