@@ -61,8 +61,12 @@ pub async fn verify_or_add(
     partition: TopicPartition,
     operation: Operation,
 ) -> Option<ResponseError> {
-    match txn_shard::owner_of(shard, &transactional_id) {
+    // A node that holds a replica of the id's `__transaction_state` partition has an owner
+    // shard for it, but only its leader coordinates: a follower's coordinator answers
+    // NOT_COORDINATOR, and the leader is asked over the network then.
+    let local_answer = match txn_shard::owner_of(shard, &transactional_id) {
         Ok((owner, index)) => {
+            let (transactional_id, partition) = (transactional_id.clone(), partition.clone());
             shard
                 .invoke_on(owner, move |shard| async move {
                     local(
@@ -80,7 +84,10 @@ pub async fn verify_or_add(
                 })
                 .await
         }
-        Err(ResponseError::NotCoordinator) => {
+        Err(e) => Some(e),
+    };
+    match local_answer {
+        Some(ResponseError::NotCoordinator) => {
             remote(
                 shard,
                 transactional_id,
@@ -91,7 +98,7 @@ pub async fn verify_or_add(
             )
             .await
         }
-        Err(e) => Some(e),
+        other => other,
     }
 }
 
