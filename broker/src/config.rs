@@ -100,6 +100,10 @@ pub struct BrokerConfig {
     /// on the KIP-98 protocol (the leaders still verify, KIP-890 part 1). Kafka keeps it in the
     /// metadata log; here every broker of a cluster must be given the same level.
     pub transaction_version: i16,
+    /// `transaction.partition.verification.enable`: whether a partition leader verifies with
+    /// the coordinator that a transaction's first batch belongs to an ongoing transaction
+    /// (KIP-890 part 1). Adding partitions at transaction version 2 happens regardless.
+    pub transaction_partition_verification_enable: bool,
     /// `default.replication.factor`: replicas of a topic created without a replication factor
     /// (auto-created topics, CreateTopics asking for -1).
     pub default_replication_factor: i16,
@@ -417,6 +421,7 @@ impl Default for BrokerConfig {
             transaction_max_timeout_ms: 15 * 60 * 1000,
             transactional_id_expiration_ms: 7 * 24 * 60 * 60 * 1000,
             transaction_version: 2,
+            transaction_partition_verification_enable: true,
             default_replication_factor: 1,
             min_insync_replicas: 1,
             auto_leader_rebalance_enable: true,
@@ -506,6 +511,8 @@ struct FileConfig {
     transactional_id_expiration_ms: Option<i64>,
     #[serde(rename = "transaction.version")]
     transaction_version: Option<i16>,
+    #[serde(rename = "transaction.partition.verification.enable")]
+    transaction_partition_verification_enable: Option<bool>,
     #[serde(rename = "default.replication.factor")]
     default_replication_factor: Option<i16>,
     #[serde(rename = "min.insync.replicas")]
@@ -719,6 +726,9 @@ impl BrokerConfig {
         }
         if let Some(v) = file.transaction_version {
             self.transaction_version = v;
+        }
+        if let Some(v) = file.transaction_partition_verification_enable {
+            self.transaction_partition_verification_enable = v;
         }
         if let Some(v) = file.default_replication_factor {
             self.default_replication_factor = v;

@@ -144,6 +144,10 @@ struct ServeArgs {
     /// of a cluster the same level.
     #[arg(long)]
     transaction_version: Option<i16>,
+    /// Whether partition leaders verify a transaction's first batch with its coordinator
+    /// (`transaction.partition.verification.enable`, KIP-890). Default true, as Kafka.
+    #[arg(long)]
+    transaction_partition_verification_enable: Option<bool>,
     /// How long a follower's fetch waits at its leader for new records
     /// (`replica.fetch.wait.max.ms`). Default 500, as Kafka.
     #[arg(long)]
@@ -269,6 +273,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.transaction_version {
         config.transaction_version = v;
+    }
+    if let Some(v) = args.transaction_partition_verification_enable {
+        config.transaction_partition_verification_enable = v;
     }
     if let Some(v) = args.replica_fetch_wait_max_ms {
         config.replica_fetch_wait_max_ms = v;

@@ -101,24 +101,22 @@ async fn append_on_owner(
                 );
             }
             // A transaction's first batch here: the coordinator verifies (or, at transaction
-            // version 2, adds) the partition before the batch may open a transaction.
+            // version 2, adds) the partition before the batch may open a transaction. Only a
+            // request that names its transactional id can be verified, as in Kafka.
             let mut verified = None;
-            if let Some((producer_id, producer_epoch)) = header
-                .as_ref()
-                .filter(|h| h.is_transactional() && h.producer_id() >= 0)
-                .map(|h| (h.producer_id(), h.producer_epoch()))
-                .filter(|&(id, epoch)| !p.log.producer_in_transaction(id, epoch))
-            {
-                let Some(transactional_id) = txn.transactional_id.clone() else {
-                    tracing::warn!(topic = %topic, partition, producer_id, "produce refused: a transactional batch without a transactional id");
-                    return Outcome::error(
-                        ResponseError::TransactionalIdAuthorizationFailed.code(),
-                        Some("a transactional batch needs the request's transactional id".into()),
-                    );
-                };
-                let operation = if txn.version >= verify::PRODUCE_ADD_VERSION
-                    && shard.config().transaction_version >= 2
-                {
+            let add = txn.version >= verify::PRODUCE_ADD_VERSION
+                && shard.config().transaction_version >= 2;
+            let verifying = add || shard.config().transaction_partition_verification_enable;
+            if let (Some((producer_id, producer_epoch)), Some(transactional_id), true) = (
+                header
+                    .as_ref()
+                    .filter(|h| h.is_transactional() && h.producer_id() >= 0)
+                    .map(|h| (h.producer_id(), h.producer_epoch()))
+                    .filter(|&(id, epoch)| !p.log.producer_in_transaction(id, epoch)),
+                txn.transactional_id.clone(),
+                verifying,
+            ) {
+                let operation = if add {
                     verify::Operation::Add
                 } else {
                     verify::Operation::Verify

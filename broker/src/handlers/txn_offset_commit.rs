@@ -102,14 +102,18 @@ pub async fn handle(
                         &group_id,
                         s.config().offsets_topic_partitions,
                     );
+                    let add = version >= ADD_VERSION && s.config().transaction_version >= 2;
+                    let verifying = add || s.config().transaction_partition_verification_enable;
                     let guard = match s.partition(offsets_topic::OFFSETS_TOPIC, index) {
-                        Some(p) if !p.log.producer_in_transaction(producer_id, producer_epoch) => {
-                            let operation =
-                                if version >= ADD_VERSION && s.config().transaction_version >= 2 {
-                                    verify::Operation::Add
-                                } else {
-                                    verify::Operation::Verify
-                                };
+                        Some(p)
+                            if verifying
+                                && !p.log.producer_in_transaction(producer_id, producer_epoch) =>
+                        {
+                            let operation = if add {
+                                verify::Operation::Add
+                            } else {
+                                verify::Operation::Verify
+                            };
                             let guard = p.start_txn_verification(producer_id);
                             let tp = TopicPartition::new(offsets_topic::OFFSETS_TOPIC, index);
                             if let Some(e) = verify::verify_or_add(

@@ -167,20 +167,27 @@ async fn add(
     producer_epoch: i16,
     partitions: Vec<TopicPartition>,
 ) -> Option<ResponseError> {
-    {
+    let queued = {
         let mut waiting = shard.txns.adds_waiting.borrow_mut();
-        if let Some(queue) = waiting.get_mut(transactional_id) {
-            let (answer, rx) = oneshot::channel();
-            queue.push(WaitingAdd {
-                producer_id,
-                producer_epoch,
-                partitions,
-                answer,
-            });
-            drop(waiting);
-            return rx.await.unwrap_or(Some(ResponseError::NotCoordinator));
+        match waiting.get_mut(transactional_id) {
+            Some(queue) => {
+                let (answer, rx) = oneshot::channel();
+                queue.push(WaitingAdd {
+                    producer_id,
+                    producer_epoch,
+                    partitions: partitions.clone(),
+                    answer,
+                });
+                Some(rx)
+            }
+            None => {
+                waiting.insert(transactional_id.to_string(), Vec::new());
+                None
+            }
         }
-        waiting.insert(transactional_id.to_string(), Vec::new());
+    };
+    if let Some(rx) = queued {
+        return rx.await.unwrap_or(Some(ResponseError::NotCoordinator));
     }
     let error = add_now(
         shard,
