@@ -818,3 +818,74 @@ fn at_transaction_version_0_produce_v12_is_verified_not_added() {
         "a refused batch is not appended"
     );
 }
+
+/// `__consumer_offsets` placement of a group, as the broker places it (Java's
+/// `String.hashCode`, 50 partitions).
+fn offsets_partition(group: &str) -> i32 {
+    let mut h: i32 = 0;
+    for unit in group.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    (h & 0x7fff_ffff) % 50
+}
+
+/// Loading the group coordinators after a restart replays each `__consumer_offsets` partition:
+/// a commit marker there applies the offsets of its transaction in that partition only. The
+/// same producer's later, still open transaction holds offsets of another group on another
+/// partition; they stay pending whatever order the partitions load in, and go with its abort.
+#[test]
+fn a_restart_applies_each_transactions_offsets_only_where_its_markers_are() {
+    let (first, second) = ("load-group-a", "load-group-b");
+    assert_ne!(
+        offsets_partition(first),
+        offsets_partition(second),
+        "the two groups must live on different offsets partitions"
+    );
+    let mut broker = Broker::start();
+    let mut s = connect(broker.port);
+    create_topic(&mut s, "load");
+    let (pid, e) = init_producer(&mut s, "load-x", 5);
+    assert_eq!(
+        txn_offset_commit(&mut s, 5, "load-x", first, pid, e, "load", 10),
+        0,
+        "TxnOffsetCommit v5 of the first transaction"
+    );
+    assert_eq!(end_txn(&mut s, 5, "load-x", pid, e, true).error_code, 0);
+    wait_for_state(&mut s, "load-x", "CompleteCommit");
+    assert_eq!(
+        txn_offset_commit(&mut s, 5, "load-x", second, pid, e + 1, "load", 20),
+        0,
+        "TxnOffsetCommit v5 of the second transaction"
+    );
+    drop(s);
+
+    broker.restart();
+    let mut s = connect(broker.port);
+    let deadline = Instant::now() + COORDINATOR_DEADLINE;
+    let applied = loop {
+        let got = offset_fetch_stable(&mut s, first, "load");
+        if got.0 != COORDINATOR_LOAD_IN_PROGRESS && got.0 != NOT_COORDINATOR {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "the groups did not load: {got:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(applied, (0, 0, 10), "the committed transaction's offset");
+    let (group_error, partition_error, _) = offset_fetch_stable(&mut s, second, "load");
+    assert!(
+        group_error == UNSTABLE_OFFSET_COMMIT || partition_error == UNSTABLE_OFFSET_COMMIT,
+        "the open transaction's offset is still pending after the restart: group error \
+         {group_error}, partition error {partition_error}"
+    );
+    assert_eq!(
+        end_txn(&mut s, 5, "load-x", pid, e + 1, false).error_code,
+        0,
+        "EndTxn v5 abort of the second transaction"
+    );
+    wait_for_state(&mut s, "load-x", "CompleteAbort");
+    assert_eq!(
+        offset_fetch_stable(&mut s, second, "load"),
+        (0, 0, -1),
+        "the aborted transaction's offset is dropped"
+    );
+}
