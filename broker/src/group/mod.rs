@@ -1288,6 +1288,10 @@ impl Shard {
     /// `index` (led here): the transaction's offsets for the groups of that partition are
     /// applied (commit) or dropped (abort).
     pub fn complete_txn_offsets(&self, index: i32, producer_id: i64, commit: bool) {
+        if !self.shared.is_coordinator(index) {
+            // Still loading: the load reads up to the high watermark, past this marker.
+            return;
+        }
         let partitions = self.config().offsets_topic_partitions;
         let mut groups = self.groups.groups.borrow_mut();
         for (id, group) in groups.iter_mut() {
@@ -1400,9 +1404,17 @@ impl Shard {
         let mut loaded = 0usize;
         let partitions = self.config().offsets_topic_partitions;
         let log = &partition.log;
-        let end = log.high_watermark();
         let mut cur = log.log_start_offset();
-        while cur < end {
+        // Up to the high watermark as it is when the load ends, not as it was when it began:
+        // transaction markers written meanwhile are replayed here (their live completion,
+        // `complete_txn_offsets`, skips a partition still loading), and the check that ends
+        // the loop and the caller's `set_coordinator` run with no await between, so every
+        // marker is applied by exactly one of the two.
+        loop {
+            let end = log.high_watermark();
+            if cur >= end {
+                break;
+            }
             let batches = log.read(cur, 4 << 20, end).await?;
             if batches.is_empty() || !still_leading() {
                 break;

@@ -112,7 +112,9 @@ async fn append_on_owner(
                     .as_ref()
                     .filter(|h| h.is_transactional() && h.producer_id() >= 0)
                     .map(|h| (h.producer_id(), h.producer_epoch()))
-                    .filter(|&(id, epoch)| !p.log.producer_in_transaction(id, epoch)),
+                    .filter(|&(id, epoch)| {
+                        !p.log.producer_in_transaction(id, epoch) && !p.txn_verified(id, epoch)
+                    }),
                 txn.transactional_id.clone(),
                 verifying,
             ) {
@@ -121,7 +123,7 @@ async fn append_on_owner(
                 } else {
                     verify::Operation::Verify
                 };
-                let guard = p.start_txn_verification(producer_id);
+                let guard = p.start_txn_verification(producer_id, producer_epoch);
                 let tp = crate::txn::TopicPartition::new(&topic, partition);
                 if let Some(e) = verify::verify_or_add(
                     &shard,

@@ -107,14 +107,15 @@ pub async fn handle(
                     let guard = match s.partition(offsets_topic::OFFSETS_TOPIC, index) {
                         Some(p)
                             if verifying
-                                && !p.log.producer_in_transaction(producer_id, producer_epoch) =>
+                                && !p.log.producer_in_transaction(producer_id, producer_epoch)
+                                && !p.txn_verified(producer_id, producer_epoch) =>
                         {
                             let operation = if add {
                                 verify::Operation::Add
                             } else {
                                 verify::Operation::Verify
                             };
-                            let guard = p.start_txn_verification(producer_id);
+                            let guard = p.start_txn_verification(producer_id, producer_epoch);
                             let tp = TopicPartition::new(offsets_topic::OFFSETS_TOPIC, index);
                             if let Some(e) = verify::verify_or_add(
                                 &s,

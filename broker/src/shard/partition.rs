@@ -36,8 +36,18 @@ pub struct Partition {
     /// appended only if no marker for its producer was written while the coordinator was
     /// asked whether the partition is in the transaction (else the batch, verified against a
     /// transaction that has just ended, would open one nobody ends).
-    txn_verifications: RefCell<std::collections::HashMap<i64, u64>>,
+    txn_verifications: RefCell<std::collections::HashMap<i64, Verification>>,
     next_verification: std::cell::Cell<u64>,
+}
+
+/// A producer's latest KIP-890 verification in this partition (`Partition::txn_verifications`).
+struct Verification {
+    guard: u64,
+    producer_epoch: i16,
+    /// It succeeded and its batch went to the log: later batches of the transaction at this
+    /// epoch need none until the producer's next marker. (The producer state only knows the
+    /// transaction once that batch is recorded, after batches pipelined behind it are checked.)
+    verified: bool,
 }
 
 /// Counts a committed ISR change of a partition this broker leads, as Kafka's
@@ -78,29 +88,48 @@ impl Partition {
 
     /// Starts verifying a transactional batch of `producer_id` with its coordinator; returns
     /// the guard to hand to [`Partition::finish_txn_verification`].
-    pub fn start_txn_verification(&self, producer_id: i64) -> u64 {
+    pub fn start_txn_verification(&self, producer_id: i64, producer_epoch: i16) -> u64 {
         let guard = self.next_verification.get() + 1;
         self.next_verification.set(guard);
-        self.txn_verifications.borrow_mut().insert(producer_id, guard);
+        self.txn_verifications.borrow_mut().insert(
+            producer_id,
+            Verification {
+                guard,
+                producer_epoch,
+                verified: false,
+            },
+        );
         guard
     }
 
-    /// Whether the verification `guard` still stands. Called right before the append, with no
-    /// await between. A marker for the producer since the verification started makes it
-    /// INVALID_TXN_STATE (the transaction it was verified against has ended); a later
-    /// verification of the same producer (a retry on another connection) makes it
-    /// NOT_ENOUGH_REPLICAS, which the producer retries, as Kafka answers the older of two.
-    /// The guard stays until the producer's next marker.
+    /// Whether the verification `guard` still stands; if so the producer's transaction counts
+    /// as verified here from now on. Called right before the append, with no await between. A
+    /// marker for the producer since the verification started makes it INVALID_TXN_STATE (the
+    /// transaction it was verified against has ended); a later verification of the same
+    /// producer (a retry on another connection) makes it NOT_ENOUGH_REPLICAS, which the
+    /// producer retries, as Kafka answers the older of two.
     pub fn finish_txn_verification(
         &self,
         producer_id: i64,
         guard: u64,
     ) -> Result<(), kafka_protocol::ResponseError> {
-        match self.txn_verifications.borrow().get(&producer_id) {
-            Some(&g) if g == guard => Ok(()),
+        match self.txn_verifications.borrow_mut().get_mut(&producer_id) {
+            Some(v) if v.guard == guard => {
+                v.verified = true;
+                Ok(())
+            }
             Some(_) => Err(kafka_protocol::ResponseError::NotEnoughReplicas),
             None => Err(kafka_protocol::ResponseError::InvalidTxnState),
         }
+    }
+
+    /// Whether a batch of `producer_id`'s transaction at `producer_epoch` was verified here and
+    /// no marker for the producer has been written since.
+    pub fn txn_verified(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.txn_verifications
+            .borrow()
+            .get(&producer_id)
+            .is_some_and(|v| v.verified && v.producer_epoch == producer_epoch)
     }
 
     /// A marker for `producer_id` is being written: verifications in flight no longer stand.
