@@ -867,7 +867,10 @@ fn a_restart_applies_each_transactions_offsets_only_where_its_markers_are() {
         if got.0 != COORDINATOR_LOAD_IN_PROGRESS && got.0 != NOT_COORDINATOR {
             break got;
         }
-        assert!(Instant::now() < deadline, "the groups did not load: {got:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the groups did not load: {got:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(applied, (0, 0, 10), "the committed transaction's offset");

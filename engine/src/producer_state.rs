@@ -753,7 +753,8 @@ mod tests {
     }
 
     #[test]
-    fn the_last_markers_coordinator_epoch_is_reported_and_fences_older_markers_but_is_not_snapshotted() {
+    fn the_last_markers_coordinator_epoch_is_reported_and_fences_older_markers_but_is_not_snapshotted(
+    ) {
         let mut s = ProducerStateManager::default();
         let epoch_of = |s: &ProducerStateManager| {
             s.active()

@@ -19,8 +19,7 @@ use kafka_protocol::ResponseError;
 
 use crate::shard::Shard;
 use crate::txn::{
-    error_for_client, shard as txn_shard, verify, TopicPartition, TransactionVersion,
-    TxnResponse,
+    error_for_client, shard as txn_shard, verify, TopicPartition, TransactionVersion, TxnResponse,
 };
 
 /// The first version whose clients know PRODUCER_FENCED (KIP-588).

@@ -195,9 +195,12 @@ pub async fn dispatch(
         RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
             crate::cluster::list_partition_reassignments(shard, r, version).await,
         ),
-        RequestKind::ApiVersions(r) => {
-            ResponseKind::ApiVersions(api_versions::handle(&r, version, None, shard.config().transaction_version))
-        }
+        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(
+            &r,
+            version,
+            None,
+            shard.config().transaction_version,
+        )),
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(shard, r, version).await)
         }

@@ -17,6 +17,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use futures_channel::oneshot;
 use kafka_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
@@ -25,7 +26,6 @@ use kafka_protocol::messages::{
     TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use futures_channel::oneshot;
 use kafka_protocol::ResponseError;
 
 use super::shard as txn_shard;
@@ -235,11 +235,19 @@ async fn add(
                 queued = rest;
                 queued.extend(take_waiting(&shard, &transactional_id));
             }
-            shard.txns.adds_waiting.borrow_mut().remove(&transactional_id);
+            shard
+                .txns
+                .adds_waiting
+                .borrow_mut()
+                .remove(&transactional_id);
         })
         .detach();
     } else {
-        shard.txns.adds_waiting.borrow_mut().remove(transactional_id);
+        shard
+            .txns
+            .adds_waiting
+            .borrow_mut()
+            .remove(transactional_id);
     }
     error
 }
@@ -352,7 +360,11 @@ async fn remote(
         .results_by_transaction
         .iter()
         .find(|t| t.transactional_id.0.as_str() == transactional_id)
-        .and_then(|t| t.topic_results.iter().find(|r| r.name.0.as_str() == partition.topic))
+        .and_then(|t| {
+            t.topic_results
+                .iter()
+                .find(|r| r.name.0.as_str() == partition.topic)
+        })
         .and_then(|r| {
             r.results_by_partition
                 .iter()
