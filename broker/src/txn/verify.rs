@@ -158,7 +158,8 @@ pub struct WaitingAdd {
 /// about the same time (one Produce request spans many partitions), and the coordinator takes
 /// one change per transactional id at a time: adds that arrive while one is in flight wait
 /// and then go together in the next record, instead of being refused with
-/// CONCURRENT_TRANSACTIONS one by one.
+/// CONCURRENT_TRANSACTIONS one by one. The adds of an id are made by one detached task, so
+/// that a caller going away (its connection closed) never leaves the others waiting.
 async fn add(
     shard: &Rc<Shard>,
     index: i32,
@@ -167,89 +168,71 @@ async fn add(
     producer_epoch: i16,
     partitions: Vec<TopicPartition>,
 ) -> Option<ResponseError> {
-    let queued = {
+    let (answer, rx) = oneshot::channel();
+    let start_driver = {
         let mut waiting = shard.txns.adds_waiting.borrow_mut();
-        match waiting.get_mut(transactional_id) {
-            Some(queue) => {
-                let (answer, rx) = oneshot::channel();
-                queue.push(WaitingAdd {
-                    producer_id,
-                    producer_epoch,
-                    partitions: partitions.clone(),
-                    answer,
-                });
-                Some(rx)
-            }
-            None => {
-                waiting.insert(transactional_id.to_string(), Vec::new());
-                None
-            }
-        }
+        let queue = waiting.entry(transactional_id.to_string());
+        let start = matches!(queue, std::collections::hash_map::Entry::Vacant(_));
+        queue.or_default().push(WaitingAdd {
+            producer_id,
+            producer_epoch,
+            partitions,
+            answer,
+        });
+        start
     };
-    if let Some(rx) = queued {
-        return rx.await.unwrap_or(Some(ResponseError::NotCoordinator));
+    if start_driver {
+        glommio::spawn_local(drive_adds(
+            shard.clone(),
+            index,
+            transactional_id.to_string(),
+        ))
+        .detach();
     }
-    let error = add_now(
-        shard,
-        index,
-        transactional_id,
-        producer_id,
-        producer_epoch,
-        &partitions,
-    )
-    .await;
-    // Whoever waited meanwhile goes next, in one add per producer id and epoch, driven here in
-    // the background so that this answer is not held up.
-    let queued = take_waiting(shard, transactional_id);
-    if !queued.is_empty() {
-        let shard = shard.clone();
-        let transactional_id = transactional_id.to_string();
-        glommio::spawn_local(async move {
-            let mut queued = queued;
-            while !queued.is_empty() {
-                let (producer_id, producer_epoch) =
-                    (queued[0].producer_id, queued[0].producer_epoch);
-                let (same, rest): (Vec<_>, Vec<_>) = queued.into_iter().partition(|w| {
-                    w.producer_id == producer_id && w.producer_epoch == producer_epoch
-                });
-                let mut partitions: Vec<TopicPartition> = Vec::new();
-                for w in &same {
-                    for p in &w.partitions {
-                        if !partitions.contains(p) {
-                            partitions.push(p.clone());
-                        }
-                    }
-                }
-                let error = add_now(
-                    &shard,
-                    index,
-                    &transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    &partitions,
-                )
-                .await;
-                for w in same {
-                    let _ = w.answer.send(error);
-                }
-                queued = rest;
-                queued.extend(take_waiting(&shard, &transactional_id));
-            }
+    rx.await.unwrap_or(Some(ResponseError::NotCoordinator))
+}
+
+/// Makes the waiting adds of `transactional_id`, one record per producer id and epoch, until
+/// none waits; then the id has no add in flight.
+async fn drive_adds(shard: Rc<Shard>, index: i32, transactional_id: String) {
+    loop {
+        let mut queued = take_waiting(&shard, &transactional_id);
+        if queued.is_empty() {
             shard
                 .txns
                 .adds_waiting
                 .borrow_mut()
                 .remove(&transactional_id);
-        })
-        .detach();
-    } else {
-        shard
-            .txns
-            .adds_waiting
-            .borrow_mut()
-            .remove(transactional_id);
+            return;
+        }
+        while !queued.is_empty() {
+            let (producer_id, producer_epoch) = (queued[0].producer_id, queued[0].producer_epoch);
+            let (same, rest): (Vec<_>, Vec<_>) = queued
+                .into_iter()
+                .partition(|w| w.producer_id == producer_id && w.producer_epoch == producer_epoch);
+            let mut partitions: Vec<TopicPartition> = Vec::new();
+            for w in &same {
+                for p in &w.partitions {
+                    if !partitions.contains(p) {
+                        partitions.push(p.clone());
+                    }
+                }
+            }
+            let error = add_now(
+                &shard,
+                index,
+                &transactional_id,
+                producer_id,
+                producer_epoch,
+                &partitions,
+            )
+            .await;
+            for w in same {
+                let _ = w.answer.send(error);
+            }
+            queued = rest;
+        }
     }
-    error
 }
 
 fn take_waiting(shard: &Shard, transactional_id: &str) -> Vec<WaitingAdd> {
