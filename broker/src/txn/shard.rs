@@ -315,7 +315,7 @@ async fn load(
     )?)
 }
 
-fn code_error(code: i16) -> ResponseError {
+pub(super) fn code_error(code: i16) -> ResponseError {
     ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError)
 }
 

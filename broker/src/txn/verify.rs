@@ -28,7 +28,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::shard as txn_shard;
+use super::shard::{self as txn_shard, code_error};
 use super::{TopicPartition, TransactionVersion, TxnResponse, TRANSACTION_STATE_TOPIC};
 use crate::shard::Shard;
 
@@ -357,10 +357,6 @@ async fn remote(
             p.partition_error_code
         });
     (code != 0).then(|| code_error(code))
-}
-
-fn code_error(code: i16) -> ResponseError {
-    ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError)
 }
 
 /// The first Produce version whose clients know TRANSACTION_ABORTABLE (KIP-890).
