@@ -295,16 +295,21 @@ impl ProducerStateManager {
                 last_offset: dup.last_offset,
             });
         }
-        match entry.batches.back() {
-            Some(last) if first_seq != next_seq(last.last_seq) => {
-                Err(ProducerError::OutOfOrderSequence {
-                    producer_id,
-                    first_seq,
-                    expected: next_seq(last.last_seq),
-                })
-            }
-            _ => Ok(SequenceCheck::Append),
+        // A known producer with no batch remembered at its epoch (one bumped by a marker, as
+        // transaction version 2 does at every end) starts at sequence 0, as in Kafka: a batch
+        // that overtook the producer's first one must not land ahead of it.
+        let expected = entry
+            .batches
+            .back()
+            .map_or(0, |last| next_seq(last.last_seq));
+        if first_seq != expected {
+            return Err(ProducerError::OutOfOrderSequence {
+                producer_id,
+                first_seq,
+                expected,
+            });
         }
+        Ok(SequenceCheck::Append)
     }
 
     /// Records a batch appended at `base..=last` (after `check` said Append, or when replaying the
@@ -640,6 +645,43 @@ mod tests {
         let h = BatchHeader::parse(b).unwrap();
         let last = base + h.last_offset_delta() as i64;
         s.record(&h, Offset(base), Offset(last))
+    }
+
+    #[test]
+    fn after_a_marker_bumps_the_epoch_the_next_batch_must_start_at_sequence_zero() {
+        // Transaction version 2: the commit marker carries the bumped epoch, so the producer's
+        // entry is at the new epoch with no batch. A later batch of the next transaction that
+        // overtook its first one (which was still being verified) is out of order, and the
+        // first one then lands.
+        let mut s = ProducerStateManager::default();
+        record(&mut s, &txn_batch(2, 28, 0, 432), 0);
+        record(&mut s, &txn_batch(2, 28, 432, 68), 432);
+        record(&mut s, &marker(2, 29, true), 500);
+        let second = txn_batch(2, 29, 432, 68);
+        assert_eq!(
+            s.check(&BatchHeader::parse(&second).unwrap()),
+            Err(ProducerError::OutOfOrderSequence {
+                producer_id: 2,
+                first_seq: 432,
+                expected: 0,
+            })
+        );
+        let first = txn_batch(2, 29, 0, 432);
+        assert_eq!(
+            s.check(&BatchHeader::parse(&first).unwrap()),
+            Ok(SequenceCheck::Append)
+        );
+        record(&mut s, &first, 501);
+        assert_eq!(
+            s.check(&BatchHeader::parse(&second).unwrap()),
+            Ok(SequenceCheck::Append)
+        );
+        // A producer the partition does not know may start anywhere (its state expired).
+        let unknown = batch(9, 0, 77, 1);
+        assert_eq!(
+            s.check(&BatchHeader::parse(&unknown).unwrap()),
+            Ok(SequenceCheck::Append)
+        );
     }
 
     #[test]
