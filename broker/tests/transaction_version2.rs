@@ -58,6 +58,7 @@ const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 const NOT_COORDINATOR: i16 = 16;
 const INVALID_TXN_STATE: i16 = 48;
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 const CONCURRENT_TRANSACTIONS: i16 = 51;
 const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 const TRANSACTION_ABORTABLE: i16 = 120;
@@ -584,8 +585,16 @@ fn transaction_version_2_adds_partitions_implicitly_and_bumps_the_epoch_at_every
         "nothing aborted yet"
     );
 
-    // 3. An aborted transaction at the bumped epoch, sequence 0 again.
+    // 3. An aborted transaction at the bumped epoch, sequence 0 again. The commit marker moved
+    // the partition's producer to the bumped epoch with no sequence yet: a batch that overtook
+    // the transaction's first one is out of order and lands nowhere, as in Kafka.
     let e1 = e + 1;
+    let overtaking = txn_batch(pid, e1, 2, &["b2"]);
+    assert_eq!(
+        produce(&mut s, 12, "tv2-a", "tv2", &overtaking).0,
+        OUT_OF_ORDER_SEQUENCE_NUMBER,
+        "a batch at the bumped epoch that does not start at sequence 0"
+    );
     let second = txn_batch(pid, e1, 0, &["b0", "b1"]);
     assert_eq!(
         produce(&mut s, 12, "tv2-a", "tv2", &second),
