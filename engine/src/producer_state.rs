@@ -28,11 +28,14 @@ pub const PRODUCER_BATCHES_MAX: usize = 5;
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 100_000;
 
 const SNAPSHOT_MAGIC: &[u8; 4] = b"SLPS";
-/// Version 3 added each producer's open transaction and the partition's aborted transactions;
-/// version 2 each producer's last timestamp. Versions 1 and 2 still load: their producers have no
-/// open transaction (a release without transactions wrote them), and version 1's timestamps are
-/// unknown (`Timestamp::NONE`) until the producer appends again.
-const SNAPSHOT_VERSION: u32 = 3;
+/// Version 4 added each producer's last coordinator epoch; version 3 each producer's open
+/// transaction and the partition's aborted transactions; version 2 each producer's last
+/// timestamp. The older versions still load: version 3's coordinator epochs are unknown until the
+/// producer's next marker, versions 1 and 2 have no open transaction (a release without
+/// transactions wrote them), and version 1's timestamps are unknown (`Timestamp::NONE`) until the
+/// producer appends again.
+const SNAPSHOT_VERSION: u32 = 4;
+const SNAPSHOT_VERSION_NO_COORDINATOR_EPOCH: u32 = 3;
 const SNAPSHOT_VERSION_NO_TXN: u32 = 2;
 const SNAPSHOT_VERSION_NO_TIMESTAMP: u32 = 1;
 
@@ -60,9 +63,9 @@ pub struct ProducerEntry {
     /// The offset of the producer's first batch in its open transaction, if one is open here.
     pub current_txn_first_offset: Option<Offset>,
     /// The coordinator epoch of the producer's last marker (Kafka's `coordinatorEpoch`), which
-    /// DescribeProducers reports and `kafka-transactions abort` sends back. Snapshots do not
-    /// carry it (format 3 has no room for it): after a restart it is known again from the
-    /// markers in the replayed tail or from the producer's next marker, and unknown until then.
+    /// DescribeProducers reports, `kafka-transactions abort` sends back, and which fences the
+    /// markers of an older coordinator. Snapshots carry it from format 4 on; loaded from an
+    /// older one it is unknown until the producer's next marker.
     pub coordinator_epoch: Option<i32>,
 }
 
@@ -489,6 +492,7 @@ impl ProducerStateManager {
             out.extend_from_slice(&e.last_offset.0.to_be_bytes());
             out.extend_from_slice(&e.last_timestamp.0.to_be_bytes());
             out.extend_from_slice(&e.current_txn_first_offset.map_or(-1, |o| o.0).to_be_bytes());
+            out.extend_from_slice(&e.coordinator_epoch.unwrap_or(-1).to_be_bytes());
             out.push(e.batches.len() as u8);
             for b in &e.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -531,6 +535,7 @@ impl ProducerStateManager {
         let version = u32::from_be_bytes(take(4)?.try_into().ok()?);
         if ![
             SNAPSHOT_VERSION,
+            SNAPSHOT_VERSION_NO_COORDINATOR_EPOCH,
             SNAPSHOT_VERSION_NO_TXN,
             SNAPSHOT_VERSION_NO_TIMESTAMP,
         ]
@@ -550,10 +555,15 @@ impl ProducerStateManager {
             } else {
                 Timestamp(i64::from_be_bytes(take(8)?.try_into().ok()?))
             };
-            let current_txn_first_offset = if version >= SNAPSHOT_VERSION {
+            let current_txn_first_offset = if version >= SNAPSHOT_VERSION_NO_COORDINATOR_EPOCH {
                 Some(i64::from_be_bytes(take(8)?.try_into().ok()?))
                     .filter(|&o| o >= 0)
                     .map(Offset)
+            } else {
+                None
+            };
+            let coordinator_epoch = if version >= SNAPSHOT_VERSION {
+                Some(i32::from_be_bytes(take(4)?.try_into().ok()?)).filter(|&e| e >= 0)
             } else {
                 None
             };
@@ -578,11 +588,11 @@ impl ProducerStateManager {
                     last_offset,
                     last_timestamp,
                     current_txn_first_offset,
-                    coordinator_epoch: None,
+                    coordinator_epoch,
                 },
             );
         }
-        if version >= SNAPSHOT_VERSION {
+        if version >= SNAPSHOT_VERSION_NO_COORDINATOR_EPOCH {
             let aborted = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
             for _ in 0..aborted {
                 let mut v = [0i64; 4];
@@ -795,8 +805,7 @@ mod tests {
     }
 
     #[test]
-    fn the_last_markers_coordinator_epoch_is_reported_and_fences_older_markers_but_is_not_snapshotted(
-    ) {
+    fn the_last_markers_coordinator_epoch_is_reported_fences_older_markers_and_is_snapshotted() {
         let mut s = ProducerStateManager::default();
         let epoch_of = |s: &ProducerStateManager| {
             s.active()
@@ -836,9 +845,31 @@ mod tests {
             3,
         );
         assert_eq!(epoch_of(&s), 9);
-        // Snapshot format 3 has no room for it: unknown again until the next marker.
-        let (back, _) = ProducerStateManager::decode(&s.encode(Offset(4))).unwrap();
-        assert_eq!(epoch_of(&back), -1);
+        // A snapshot keeps it, so the fencing holds across a restart.
+        let v4 = s.encode(Offset(4));
+        let (back, _) = ProducerStateManager::decode(&v4).unwrap();
+        assert_eq!(epoch_of(&back), 9);
+        let zombie = crate::batch::control_batch(5, 0, true, 8, Timestamp(4));
+        assert!(matches!(
+            back.check(&BatchHeader::parse(&zombie).unwrap()),
+            Err(ProducerError::CoordinatorFenced { current: 9, .. })
+        ));
+        // Format 3 had no room for it: unknown until the next marker. The same state as format
+        // 3 wrote it: version 3, and no coordinator epoch after the open transaction's offset
+        // (header 20 bytes, then producer 5's id, epoch, last offset, timestamp, first offset).
+        let at = 20 + 8 + 2 + 8 + 8 + 8;
+        assert_eq!(&v4[at..at + 4], &9i32.to_be_bytes());
+        let mut v3 = v4[..v4.len() - 4].to_vec();
+        v3.drain(at..at + 4);
+        v3[4..8].copy_from_slice(&3u32.to_be_bytes());
+        let crc = crc32fast::hash(&v3);
+        v3.extend_from_slice(&crc.to_be_bytes());
+        let (old, _) = ProducerStateManager::decode(&v3).unwrap();
+        assert_eq!(epoch_of(&old), -1);
+        assert_eq!(
+            old.active()[0].producer_epoch,
+            back.active()[0].producer_epoch
+        );
     }
 
     #[test]
