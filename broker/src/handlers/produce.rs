@@ -58,6 +58,9 @@ struct Txn {
     version: i16,
 }
 
+/// A verification that takes longer is logged.
+const SLOW_VERIFICATION: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Appends on the partition's owner shard; `in_order` completes (or is dropped) once the
 /// batch holds its place in the log's append order, or is refused.
 #[allow(clippy::too_many_arguments)]
@@ -125,7 +128,8 @@ async fn append_on_owner(
                 };
                 let guard = p.start_txn_verification(producer_id, producer_epoch);
                 let tp = crate::txn::TopicPartition::new(&topic, partition);
-                if let Some(e) = verify::verify_or_add(
+                let started = std::time::Instant::now();
+                let answer = verify::verify_or_add(
                     &shard,
                     transactional_id.clone(),
                     producer_id,
@@ -133,8 +137,14 @@ async fn append_on_owner(
                     tp,
                     operation,
                 )
-                .await
-                {
+                .await;
+                // The coordinator answers from memory: a slow answer holds the connection's
+                // later produces and is worth a line.
+                let elapsed = started.elapsed();
+                if elapsed > SLOW_VERIFICATION {
+                    tracing::warn!(topic = %topic, partition, transactional_id, elapsed_ms = elapsed.as_millis() as u64, "a transaction's partition took long to verify with its coordinator");
+                }
+                if let Some(e) = answer {
                     let code = verify::error_for_produce(
                         e,
                         txn.version >= verify::PRODUCE_ABORTABLE_VERSION,
