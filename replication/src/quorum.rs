@@ -68,6 +68,36 @@ const TICKS_PER_CALL_MAX: u64 = 100;
 /// Caller's identifier for a submitted request, echoed with its response.
 pub type RequestId = u64;
 
+/// The raft id of node 0. raft-rs reserves id 0 for "no node", and Kafka's node ids start at 0
+/// (`node.id` is 0..=2^31-1), so node 0 takes the one raft id above every node id. Every other
+/// node's raft id is its node id, which keeps logs, snapshots and hard states written before
+/// node 0 was possible valid as they are.
+const NODE_ZERO_RAFT_ID: u64 = 1 << 31;
+
+/// A node's raft id: the one place node ids become raft ids. Raft messages, the raft log's
+/// configuration entries and hard state carry raft ids; everything else speaks node ids.
+pub fn raft_id(node_id: u64) -> u64 {
+    assert!(
+        node_id < NODE_ZERO_RAFT_ID,
+        "node id {node_id} out of range"
+    );
+    if node_id == 0 {
+        NODE_ZERO_RAFT_ID
+    } else {
+        node_id
+    }
+}
+
+/// The node id of a raft id; the inverse of [`raft_id`].
+pub fn node_id_of(raft_id: u64) -> u64 {
+    assert_ne!(raft_id, raft::INVALID_ID, "raft id 0 names no node");
+    if raft_id == NODE_ZERO_RAFT_ID {
+        0
+    } else {
+        raft_id
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct QuorumConfig {
     /// This node's `node.id`.
@@ -388,8 +418,8 @@ impl MetadataNode {
     /// Starts a node from what it persisted (`PersistedState::default()` the first time).
     pub fn new(config: QuorumConfig, persisted: PersistedState) -> Result<Self, QuorumError> {
         let mut conf_state = ConfState {
-            voters: config.voters.clone(),
-            learners: config.observers.clone(),
+            voters: config.voters.iter().map(|&id| raft_id(id)).collect(),
+            learners: config.observers.iter().map(|&id| raft_id(id)).collect(),
             ..Default::default()
         };
         let mut log = MetadataLog {
@@ -425,7 +455,7 @@ impl MetadataNode {
             .max(snapshot_index)
             .min(log.last_index_());
         let raft_config = raft::Config {
-            id: config.node_id,
+            id: raft_id(config.node_id),
             election_tick: config.election_tick,
             heartbeat_tick: config.heartbeat_tick,
             // One fixed timeout: the driver's seeded tick jitter staggers elections instead
@@ -444,7 +474,12 @@ impl MetadataNode {
         // A quorum of one (the single-node default) has nobody to wait for: it elects itself
         // now rather than after an election timeout.
         if config.voters == [config.node_id]
-            && raw.raft.prs().conf().voters().contains(config.node_id)
+            && raw
+                .raft
+                .prs()
+                .conf()
+                .voters()
+                .contains(raft_id(config.node_id))
         {
             raw.campaign()?;
         }
@@ -491,10 +526,10 @@ impl MetadataNode {
         self.raw.raft.term
     }
 
-    /// The raft leader this node knows of, if any.
+    /// The node id of the raft leader this node knows of, if any.
     pub fn leader_id(&self) -> Option<u64> {
         let id = self.raw.raft.leader_id;
-        (id != raft::INVALID_ID).then_some(id)
+        (id != raft::INVALID_ID).then(|| node_id_of(id))
     }
 
     pub fn commit_index(&self) -> u64 {
@@ -537,7 +572,7 @@ impl MetadataNode {
         let missing = self
             .image
             .brokers()
-            .map(|b| b.id.0 as u64)
+            .map(|b| raft_id(b.id.0 as u64))
             .find(|id| !conf.voters.contains(id) && !conf.learners.contains(id));
         let Some(id) = missing else { return };
         let change = ConfChange {
@@ -549,7 +584,7 @@ impl MetadataNode {
         let _ = self.raw.propose_conf_change(vec![], change);
     }
 
-    /// The voters and learners of the applied configuration.
+    /// The voters and learners of the applied configuration, as raft ids.
     pub fn conf_state(&self) -> ConfState {
         self.raw.raft.prs().conf().to_conf_state()
     }
@@ -685,11 +720,12 @@ impl MetadataNode {
         let raft = &self.raw.raft;
         let is_leader = raft.state == StateRole::Leader;
         let own_leo = raft.raft_log.last_index() as i64 + 1;
-        let replica = |id: u64| {
+        let replica = |raft_id: u64| {
+            let id = node_id_of(raft_id);
             let log_end_offset = if id == self.config.node_id {
                 own_leo
             } else if is_leader {
-                raft.prs().get(id).map_or(-1, |p| p.matched as i64 + 1)
+                raft.prs().get(raft_id).map_or(-1, |p| p.matched as i64 + 1)
             } else {
                 -1
             };
@@ -1070,6 +1106,38 @@ mod tests {
         let status = s.node.quorum_status();
         assert_eq!(status.leader_id, 1);
         assert_eq!(status.voters.len(), 1);
+        assert_eq!(status.voters[0].log_end_offset, status.high_watermark);
+    }
+
+    #[test]
+    fn node_zero_is_a_voter_under_its_own_raft_id() {
+        assert_eq!(raft_id(0), NODE_ZERO_RAFT_ID);
+        assert_eq!(node_id_of(raft_id(0)), 0);
+        for id in [1, 2, 3, 1000, i32::MAX as u64] {
+            assert_eq!(raft_id(id), id, "other ids keep their raft id");
+            assert_eq!(node_id_of(raft_id(id)), id);
+        }
+        let mut s = Single::new(
+            QuorumConfig::new(0, vec![0], vec![], "cluster"),
+            PersistedState::default(),
+        );
+        s.run_for(3_000);
+        assert!(s.node.is_active_controller());
+        assert_eq!(s.node.leader_id(), Some(0));
+        let mut registration = register();
+        let ControllerRequest::BrokerRegistration(r) = &mut registration else {
+            unreachable!()
+        };
+        r.broker_id = BrokerId(0);
+        let ControllerResponse::BrokerRegistration(r) = s.request(1, registration) else {
+            panic!()
+        };
+        assert_eq!(r.error_code, NONE);
+        assert!(s.node.image().broker(BrokerId(0)).is_some());
+        let status = s.node.quorum_status();
+        assert_eq!(status.leader_id, 0);
+        assert_eq!(status.voters.len(), 1);
+        assert_eq!(status.voters[0].replica_id, 0);
         assert_eq!(status.voters[0].log_end_offset, status.high_watermark);
     }
 

@@ -81,25 +81,25 @@ class Node(Broker):
 
 
 class Cluster:
-    """`nodes` combined nodes; or, with `brokers`, `nodes` controllers (ids 1..) and `brokers`
-    broker-only nodes (ids after them)."""
+    """`nodes` combined nodes; or, with `brokers`, `nodes` controllers (ids `first_id`..) and
+    `brokers` broker-only nodes (ids after them)."""
 
     def __init__(self, nodes: int = 3, name: str = "cluster", extra_args=(), cluster_id: str | None = None,
-                 brokers: int = 0, place=None):
+                 brokers: int = 0, place=None, first_id: int = 1):
         """`place(node)`, if given, sets each node's `host` and `prefix` (a network namespace)
         before the voters are named."""
         self.cluster_id = cluster_id or random_cluster_id()
         self.name = name
         self.extra_args = [str(a) for a in extra_args]
         controller_roles = "controller" if brokers else "broker,controller"
-        self.nodes = [Node(i, name, roles=controller_roles) for i in range(1, nodes + 1)]
+        self.nodes = [Node(i, name, roles=controller_roles) for i in range(first_id, first_id + nodes)]
         self.place = place
         for n in self.nodes:
             if place:
                 place(n)
         self.voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes if n.is_controller)
         for i in range(brokers):
-            self.nodes.append(Node(nodes + 1 + i, name, roles="broker"))
+            self.nodes.append(Node(first_id + nodes + i, name, roles="broker"))
             if place:
                 place(self.nodes[-1])
         for n in self.nodes:

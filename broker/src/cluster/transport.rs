@@ -29,7 +29,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::{TcpListener, TcpStream};
-use sluice_replication::quorum::{codec, Message};
+use sluice_replication::quorum::{codec, node_id_of, raft_id, Message};
 
 /// Sluice's API key for raft messages between controllers: outside Kafka's range.
 pub const RAFT_API_KEY: i16 = 32_000;
@@ -112,7 +112,8 @@ impl Transport {
     /// Sends raft messages, dropping what cannot be queued.
     pub fn send(&self, messages: Vec<Message>) {
         for message in messages {
-            let to = message.to;
+            // Routes are keyed by node id; raft messages carry raft ids.
+            let to = node_id_of(message.to);
             let frame = raft_frame(&self.cluster_id, &message);
             let routes = self.routes.borrow();
             match routes.get(&to) {
@@ -135,7 +136,7 @@ impl Transport {
             raft_frame(
                 &self.cluster_id,
                 &Message {
-                    from: self.node_id,
+                    from: raft_id(self.node_id),
                     to: HELLO_TO,
                     ..Default::default()
                 },
@@ -325,7 +326,11 @@ async fn run_connection<I: Inbound + 'static>(
                         );
                         break "another cluster";
                     }
-                    let from = message.from;
+                    if message.from == HELLO_TO {
+                        tracing::warn!("a raft frame from no node; closing the connection");
+                        break "raft frame from no node";
+                    }
+                    let from = node_id_of(message.from);
                     if !transport.voters.contains_key(&from) && registered != Some(from) {
                         // A node that is not a voter gets its messages back over this connection.
                         transport.routes.borrow_mut().insert(from, tx.clone());
