@@ -901,3 +901,118 @@ fn a_restart_applies_each_transactions_offsets_only_where_its_markers_are() {
         "the aborted transaction's offset is dropped"
     );
 }
+
+/// Two EndTxn v5 frames written in one go: the first ends a transaction at `epoch`, the second
+/// ends the next one at the epoch the first bumps (`commit_next` says how), as a client does
+/// that ends its next transaction at once. Returns both answers.
+fn end_then_end_next(
+    s: &mut TcpStream,
+    txn_id: &str,
+    pid: i64,
+    epoch: i16,
+    commit_next: bool,
+) -> (EndTxnResponse, EndTxnResponse) {
+    use std::io::Write;
+    let end = |epoch: i16, commit: bool| {
+        frame(
+            ApiKey::EndTxn,
+            5,
+            7,
+            &EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(name(txn_id)))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_committed(commit),
+        )
+    };
+    let mut both = end(epoch, false).to_vec();
+    both.extend_from_slice(&end(epoch + 1, commit_next));
+    s.write_all(&both).expect("sending two EndTxn");
+    let mut answer = || {
+        let mut body = read_frame(s).expect("an EndTxn answer");
+        ResponseHeader::decode(&mut body, ApiKey::EndTxn.response_header_version(5))
+            .expect("header");
+        EndTxnResponse::decode(&mut body, 5).expect("body")
+    };
+    let first = answer();
+    let second = answer();
+    (first, second)
+}
+
+/// Kafka's KAFKA-18464: while the markers of an end are being written, the next transaction's
+/// EndTxn at the epoch that end bumped is told CONCURRENT_TRANSACTIONS (clients retry it), never
+/// PRODUCER_FENCED (fatal: a consume-transform-produce loop that aborts and goes on would die).
+/// Each round: a transactional batch and a TxnOffsetCommit v5, then the abort and, pipelined
+/// behind it, the next transaction's end; the markers (to the topic and to `__consumer_offsets`)
+/// take long enough that the second end finds them still being written in most rounds.
+#[test]
+fn the_next_transactions_end_while_markers_are_written_is_retried_not_fenced() {
+    const ROUNDS: usize = 20;
+    const PRODUCER_FENCED: i16 = 90;
+    let broker = Broker::start();
+    let mut s = connect(broker.port);
+    create_topic(&mut s, "tv2-next");
+    let (pid, mut e) = init_producer(&mut s, "tv2-next-a", 5);
+    let mut concurrent = 0;
+    let mut seq_offset = 0i64;
+    for round in 0..ROUNDS {
+        let batch = txn_batch(pid, e, 0, &["x0", "x1"]);
+        let (error, _) = produce(&mut s, 12, "tv2-next-a", "tv2-next", &batch);
+        assert_eq!(error, 0, "round {round}: transactional produce");
+        let error = txn_offset_commit(
+            &mut s,
+            5,
+            "tv2-next-a",
+            "tv2-next-group",
+            pid,
+            e,
+            "tv2-next",
+            seq_offset,
+        );
+        assert_eq!(error, 0, "round {round}: TxnOffsetCommit v5");
+        seq_offset += 1;
+        // Alternate the next end: an empty abort, and a commit of nothing (INVALID_TXN_STATE
+        // once the abort is complete: an empty transaction cannot commit, as in Kafka).
+        let commit_next = round % 2 == 1;
+        let (first, second) = end_then_end_next(&mut s, "tv2-next-a", pid, e, commit_next);
+        assert_eq!(first.error_code, 0, "round {round}: the abort");
+        assert_eq!((first.producer_id.0, first.producer_epoch), (pid, e + 1));
+        e += 1;
+        assert_ne!(
+            second.error_code, PRODUCER_FENCED,
+            "round {round}: the next transaction's end was fenced while the markers were written"
+        );
+        let expected_done = if commit_next { INVALID_TXN_STATE } else { 0 };
+        if second.error_code == CONCURRENT_TRANSACTIONS {
+            concurrent += 1;
+            // The client's retry, once the markers are written.
+            let retried = end_txn(&mut s, 5, "tv2-next-a", pid, e, commit_next);
+            assert_eq!(
+                retried.error_code, expected_done,
+                "round {round}: the retried end"
+            );
+            if expected_done == 0 {
+                assert_eq!(retried.producer_epoch, e + 1);
+                e += 1;
+            }
+        } else {
+            assert_eq!(
+                second.error_code, expected_done,
+                "round {round}: the next end"
+            );
+            if expected_done == 0 {
+                assert_eq!(second.producer_epoch, e + 1);
+                e += 1;
+            }
+        }
+    }
+    eprintln!("{concurrent} of {ROUNDS} next ends came while the markers were written");
+    assert!(
+        concurrent > 0,
+        "no round's second end came while the markers were written ({ROUNDS} rounds); the test \
+         did not exercise the case"
+    );
+    // Every round left two records and one abort marker; nothing is open, so the last stable
+    // offset is the log end.
+    assert_eq!(list_latest(&mut s, "tv2-next", 1), 3 * ROUNDS as i64);
+}

@@ -53,3 +53,27 @@ def test_transactions_across_brokers(cluster):
         c.close()
     assert sorted(got) == sorted(committed)
     assert not set(got) & set(aborted)
+
+
+def test_the_java_client_ends_transactions_back_to_back(cluster):
+    """Ten transactions of Apache Kafka's Java client (transaction version 2), ended back to back
+    without a flush, every third aborted: each next transaction starts while the previous end's
+    markers are still being written, which must be retried (CONCURRENT_TRANSACTIONS), never
+    fenced; a read_committed consumer then reads exactly the seven committed records."""
+    import subprocess
+
+    from reference import DEPS, ensure_jars
+
+    ensure_jars()
+    bootstrap = cluster.bootstrap
+    topic = f"b2b-{uuid.uuid4().hex[:8]}"
+    client = admin(bootstrap)
+    client.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)],
+                         operation_timeout=10, request_timeout=15)[topic].result(timeout=20)
+    source = DEPS.parent.parent / "tests" / "java" / "src" / "sluice" / "BackToBackTxn.java"
+    done = subprocess.run(["java", "-XX:TieredStopAtLevel=1", "-Xmx256m",
+                           "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{DEPS}/*", str(source),
+                           bootstrap, topic, f"b2b-{topic}"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
+    committed = [f"txn-{i}" for i in range(10) if i % 3 != 1]
+    assert done.stdout.strip().splitlines()[-1] == "PASS " + ",".join(committed), done.stdout

@@ -779,11 +779,15 @@ impl TxnCoordinator {
         if md.data.producer_id != producer_id && !retry_on_overflow {
             return end_error(ResponseError::InvalidProducerIdMapping);
         }
-        if !valid_epoch {
-            return end_error(ResponseError::ProducerFenced);
-        }
+        // The pending transition before the epoch (Kafka's KAFKA-18464): the next
+        // transaction's end, sent at the epoch the previous end bumped while that end's markers
+        // are still being written, is told to retry, not fenced. Only the current end can have
+        // a transition pending here, so no older request gets through by it.
         if md.pending_transition_in_progress() {
             return end_error(ResponseError::ConcurrentTransactions);
+        }
+        if !valid_epoch {
+            return end_error(ResponseError::ProducerFenced);
         }
         let commit = result == TxnResult::Commit;
         let ok = end_response(None, md.data.producer_id, current_epoch);

@@ -665,14 +665,20 @@ fn end_txn_v2_bumps_the_epoch_and_returns_it() {
     );
     // Markers carry the bumped epoch, fencing late writes of the old one.
     assert_eq!(c.markers.unwrap().producer_epoch, epoch + 1);
-    // A retry (old epoch) while the markers are written waits; the new epoch is no retry.
+    // A retry (old epoch) while the markers are written waits, and so does the next
+    // transaction's end at the bumped epoch (Kafka's KAFKA-18464): a client ending the next
+    // transaction right away must retry, not be fenced.
     assert_eq!(
         end_error(h.end("a", pid, epoch, TxnResult::Commit, TV2)),
         ERR_CONCURRENT
     );
     assert_eq!(
         end_error(h.end("a", pid, epoch + 1, TxnResult::Commit, TV2)),
-        ERR_FENCED
+        ERR_CONCURRENT
+    );
+    assert_eq!(
+        end_error(h.end("a", pid, epoch + 1, TxnResult::Abort, TV2)),
+        ERR_CONCURRENT
     );
     assert_eq!(
         end_error(h.end("a", pid, epoch, TxnResult::Abort, TV2)),
