@@ -17,6 +17,7 @@ mod metrics;
 mod net;
 mod server;
 mod shard;
+mod topic_config;
 mod txn;
 
 use config::BrokerConfig;

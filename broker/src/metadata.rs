@@ -78,22 +78,6 @@ impl std::fmt::Debug for TopicIds {
     }
 }
 
-/// Topic configs whose default comes from a broker config (Kafka's synonyms): a dynamic broker
-/// config under the second name applies to every topic without its own override.
-pub const TOPIC_BROKER_SYNONYMS: &[(&str, &str)] = &[
-    ("cleanup.policy", "log.cleanup.policy"),
-    ("compression.type", "compression.type"),
-    ("delete.retention.ms", "log.cleaner.delete.retention.ms"),
-    ("flush.ms", "log.flush.interval.ms"),
-    ("index.interval.bytes", "log.index.interval.bytes"),
-    ("max.message.bytes", "message.max.bytes"),
-    ("message.timestamp.type", "log.message.timestamp.type"),
-    ("retention.bytes", "log.retention.bytes"),
-    ("retention.ms", "log.retention.ms"),
-    ("segment.bytes", "log.segment.bytes"),
-    ("segment.ms", "log.roll.ms"),
-];
-
 impl MetadataImage {
     /// Whether `topic` exists and has a partition `partition`.
     pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
@@ -127,7 +111,7 @@ impl MetadataImage {
         topic: &TopicMeta,
     ) -> BTreeMap<String, String> {
         let mut configs = BTreeMap::new();
-        for (topic_key, broker_key) in TOPIC_BROKER_SYNONYMS {
+        for (topic_key, broker_key) in crate::topic_config::broker_synonyms() {
             if let Some((v, _)) = self.dynamic_broker_config(node_id, broker_key) {
                 configs.insert(topic_key.to_string(), v.to_string());
             }
@@ -247,29 +231,19 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Topic configs this broker understands, with Kafka's defaults (DescribeConfigs lists them).
-pub const TOPIC_CONFIG_DEFAULTS: &[(&str, &str)] = &[
-    ("cleanup.policy", "delete"),
-    ("compression.type", "producer"),
-    ("delete.retention.ms", "86400000"),
-    ("flush.mode", "batch"),
-    ("flush.ms", "1000"),
-    ("follower.replication.throttled.replicas", ""),
-    ("index.interval.bytes", "4096"),
-    ("leader.replication.throttled.replicas", ""),
-    ("max.message.bytes", "1048588"),
-    ("message.timestamp.type", "CreateTime"),
-    ("retention.bytes", "-1"),
-    ("retention.ms", "604800000"),
-    ("segment.bytes", "1073741824"),
-    ("segment.ms", "604800000"),
-    ("unclean.leader.election.enable", "false"),
-];
-
 /// Builds the engine's config from topic overrides, checking every value.
 pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, String> {
     let mut c = LogConfig::default();
     for (key, value) in configs {
+        // Every known name is checked against Kafka's type and range; the ones Sluice does not
+        // act on stop there.
+        let Some(setting) = crate::topic_config::setting(key) else {
+            return Err(format!("unknown topic config {key:?}"));
+        };
+        crate::topic_config::check_value(setting, value)?;
+        if setting.support != crate::topic_config::Support::Honoured {
+            continue;
+        }
         let int = || {
             value
                 .parse::<i64>()

@@ -164,6 +164,53 @@ def test_topic_configs_carry_kafkas_types_and_broker_synonyms(broker, kafka_refe
     assert seg == [s[0] for s in theirs["segment.bytes"].synonyms] == ["log.segment.bytes"], seg
 
 
+def test_every_kafka_topic_config_is_described_accepted_and_kept(broker, kafka_reference):
+    """A topic lists every config Kafka 4.4 lists for it (37), with Kafka's types, and Sluice's
+    own `flush.mode`; `min.insync.replicas` among them, so `kafka-configs --describe` shows a value
+    set on it and `kafka-topics --describe --at-min-isr-partitions` (which reads it) works on both
+    and names the same partitions. A setting Sluice only accepts (`file.delete.delay.ms`) is
+    accepted, kept and described like an honoured one; one whose value Sluice cannot honour
+    (`min.compaction.lag.ms` above 0) is refused with INVALID_CONFIG and a message saying so."""
+    for b in (broker.bootstrap, kafka_reference.bootstrap):
+        create_topic(b, "all-configs", 2, {"file.delete.delay.ms": "1000"})
+    ours = describe(broker.bootstrap, ResourceType.TOPIC, "all-configs")
+    theirs = describe(kafka_reference.bootstrap, ResourceType.TOPIC, "all-configs")
+    assert len(theirs) >= 37, sorted(theirs)
+    assert set(ours) == set(theirs) | {"flush.mode"}, (set(ours) ^ set(theirs))
+    assert {k: ours[k].type for k in theirs} == {k: theirs[k].type for k in theirs}
+    assert all(ours[k].documentation for k in ours), [k for k in ours if not ours[k].documentation]
+    assert ours["file.delete.delay.ms"].value == theirs["file.delete.delay.ms"].value == "1000"
+    assert ours["file.delete.delay.ms"].source == theirs["file.delete.delay.ms"].source == TOPIC_CONFIG
+
+    topics_cli = lambda b, *args: kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", b,
+                                             "--describe", *args)
+    for b in (broker.bootstrap, kafka_reference.bootstrap):
+        out = kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", b, "--entity-type", "topics",
+                         "--entity-name", "all-configs", "--alter", "--add-config", "min.insync.replicas=1")
+        assert "Completed updating config" in out, out
+    shown = {}
+    at_min = {}
+    for name, b in (("sluice", broker.bootstrap), ("kafka", kafka_reference.bootstrap)):
+        out = kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", b, "--entity-type", "topics",
+                         "--entity-name", "all-configs", "--describe")
+        shown[name] = sorted(w for w in out.split() if w.startswith(("min.insync.replicas=", "file.delete.delay.ms=")))
+        # One replica, min.insync.replicas 1: every partition is at its minimum ISR.
+        listed = topics_cli(b, "--topic", "all-configs", "--at-min-isr-partitions")
+        at_min[name] = sorted(line.split("Partition:")[1].split()[0] for line in listed.splitlines()
+                              if "Partition:" in line)
+    assert shown["sluice"] == shown["kafka"] == ["file.delete.delay.ms=1000", "min.insync.replicas=1"], shown
+    assert at_min["sluice"] == at_min["kafka"] == ["0", "1"], at_min
+
+    # What Sluice cannot honour is refused, not stored and ignored.
+    refused = alter(broker.bootstrap, ResourceType.TOPIC, "all-configs", [
+        ConfigEntry("min.compaction.lag.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    assert refused == 40, refused  # INVALID_CONFIG
+    assert describe(broker.bootstrap, ResourceType.TOPIC, "all-configs")["min.compaction.lag.ms"].value == "0"
+    bad = alter(broker.bootstrap, ResourceType.TOPIC, "all-configs", [
+        ConfigEntry("segment.index.bytes", "lots", incremental_operation=AlterConfigOpType.SET)])
+    assert bad == 40, bad
+
+
 def test_dynamic_broker_configs_apply_at_once_and_persist(broker, kafka_reference):
     results = {}
     for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap)):

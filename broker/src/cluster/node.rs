@@ -118,10 +118,9 @@ fn validate_config(
 /// What APPEND and SUBTRACT start from for a config the resource does not set itself.
 fn config_default(resource: ConfigResourceType, name: &str) -> Option<String> {
     match resource {
-        ConfigResourceType::Topic => crate::metadata::TOPIC_CONFIG_DEFAULTS
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.to_string()),
+        ConfigResourceType::Topic => {
+            crate::topic_config::setting(name).map(|s| s.default_value().to_string())
+        }
         ConfigResourceType::Broker => crate::handlers::configs::broker_config_default(name),
     }
 }

@@ -5,7 +5,7 @@
 //! reads the setting, Kafka's default where it only accepts it, then Sluice's own settings.
 //! Dynamic broker configs (per broker, or the cluster-wide default under the empty name) are
 //! stored in the metadata image, durably, and applied by every shard when the image arrives:
-//! the `log.*` topic defaults (their synonyms, `TOPIC_BROKER_SYNONYMS`) and the connection
+//! the `log.*` topic defaults (their synonyms, `topic_config::TOPIC_SETTINGS`) and the connection
 //! limits take effect at once, as in Kafka. Configs Kafka cannot change without a restart are
 //! refused.
 
@@ -23,10 +23,9 @@ use kafka_protocol::messages::describe_configs_response::DescribeConfigsSynonym;
 
 use crate::config::BrokerConfig;
 use crate::config_catalog::BROKER_CONFIGS;
-use crate::metadata::{
-    log_config, MetadataImage, TopicMeta, TOPIC_BROKER_SYNONYMS, TOPIC_CONFIG_DEFAULTS,
-};
+use crate::metadata::{log_config, MetadataImage, TopicMeta};
 use crate::shard::Shard;
+use crate::topic_config::TOPIC_SETTINGS;
 
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
@@ -43,7 +42,6 @@ const TYPE_INT: i8 = 3;
 const TYPE_SHORT: i8 = 4;
 const TYPE_LONG: i8 = 5;
 const TYPE_DOUBLE: i8 = 6;
-const TYPE_LIST: i8 = 7;
 
 /// What Sluice says of a Kafka broker setting it accepts but does not use.
 const ACCEPTED_ONLY: &str =
@@ -93,28 +91,6 @@ fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &
 /// Broker configs Kafka changes without a restart that Sluice reads only at start: refused,
 /// rather than stored and silently not applied.
 const RESTART_ONLY_IN_SLUICE: &[&str] = &["listeners"];
-
-/// Topic configs: their type and what they do.
-fn topic_config_doc(key: &str) -> (i8, &'static str) {
-    match key {
-        "cleanup.policy" => (TYPE_LIST, "delete (retention removes old segments), compact (the latest value per key is kept), or both."),
-        "compression.type" => (TYPE_STRING, "The codec batches are stored with: producer (as sent), uncompressed, gzip, snappy, lz4 or zstd."),
-        "delete.retention.ms" => (TYPE_LONG, "How long compaction keeps tombstones (null values) readable."),
-        "flush.mode" => (TYPE_STRING, "Sluice: batch (fdatasync before a produce is acknowledged, group-committed), interval (every flush.ms) or none."),
-        "flush.ms" => (TYPE_LONG, "Under flush.mode=interval, how often written data is fdatasync'd."),
-        "follower.replication.throttled.replicas" => (TYPE_LIST, "Replicas (partition:broker, or *) whose fetching as followers counts against follower.replication.throttled.rate."),
-        "leader.replication.throttled.replicas" => (TYPE_LIST, "Replicas (partition:broker, or *) named for the leader-side throttle; accepted, the follower side enforces the throttle."),
-        "index.interval.bytes" => (TYPE_INT, "Bytes between two entries of the sparse offset and time indexes."),
-        "max.message.bytes" => (TYPE_INT, "The largest record batch a produce may append."),
-        "message.timestamp.type" => (TYPE_STRING, "CreateTime (the producer's timestamps) or LogAppendTime (the broker's clock)."),
-        "retention.bytes" => (TYPE_LONG, "The most bytes a partition keeps before its oldest segments go; -1 for no limit."),
-        "retention.ms" => (TYPE_LONG, "How long records are kept, measured from a segment's largest record timestamp (or its last write, without timestamps); -1 for ever."),
-        "segment.bytes" => (TYPE_INT, "The size at which a segment is closed and a new one started."),
-        "segment.ms" => (TYPE_LONG, "The age at which a segment is closed and a new one started."),
-        "unclean.leader.election.enable" => (TYPE_BOOLEAN, "Whether an out-of-sync replica may lead when no in-sync replica can (it may lose acknowledged records)."),
-        _ => (TYPE_STRING, ACCEPTED_ONLY),
-    }
-}
 
 /// One config as DescribeConfigs reports it.
 struct Described {
@@ -274,23 +250,41 @@ fn describe_broker(config: &BrokerConfig, image: &MetadataImage) -> Vec<Describe
     out
 }
 
-/// A topic's configs: its override, else a dynamic broker default under the synonym, else the
-/// default.
+/// A topic's configs, every one Kafka has and Sluice's own (`topic_config::TOPIC_SETTINGS`):
+/// its override, else a dynamic broker default under the synonym, else this broker's static
+/// setting of the synonym, else the default.
 fn describe_topic(
     config: &BrokerConfig,
     image: &MetadataImage,
     topic: &TopicMeta,
 ) -> Vec<Described> {
+    let statics: BTreeMap<&str, String> = sluice_broker_settings(config)
+        .into_iter()
+        .map(|(k, v, _)| (k, v))
+        .collect();
     let mut out = Vec::new();
-    for (key, default) in TOPIC_CONFIG_DEFAULTS {
-        let (config_type, documentation) = topic_config_doc(key);
+    for setting in TOPIC_SETTINGS {
+        let key = setting.name;
+        let default = setting.default_value();
         let mut synonyms = Vec::new();
-        if let Some(v) = topic.configs.get(*key) {
+        if let Some(v) = topic.configs.get(key) {
             synonyms.push((key.to_string(), Some(v.clone()), SOURCE_TOPIC_CONFIG));
         }
-        if let Some((_, broker_key)) = TOPIC_BROKER_SYNONYMS.iter().find(|(k, _)| k == key) {
+        let kafka = crate::topic_config::kafka_def(key);
+        // Sluice's synonym, else the one Kafka lists (for the configs Sluice only accepts).
+        let broker_synonym = setting
+            .broker_synonym
+            .or_else(|| kafka.and_then(|d| d.broker_synonym));
+        if let Some(broker_key) = broker_synonym {
             if let Some((v, source)) = image.dynamic_broker_config(config.node_id, broker_key) {
                 synonyms.push((broker_key.to_string(), Some(v.to_string()), source));
+            }
+            if let Some(v) = statics.get(broker_key).filter(|v| v.as_str() != default) {
+                synonyms.push((
+                    broker_key.to_string(),
+                    Some(v.clone()),
+                    SOURCE_STATIC_BROKER_CONFIG,
+                ));
             }
             synonyms.push((
                 broker_key.to_string(),
@@ -308,10 +302,10 @@ fn describe_topic(
             key.to_string(),
             synonyms,
             Traits {
-                read_only: false,
-                sensitive: false,
-                config_type,
-                documentation,
+                read_only: kafka.is_some_and(|d| d.read_only),
+                sensitive: kafka.is_some_and(|d| d.sensitive),
+                config_type: setting.config_type(),
+                documentation: setting.doc,
             },
         ));
     }
@@ -434,7 +428,7 @@ pub fn check_broker_config(name: &str, value: &str) -> Result<(), (i16, String)>
             format!("invalid value {value:?} for {name}"),
         ));
     }
-    if let Some((topic_key, _)) = TOPIC_BROKER_SYNONYMS.iter().find(|(_, b)| *b == name) {
+    if let Some((topic_key, _)) = crate::topic_config::broker_synonyms().find(|(_, b)| *b == name) {
         let one = BTreeMap::from([(topic_key.to_string(), value.to_string())]);
         log_config(&one).map_err(|e| (ResponseError::InvalidRequest.code(), e))?;
     }
