@@ -524,7 +524,7 @@ fn transaction_version_2_adds_partitions_implicitly_and_bumps_the_epoch_at_every
         (ApiKey::AddOffsetsToTxn, 4),
         (ApiKey::TxnOffsetCommit, 5),
         (ApiKey::EndTxn, 5),
-        (ApiKey::Produce, 12),
+        (ApiKey::Produce, 13),
     ] {
         let advertised = versions
             .api_keys

@@ -50,9 +50,10 @@ KAFKA_PROPS = {"auto.create.topics.enable": "false"}
 # AddOffsetsToTxn 4, TxnOffsetCommit 5, EndTxn 5): broker/tests/transaction_version2.rs and the
 # Java client's TxnTest at transaction version 2; DescribeTransactions and
 # ListTransactions: test_describe_and_list_transactions_like_kafka here and
-# test_transactions_admin.py).
+# test_transactions_admin.py; Produce 13, topics by id: broker/tests/produce_topic_ids.rs and the Java
+# client, which sends it).
 EXPECTED_APIS = {
-    0: (3, 12), 1: (4, 18), 2: (1, 10), 3: (0, 13), 8: (2, 8), 9: (1, 8), 10: (0, 4), 11: (0, 9),
+    0: (3, 13), 1: (4, 18), 2: (1, 10), 3: (0, 13), 8: (2, 8), 9: (1, 8), 10: (0, 4), 11: (0, 9),
     12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 18: (0, 4), 19: (2, 7),
     20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 1), 28: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4),
     33: (0, 2), 34: (1, 2), 35: (1, 4), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1),

@@ -59,7 +59,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // transaction (KIP-890 part 1); 12 has the leader add the partition instead, at
     // `transaction.version` 2 (part 2). 13 names topics by id (KIP-516), which the produce
     // handler does not read yet.
-    (ApiKey::Produce, 3, 12),
+    (ApiKey::Produce, 3, 13),
     // 16 adds leader endpoints to NOT_LEADER_OR_FOLLOWER answers, for a leader elsewhere (there
     // is none: this node leads every partition); 17 and 18 add follower fields consumers leave
     // unset.

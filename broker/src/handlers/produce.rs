@@ -15,7 +15,7 @@ use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
 };
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
@@ -241,6 +241,9 @@ async fn append_on_owner(
         .await
 }
 
+/// The first version that names topics by id (KIP-516), not by name.
+const TOPIC_ID_VERSION: i16 = 13;
+
 /// Returns `None` for acks=0: Kafka sends no response then. `turn` is told the request is in
 /// order once every batch holds its place in its log, before the appends are durable.
 pub async fn handle(
@@ -257,23 +260,45 @@ pub async fn handle(
     let timeout = std::time::Duration::from_millis(request.timeout_ms.max(0) as u64);
     let mut tasks = Vec::new();
     let mut placed = Vec::new();
-    for topic in request.topic_data {
+    let image = shard.image();
+    for mut topic in request.topic_data {
+        // v13 names topics by id (KIP-516); an id this broker does not know fails its
+        // partitions with UNKNOWN_TOPIC_ID, as Kafka's.
+        let known = if version >= TOPIC_ID_VERSION {
+            match image.topic_by_id(topic.topic_id) {
+                Some(t) => {
+                    topic.name = TopicName(StrBytes::from_string(t.name.clone()));
+                    true
+                }
+                None => false,
+            }
+        } else {
+            true
+        };
         let name = topic.name.0.to_string();
         for p in topic.partition_data {
             let shard = shard.clone();
             let name = name.clone();
             let index = p.index;
             let txn = txn.clone();
-            let task = if !matches!(acks, -1..=1) {
-                None
+            let task = if !known {
+                Err(Outcome::error(
+                    ResponseError::UnknownTopicId.code(),
+                    Some(format!("unknown topic id {}", topic.topic_id)),
+                ))
+            } else if !matches!(acks, -1..=1) {
+                Err(Outcome::error(
+                    ResponseError::InvalidRequiredAcks.code(),
+                    Some(format!("acks={acks} is not -1, 0 or 1")),
+                ))
             } else {
                 let (tx, rx) = oneshot::channel();
                 placed.push(rx);
-                Some(glommio::spawn_local(async move {
+                Ok(glommio::spawn_local(async move {
                     append_on_owner(&shard, name, index, p.records, acks, timeout, txn, tx).await
                 }))
             };
-            tasks.push((topic.name.clone(), index, task));
+            tasks.push((topic.name.clone(), topic.topic_id, index, task));
         }
     }
     for rx in placed {
@@ -283,13 +308,10 @@ pub async fn handle(
     turn.in_order();
     let mut response = ProduceResponse::default();
     let image = shard.image();
-    for (name, index, task) in tasks {
+    for (name, topic_id, index, task) in tasks {
         let outcome = match task {
-            Some(t) => t.await,
-            None => Outcome::error(
-                ResponseError::InvalidRequiredAcks.code(),
-                Some(format!("acks={acks} is not -1, 0 or 1")),
-            ),
+            Ok(t) => t.await,
+            Err(outcome) => outcome,
         };
         let mut pr = PartitionProduceResponse::default()
             .with_index(index)
@@ -334,13 +356,24 @@ pub async fn handle(
                 }
             }
         }
-        match response.responses.iter_mut().find(|t| t.name == name) {
+        let same = |t: &TopicProduceResponse| {
+            if version >= TOPIC_ID_VERSION {
+                t.topic_id == topic_id
+            } else {
+                t.name == name
+            }
+        };
+        match response.responses.iter_mut().find(|t| same(t)) {
             Some(t) => t.partition_responses.push(pr),
-            None => response.responses.push(
-                TopicProduceResponse::default()
-                    .with_name(name)
-                    .with_partition_responses(vec![pr]),
-            ),
+            None => {
+                let mut t = TopicProduceResponse::default().with_partition_responses(vec![pr]);
+                if version >= TOPIC_ID_VERSION {
+                    t.topic_id = topic_id;
+                } else {
+                    t.name = name;
+                }
+                response.responses.push(t);
+            }
         }
     }
     if acks == 0 {
