@@ -280,6 +280,16 @@ def test_metadata_and_describe_cluster_name_each_brokers_rack_and_advertised_hos
     assert {b.id: (b.host, b.port, b.rack) for b in described.nodes} == want
     listed = admin(cluster.nodes[0].bootstrap).list_topics(timeout=10)
     assert {b.id: (b.host, b.port) for b in listed.brokers.values()} == {i: w[:2] for i, w in want.items()}
+    # DescribeConfigs shows each broker's rack as Kafka shows a broker.rack set at start.
+    from confluent_kafka.admin import ConfigResource, ResourceType
+    static_broker_config = 4
+    for n in cluster.nodes:
+        resource = ConfigResource(ResourceType.BROKER, str(n.node_id))
+        client = admin(n.bootstrap)  # kept alive until the answer is in
+        entries = client.describe_configs([resource])[resource].result(timeout=20)
+        rack = entries["broker.rack"]
+        source = int(getattr(rack.source, "value", rack.source))
+        assert (rack.value, source) == (RACKS[n.node_id], static_broker_config), n.node_id
 
 
 def test_replicas_of_each_partition_land_on_distinct_racks(cluster):

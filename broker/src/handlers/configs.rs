@@ -50,7 +50,7 @@ const ACCEPTED_ONLY: &str =
 /// Broker settings Sluice reads, under Kafka's names (and Sluice's own, at the end), with what
 /// they do here and their value in this process.
 fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &'static str)> {
-    vec![
+    let mut settings = vec![
         ("node.id", config.node_id.to_string(), "This node's id in the cluster."),
         ("broker.id", config.node_id.to_string(), "The same as node.id."),
         ("listeners", format!("PLAINTEXT://{}", config.listener), "Where the Kafka protocol is served; changing it needs a restart in Sluice."),
@@ -85,7 +85,12 @@ fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &
         ("batch.cache.bytes", config.batch_cache_bytes.to_string(), "Sluice: the batch cache budget of each shard, for tail reads."),
         ("fetch.zero.copy", config.fetch_zero_copy.to_string(), "Sluice: records on disk go from the segment files to the socket by splice, never through the broker's memory."),
         ("max.in.flight.requests.per.connection", config.max_in_flight_requests_per_connection.to_string(), "Sluice: requests of one connection read and not yet answered before the broker stops reading from it."),
-    ]
+    ];
+    // Without a rack, Kafka's null default stands.
+    if let Some(rack) = &config.broker_rack {
+        settings.push(("broker.rack", rack.clone(), "The rack of this broker: replicas of a partition are spread over racks, and Metadata reports it."));
+    }
+    settings
 }
 
 /// Broker configs Kafka changes without a restart that Sluice reads only at start: refused,
