@@ -142,6 +142,10 @@ pub struct BrokerConfig {
     /// `replica.fetch.wait.max.ms`: how long a follower's fetch waits at its leader for new
     /// records.
     pub replica_fetch_wait_max_ms: u64,
+    /// `replica.selector.class` (KIP-392): Kafka's `RackAwareReplicaSelector` sends consumers
+    /// with a `client.rack` to a replica in their rack; unset (or Kafka's `LeaderSelector`),
+    /// consumers read from leaders unless they choose a follower themselves.
+    pub replica_selector_class: Option<String>,
     /// `log.cleaner.backoff.ms`: how often each shard compacts its `cleanup.policy=compact`
     /// partitions. Kafka's cleaner sleeps this long when it finds nothing to clean.
     pub log_cleaner_backoff_ms: u64,
@@ -344,6 +348,11 @@ pub const GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT: i64 = 1_800_000;
 pub const LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
 /// Kafka's `replica.lag.time.max.ms` default.
 pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 30_000;
+/// Kafka's replica selectors (KIP-392), by class name; the last part alone is taken too.
+pub const RACK_AWARE_REPLICA_SELECTOR: &str =
+    "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+pub const LEADER_SELECTOR: &str = "org.apache.kafka.common.replica.LeaderSelector";
+
 /// Kafka's `replica.fetch.wait.max.ms` default.
 pub const REPLICA_FETCH_WAIT_MAX_MS_DEFAULT: u64 = 500;
 
@@ -434,6 +443,7 @@ impl Default for BrokerConfig {
             log_retention_check_interval_ms: LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT,
             replica_lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
             replica_fetch_wait_max_ms: REPLICA_FETCH_WAIT_MAX_MS_DEFAULT,
+            replica_selector_class: None,
             group_min_session_timeout_ms: GROUP_MIN_SESSION_TIMEOUT_MS_DEFAULT,
             group_max_session_timeout_ms: GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT,
             log_cleaner_backoff_ms: LOG_CLEANER_BACKOFF_MS_DEFAULT,
@@ -537,6 +547,8 @@ struct FileConfig {
     replica_lag_time_max_ms: Option<u64>,
     #[serde(rename = "replica.fetch.wait.max.ms")]
     replica_fetch_wait_max_ms: Option<u64>,
+    #[serde(rename = "replica.selector.class")]
+    replica_selector_class: Option<String>,
     #[serde(rename = "group.min.session.timeout.ms")]
     group_min_session_timeout_ms: Option<i64>,
     #[serde(rename = "group.max.session.timeout.ms")]
@@ -754,6 +766,9 @@ impl BrokerConfig {
         if let Some(v) = file.replica_fetch_wait_max_ms {
             self.replica_fetch_wait_max_ms = v;
         }
+        if let Some(v) = file.replica_selector_class {
+            self.replica_selector_class = Some(v).filter(|v| !v.is_empty());
+        }
         if let Some(v) = file.group_min_session_timeout_ms {
             self.group_min_session_timeout_ms = v;
         }
@@ -836,6 +851,17 @@ impl BrokerConfig {
         }
         if self.min_insync_replicas < 1 {
             anyhow::bail!("min.insync.replicas must be at least 1 (Kafka's default is 1)");
+        }
+        if let Some(class) = &self.replica_selector_class {
+            if ![RACK_AWARE_REPLICA_SELECTOR, LEADER_SELECTOR]
+                .iter()
+                .any(|known| class == known || known.ends_with(&format!(".{class}")))
+            {
+                anyhow::bail!(
+                    "replica.selector.class {class:?} is not one Sluice has: \
+                     {RACK_AWARE_REPLICA_SELECTOR} or {LEADER_SELECTOR}"
+                );
+            }
         }
         if self.replica_lag_time_max_ms == 0 {
             anyhow::bail!("replica.lag.time.max.ms must be at least 1 (Kafka's default is 30000)");
@@ -997,6 +1023,14 @@ impl BrokerConfig {
             .map(|v| v.to_string())
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Whether leaders send consumers to a replica in their rack (`replica.selector.class`).
+    pub fn replica_selector_rack_aware(&self) -> bool {
+        self.replica_selector_class.as_deref().is_some_and(|c| {
+            c == RACK_AWARE_REPLICA_SELECTOR
+                || RACK_AWARE_REPLICA_SELECTOR.ends_with(&format!(".{c}"))
+        })
     }
 
     /// Whether this node is part of a cluster that `controller.quorum.voters` describes; the

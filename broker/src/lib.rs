@@ -153,6 +153,12 @@ struct ServeArgs {
     /// (`replica.fetch.wait.max.ms`). Default 500, as Kafka.
     #[arg(long)]
     replica_fetch_wait_max_ms: Option<u64>,
+    /// Where leaders send consumers to read (`replica.selector.class`, KIP-392):
+    /// `org.apache.kafka.common.replica.RackAwareReplicaSelector` (or `RackAwareReplicaSelector`)
+    /// sends a consumer with a `client.rack` to an in-sync replica in its rack. Default: unset,
+    /// the leader.
+    #[arg(long)]
+    replica_selector_class: Option<String>,
     /// Replicas of `__consumer_offsets` (`offsets.topic.replication.factor`). Default 3 in a
     /// cluster, as Kafka, and 1 on the single-node default.
     #[arg(long)]
@@ -280,6 +286,9 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = args.replica_fetch_wait_max_ms {
         config.replica_fetch_wait_max_ms = v;
+    }
+    if let Some(v) = &args.replica_selector_class {
+        config.replica_selector_class = Some(v.clone()).filter(|v| !v.is_empty());
     }
     if let Some(v) = args.offsets_topic_replication_factor {
         config.offsets_topic_replication_factor_set = Some(v);

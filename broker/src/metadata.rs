@@ -178,6 +178,11 @@ impl MetadataImage {
 
     /// The leader of a partition and its epoch, with the leader's endpoint: for KIP-951's
     /// `current_leader` and `node_endpoints` in NOT_LEADER_OR_FOLLOWER answers.
+    /// A broker's rack (`broker.rack`), if it has one and the image knows it.
+    pub fn broker_rack(&self, id: i32) -> Option<&str> {
+        self.cluster.as_ref()?.broker(id)?.rack.as_deref()
+    }
+
     pub fn leader_of(
         &self,
         topic: &str,

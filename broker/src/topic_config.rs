@@ -200,27 +200,19 @@ pub fn check_value(setting: &TopicSetting, value: &str) -> Result<(), String> {
         "local.retention.bytes" | "local.retention.ms" => at_least(-2)?,
         "remote.copy.lag.bytes" => at_least(-1)?,
         "remote.copy.lag.ms" | "segment.jitter.ms" => at_least(0)?,
-        "compression.gzip.level" => {
-            let v = int();
-            if !(v == -1 || (1..=9).contains(&v)) {
-                return Err(format!("{name}={value}: expected -1 or 1 to 9"));
-            }
+        "compression.gzip.level" if !(int() == -1 || (1..=9).contains(&int())) => {
+            return Err(format!("{name}={value}: expected -1 or 1 to 9"));
         }
-        "compression.lz4.level" => {
-            if !(1..=17).contains(&int()) {
-                return Err(format!("{name}={value}: expected 1 to 17"));
-            }
+        "compression.lz4.level" if !(1..=17).contains(&int()) => {
+            return Err(format!("{name}={value}: expected 1 to 17"));
         }
-        "compression.zstd.level" => {
-            if !(-131072..=22).contains(&int()) {
-                return Err(format!("{name}={value}: expected -131072 to 22"));
-            }
+        "compression.zstd.level" if !(-131072..=22).contains(&int()) => {
+            return Err(format!("{name}={value}: expected -131072 to 22"));
         }
-        "min.cleanable.dirty.ratio" => {
-            let v: f64 = value.trim().parse().unwrap_or(-1.0);
-            if !(0.0..=1.0).contains(&v) {
-                return Err(format!("{name}={value}: expected 0 to 1"));
-            }
+        "min.cleanable.dirty.ratio"
+            if !(0.0..=1.0).contains(&value.trim().parse::<f64>().unwrap_or(-1.0)) =>
+        {
+            return Err(format!("{name}={value}: expected 0 to 1"));
         }
         _ => {}
     }

@@ -954,7 +954,6 @@ fn the_next_transactions_end_while_markers_are_written_is_retried_not_fenced() {
     create_topic(&mut s, "tv2-next");
     let (pid, mut e) = init_producer(&mut s, "tv2-next-a", 5);
     let mut concurrent = 0;
-    let mut seq_offset = 0i64;
     for round in 0..ROUNDS {
         let batch = txn_batch(pid, e, 0, &["x0", "x1"]);
         let (error, _) = produce(&mut s, 12, "tv2-next-a", "tv2-next", &batch);
@@ -967,10 +966,9 @@ fn the_next_transactions_end_while_markers_are_written_is_retried_not_fenced() {
             pid,
             e,
             "tv2-next",
-            seq_offset,
+            round as i64,
         );
         assert_eq!(error, 0, "round {round}: TxnOffsetCommit v5");
-        seq_offset += 1;
         // Alternate the next end: an empty abort, and a commit of nothing (INVALID_TXN_STATE
         // once the abort is complete: an empty transaction cannot commit, as in Kafka).
         let commit_next = round % 2 == 1;

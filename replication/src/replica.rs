@@ -197,6 +197,42 @@ impl LeaderState {
         self.advance_high_watermark()
     }
 
+    /// KIP-392 with Kafka's `RackAwareReplicaSelector`: the replica a consumer in `client_rack`
+    /// reading from `fetch_offset` should fetch from instead of this leader, or `None` to stay
+    /// here. Candidates are the leader and the followers that are in the ISR, caught up within
+    /// `replica.lag.time.max.ms` and hold `fetch_offset`; of those in the client's rack the
+    /// leader wins, else the one with the most records (then the most recently caught up). A
+    /// follower that falls behind or leaves the ISR stops being chosen, so the consumer's next
+    /// fetch from the leader keeps it here. `rack_of` names a broker's rack.
+    pub fn preferred_read_replica<'r>(
+        &self,
+        client_rack: &str,
+        fetch_offset: i64,
+        now_ms: u64,
+        rack_of: impl Fn(BrokerId) -> Option<&'r str>,
+    ) -> Option<BrokerId> {
+        if client_rack.is_empty() || rack_of(self.me) == Some(client_rack) {
+            return None;
+        }
+        self.followers
+            .iter()
+            .filter(|(id, f)| {
+                self.isr.contains(id)
+                    && f.log_end_offset >= fetch_offset
+                    && now_ms.saturating_sub(f.last_caught_up_ms)
+                        <= self.config.replica_lag_time_max_ms
+                    && rack_of(**id) == Some(client_rack)
+            })
+            .max_by_key(|(id, f)| {
+                (
+                    f.log_end_offset,
+                    f.last_caught_up_ms,
+                    std::cmp::Reverse(**id),
+                )
+            })
+            .map(|(id, _)| *id)
+    }
+
     /// A follower fetched from `fetch_offset` (its log end) at `now_ms`. Returns the new high
     /// watermark if it moved, and the ISR change to ask for if it is now caught up and not in
     /// the ISR. `None`/`None` for a broker that is not a replica.
@@ -695,6 +731,48 @@ mod tests {
 
     fn ids(v: &[i32]) -> Vec<BrokerId> {
         v.iter().map(|b| BrokerId(*b)).collect()
+    }
+
+    #[test]
+    fn a_consumer_reads_from_an_in_sync_caught_up_replica_in_its_rack() {
+        let racks = |b: BrokerId| match b.0 {
+            1 => Some("r1"),
+            2 => Some("r2"),
+            3 => Some("r3"),
+            _ => None,
+        };
+        let mut l = leader(&[1, 2, 3], 100, 100, 1);
+        l.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 1_000);
+        l.on_fetch(BrokerId(3), BrokerEpoch(6), 100, 1_000);
+        assert_eq!(
+            l.preferred_read_replica("r2", 50, 1_000, racks),
+            Some(BrokerId(2))
+        );
+        assert_eq!(
+            l.preferred_read_replica("r3", 100, 1_000, racks),
+            Some(BrokerId(3))
+        );
+        // The leader's own rack, no rack, or a rack without a replica: the leader.
+        assert_eq!(l.preferred_read_replica("r1", 50, 1_000, racks), None);
+        assert_eq!(l.preferred_read_replica("", 50, 1_000, racks), None);
+        assert_eq!(l.preferred_read_replica("r9", 50, 1_000, racks), None);
+        // A replica without the offset yet is not chosen.
+        l.on_log_end(120);
+        l.on_fetch(BrokerId(3), BrokerEpoch(6), 120, 1_100);
+        assert_eq!(l.preferred_read_replica("r2", 110, 1_100, racks), None);
+        assert_eq!(
+            l.preferred_read_replica("r3", 110, 1_100, racks),
+            Some(BrokerId(3))
+        );
+        // One that has not caught up within replica.lag.time.max.ms is not either.
+        assert_eq!(
+            l.preferred_read_replica("r2", 50, 1_000 + LAG + 1, racks),
+            None
+        );
+        // Nor one out of the ISR, however caught up.
+        let mut out = leader(&[1, 3], 100, 100, 1);
+        out.on_fetch(BrokerId(2), BrokerEpoch(5), 100, 1_000);
+        assert_eq!(out.preferred_read_replica("r2", 50, 1_000, racks), None);
     }
 
     #[test]

@@ -86,6 +86,9 @@ fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &
         ("fetch.zero.copy", config.fetch_zero_copy.to_string(), "Sluice: records on disk go from the segment files to the socket by splice, never through the broker's memory."),
         ("max.in.flight.requests.per.connection", config.max_in_flight_requests_per_connection.to_string(), "Sluice: requests of one connection read and not yet answered before the broker stops reading from it."),
     ];
+    if let Some(class) = &config.replica_selector_class {
+        settings.push(("replica.selector.class", class.clone(), "Where leaders send consumers to read (KIP-392): RackAwareReplicaSelector sends a consumer with a client.rack to an in-sync replica in its rack."));
+    }
     // Without a rack, Kafka's null default stands.
     if let Some(rack) = &config.broker_rack {
         settings.push(("broker.rack", rack.clone(), "The rack of this broker: replicas of a partition are spread over racks, and Metadata reports it."));

@@ -71,6 +71,8 @@ pub const FETCH_SESSIONS_PER_SHARD_MAX: usize = 1000;
 /// What the offsets of a partition were when the session last answered for it, before it ever
 /// did: never a real offset, so the first answer always counts as news.
 const OFFSET_NEVER_SENT: i64 = -2;
+/// The first Fetch version with the consumer's rack and `preferred_read_replica` (KIP-392).
+const CLIENT_RACK_VERSION: i16 = 11;
 
 type SessionKey = (Arc<str>, i32);
 
@@ -258,6 +260,7 @@ impl FetchSessions {
             };
             let changed = !f.records.is_empty()
                 || f.error_code != 0
+                || f.preferred_read_replica >= 0
                 || p.high_watermark != f.high_watermark
                 || p.last_stable_offset != f.last_stable_offset
                 || p.log_start_offset != f.log_start_offset;
@@ -415,8 +418,8 @@ fn assemble(
             .with_log_start_offset(f.log_start_offset)
             .with_aborted_transactions(aborted_transactions)
             .with_records(Some(records));
-        if version >= 11 {
-            pd.preferred_read_replica = BrokerId(-1);
+        if version >= CLIENT_RACK_VERSION {
+            pd.preferred_read_replica = BrokerId(f.preferred_read_replica);
         }
         if let (Some((epoch, end_offset)), true) = (f.diverging_epoch, version >= 12) {
             pd.diverging_epoch = pd
@@ -560,6 +563,9 @@ pub async fn handle(
         Some((request.replica_id.0, -1))
     }
     .filter(|(id, _)| *id >= 0);
+    // A consumer's Fetch v11+ carries its rack (KIP-392) and may read from a follower.
+    let client_rack: Option<Arc<str>> = (replica.is_none() && version >= CLIENT_RACK_VERSION)
+        .then(|| request.rack_id.as_str().into());
     let reads: Vec<PartitionRead> = wanted
         .iter()
         .map(|w| PartitionRead {
@@ -571,6 +577,7 @@ pub async fn handle(
             last_fetched_epoch: w.last_fetched_epoch,
             replica,
             read_committed: request.isolation_level == 1,
+            client_rack: client_rack.clone(),
         })
         .collect();
     // The shards that own any of the partitions: a long poll waits for appends there.
@@ -704,6 +711,7 @@ mod tests {
                 records: Records::default(),
                 cold: false,
                 diverging_epoch: None,
+                preferred_read_replica: -1,
             })
             .collect()
     }
@@ -756,6 +764,7 @@ mod tests {
                     last_fetched_epoch: w.last_fetched_epoch,
                     replica: None,
                     read_committed: false,
+                    client_rack: None,
                 })
                 .collect::<Vec<_>>(),
             1 << 20,

@@ -203,6 +203,39 @@ impl Partition {
         Ok(LeaderEpoch(epoch))
     }
 
+    /// Like [`Partition::check_leader`], for a read a follower may serve too (a consumer's
+    /// Fetch v11+, KIP-392): the leader epoch checked against the one this replica knows.
+    pub fn check_readable(&self, current: i32) -> Result<LeaderEpoch, i16> {
+        let epoch = match &*self.replica.borrow() {
+            Replica::Leader(l) => l.leader_epoch.0,
+            Replica::Follower(f) => f.leader_epoch.0,
+            _ => return Err(ResponseError::NotLeaderOrFollower.code()),
+        };
+        if current >= 0 && current < epoch {
+            return Err(ResponseError::FencedLeaderEpoch.code());
+        }
+        if current > epoch {
+            return Err(ResponseError::UnknownLeaderEpoch.code());
+        }
+        Ok(LeaderEpoch(epoch))
+    }
+
+    /// On a leader, the replica a consumer in `client_rack` should read `fetch_offset` from
+    /// instead (KIP-392, `LeaderState::preferred_read_replica`); `None` to read here.
+    pub fn preferred_read_replica<'r>(
+        &self,
+        client_rack: &str,
+        fetch_offset: i64,
+        rack_of: impl Fn(BrokerId) -> Option<&'r str>,
+    ) -> Option<BrokerId> {
+        match &*self.replica.borrow() {
+            Replica::Leader(l) => {
+                l.preferred_read_replica(client_rack, fetch_offset, now_ms(), rack_of)
+            }
+            _ => None,
+        }
+    }
+
     pub fn is_leader(&self) -> bool {
         matches!(&*self.replica.borrow(), Replica::Leader(_))
     }

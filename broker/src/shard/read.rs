@@ -41,6 +41,7 @@ use sluice_engine::{FileExtent, LogError, Offset};
 use super::Shard;
 use crate::handlers::errors::log_error_code;
 use crate::net::response::placeholder_range;
+use sluice_replication::records::BrokerId;
 
 /// A shard yields to its other tasks (produces, other connections) after reading this many
 /// partitions for one fetch. Reads from the batch cache complete without waiting, so without
@@ -67,6 +68,11 @@ pub struct PartitionRead {
     /// A consumer's `isolation_level=read_committed`: reads stop at the last stable offset and
     /// the aborted transactions of the range come along.
     pub read_committed: bool,
+    /// A consumer's Fetch v11+ (KIP-392): its `client.rack` (empty without one). Such a fetch
+    /// may read from a follower, up to the high watermark the follower knows, and a leader may
+    /// send it to a replica in its rack (`replica.selector.class`). `None` for followers and
+    /// older consumers, which read from the leader only.
+    pub client_rack: Option<Arc<str>>,
 }
 
 /// What one partition's read found. Offsets are -1 when the partition failed.
@@ -85,6 +91,9 @@ pub struct ReadResult {
     /// To a follower whose log diverged from the leader's: the epoch and end offset to
     /// truncate by (KIP-320). No records come with it.
     pub diverging_epoch: Option<(i32, i64)>,
+    /// To a consumer: the replica to fetch from instead (KIP-392), or -1. No records come with
+    /// it.
+    pub preferred_read_replica: i32,
 }
 
 /// A partition's records: whole batches in memory (not yet concatenated, so that batches the
@@ -145,6 +154,7 @@ impl ReadResult {
             records: Records::default(),
             cold: false,
             diverging_epoch: None,
+            preferred_read_replica: -1,
         }
     }
 
@@ -197,7 +207,14 @@ pub async fn read_local(
             continue;
         };
         let log = &p.log;
-        if let Err(code) = p.check_leader(read.current_leader_epoch) {
+        // A consumer's Fetch v11+ may read from a follower (KIP-392); every other from the
+        // leader only.
+        let checked = if read.client_rack.is_some() {
+            p.check_readable(read.current_leader_epoch)
+        } else {
+            p.check_leader(read.current_leader_epoch)
+        };
+        if let Err(code) = checked {
             results.push(ReadResult::failed(code));
             continue;
         }
@@ -257,7 +274,23 @@ pub async fn read_local(
             records: Records::default(),
             cold: false,
             diverging_epoch: None,
+            preferred_read_replica: -1,
         };
+        // The leader sends a consumer in another rack to a replica in its own, with no records
+        // (Kafka's RackAwareReplicaSelector); the consumer fetches there next.
+        if let Some(rack) = read.client_rack.as_deref() {
+            if shard.config().replica_selector_rack_aware() {
+                let image = shard.image();
+                let rack_of = |b: BrokerId| image.broker_rack(b.0);
+                if let Some(preferred) =
+                    p.preferred_read_replica(rack, read.fetch_offset.0, rack_of)
+                {
+                    result.preferred_read_replica = preferred.0;
+                    results.push(result);
+                    continue;
+                }
+            }
+        }
         let mut budget = read.max_bytes.min(response_max_bytes.saturating_sub(total));
         let first = total == 0;
         result.cold = !log.in_memory(read.fetch_offset);
@@ -499,6 +532,7 @@ mod tests {
             last_fetched_epoch: -1,
             replica: None,
             read_committed: false,
+            client_rack: None,
         }
     }
 
@@ -512,6 +546,7 @@ mod tests {
             records: Records::Batches(sizes.iter().map(|&n| Bytes::from(vec![0u8; n])).collect()),
             cold: false,
             diverging_epoch: None,
+            preferred_read_replica: -1,
         }
     }
 
