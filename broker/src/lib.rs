@@ -12,6 +12,7 @@ mod config;
 mod config_catalog;
 mod group;
 mod handlers;
+mod loggers;
 mod metadata;
 mod metrics;
 mod net;
@@ -327,13 +328,7 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
 
 /// The `sluice` command: parses the command line, then serves or runs a client subcommand.
 pub fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    loggers::install();
     let cli = Cli::parse();
     let args = match &cli.command {
         Some(Command::Serve(args)) => (**args).clone(),

@@ -409,3 +409,86 @@ def test_kafka_configs_cli_sets_broker_configs_that_apply_at_once(broker, kafka_
                     f"  {setting}=24 sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{setting}=24}}"], o
     assert o[6] == ["Dynamic configs for broker 1 are:"], o
     assert o[7] == ["Default configs for brokers in the cluster are:"], o
+
+
+def logger_alter(bootstrap: str, name: str, configs: list[tuple[str, int, str | None]]) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs v1 on broker loggers (resource type 8); (error code, message)."""
+    pipe = Pipeline(bootstrap)
+    pipe.send(build(IncrementalAlterConfigsRequest, 1, validate_only=False, resources=[{
+        "resource_type": 8, "resource_name": name, "configs": [
+            {"name": n, "config_operation": op, "value": v} for n, op, v in configs]}]))
+    (r,) = pipe.responses()
+    pipe.close()
+    (resource,) = r["responses"]
+    return resource["error_code"], resource["error_message"]
+
+
+def logger_levels(bootstrap: str) -> dict[str, str]:
+    pipe = Pipeline(bootstrap)
+    pipe.send(build(DescribeConfigsRequest, 4, resources=[{
+        "resource_type": 8, "resource_name": "1", "configuration_keys": None}],
+        include_synonyms=True, include_documentation=True))
+    (r,) = pipe.responses()
+    pipe.close()
+    (result,) = r["results"]
+    assert result["error_code"] == 0, result
+    for c in result["configs"]:
+        assert (c["config_source"], c["config_type"], c["synonyms"], c["read_only"]) == (6, 0, [], False), c
+    return {c["name"]: c["value"] for c in result["configs"]}
+
+
+def test_broker_loggers_change_log_levels_at_run_time(broker, kafka_reference):
+    """`kafka-configs --entity-type broker-loggers` (DescribeConfigs and IncrementalAlterConfigs on
+    resource type 8): the same answers as Kafka for a level set on the root logger, an unknown
+    level, an unknown logger, deleting the root, APPEND and another broker's id; Kafka's own tool
+    describes and changes Sluice's loggers, and a level set at run time takes effect at once (a
+    fetch logs its `sluice::fetch` debug line only while the logger `sluice.fetch` is at DEBUG)."""
+    SET, DELETE, APPEND = 0, 1, 2
+    answers = {}
+    for name, b in (("sluice", broker.bootstrap), ("kafka", kafka_reference.bootstrap)):
+        r = answers[name] = {}
+        r["set_root"] = logger_alter(b, "1", [("root", SET, "WARN")])
+        r["root_after"] = logger_levels(b)["root"]
+        r["bad_level"] = logger_alter(b, "1", [("root", SET, "LOUD")])
+        r["lower_case"] = logger_alter(b, "1", [("root", SET, "debug")])
+        r["unknown_logger"] = logger_alter(b, "1", [("no.such.Logger", SET, "DEBUG")])
+        r["delete_root"] = logger_alter(b, "1", [("root", DELETE, None)])
+        r["append"] = logger_alter(b, "1", [("root", APPEND, "DEBUG")])
+        r["twice"] = logger_alter(b, "1", [("root", SET, "INFO"), ("root", SET, "WARN")])
+        r["other_broker"] = logger_alter(b, "2", [("root", SET, "INFO")])
+        r["reset_root"] = logger_alter(b, "1", [("root", SET, "INFO")])
+    assert answers["sluice"] == answers["kafka"], answers
+    r = answers["sluice"]
+    assert r["set_root"] == r["reset_root"] == (0, None), r
+    assert r["root_after"] == "WARN"
+    assert [r[k][0] for k in ("bad_level", "lower_case", "unknown_logger")] == [40] * 3, r
+    assert [r[k][0] for k in ("delete_root", "append", "twice", "other_broker")] == [42] * 4, r
+
+    # Kafka's tool on Sluice's loggers.
+    tool = lambda *args: kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap,
+                                    "--entity-type", "broker-loggers", "--entity-name", "1", *args)
+    listed = tool("--describe")
+    assert listed.splitlines()[0] == "Dynamic configs for broker-logger 1 are:", listed
+    assert "  root=INFO sensitive=false synonyms={}" in listed.splitlines(), listed
+    assert "Completed updating config for broker-logger 1." in tool("--alter", "--add-config", "sluice.fetch=DEBUG")
+    assert "sluice.fetch=DEBUG" in tool("--describe")
+
+    def fetch_some() -> None:
+        c = consumer(broker.bootstrap)
+        try:
+            c.assign([TopicPartition("loggers-probe", 0, 0)])
+            c.consume(num_messages=10, timeout=1)
+        finally:
+            c.close()
+        time.sleep(1)  # the last fetch's line is written
+
+    lines = lambda: broker.current_log().count("sluice::fetch")
+    create_topic(broker.bootstrap, "loggers-probe", 1)
+    before = lines()
+    fetch_some()
+    assert lines() > before, "no sluice::fetch debug line while that logger is at DEBUG"
+    assert "Completed updating config" in tool("--alter", "--delete-config", "sluice.fetch")
+    assert "sluice.fetch=INFO" in tool("--describe")
+    settled = lines()
+    fetch_some()
+    assert lines() == settled, "sluice::fetch still logs at DEBUG after its level was deleted"

@@ -189,33 +189,68 @@ pub async fn incremental_alter_configs(
     mut request: kafka_protocol::messages::IncrementalAlterConfigsRequest,
     version: i16,
 ) -> kafka_protocol::messages::IncrementalAlterConfigsResponse {
+    use crate::loggers::RESOURCE_BROKER_LOGGER;
     use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
     let node_id = shard.config().node_id.to_string();
+    // Answered here, not by the controller: another broker's configs (clients send those to
+    // that broker) and this broker's loggers (its own process's log levels).
     let foreign: Vec<bool> = request
         .resources
         .iter()
         .map(|r| {
-            r.resource_type == crate::handlers::configs::RESOURCE_BROKER
-                && !r.resource_name.is_empty()
-                && r.resource_name.as_str() != node_id
+            r.resource_type == RESOURCE_BROKER_LOGGER
+                || (r.resource_type == crate::handlers::configs::RESOURCE_BROKER
+                    && !r.resource_name.is_empty()
+                    && r.resource_name.as_str() != node_id)
         })
         .collect();
+    let answer =
+        |r: &kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
+         outcome: Result<(), (i16, String)>| {
+            let (code, message) = match outcome {
+                Ok(()) => (0, None),
+                Err((code, message)) => (
+                    code,
+                    Some(kafka_protocol::protocol::StrBytes::from_string(message)),
+                ),
+            };
+            AlterConfigsResourceResponse::default()
+                .with_error_code(code)
+                .with_error_message(message)
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone())
+        };
+    let invalid = |m: String| Err((kafka_protocol::ResponseError::InvalidRequest.code(), m));
     let refused: Vec<AlterConfigsResourceResponse> = request
         .resources
         .iter()
         .zip(&foreign)
         .filter(|(_, &f)| f)
         .map(|(r, _)| {
-            AlterConfigsResourceResponse::default()
-                .with_error_code(kafka_protocol::ResponseError::InvalidRequest.code())
-                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_string(
-                    format!(
-                        "Unexpected broker id, expected {node_id}, but received {}",
-                        r.resource_name.as_str()
-                    ),
-                )))
-                .with_resource_type(r.resource_type)
-                .with_resource_name(r.resource_name.clone())
+            let name = r.resource_name.as_str();
+            let outcome = if r.resource_type != RESOURCE_BROKER_LOGGER {
+                invalid(format!(
+                    "Unexpected broker id, expected {node_id}, but received {name}"
+                ))
+            } else if name.parse::<i32>().is_err() {
+                invalid(format!("Node id must be an integer, but it is: {name}"))
+            } else if name != node_id {
+                invalid(format!(
+                    "Unexpected node id. Expected {node_id}, but received {name}"
+                ))
+            } else {
+                let changes: Vec<crate::loggers::Change<'_>> = r
+                    .configs
+                    .iter()
+                    .map(|c| crate::loggers::Change {
+                        name: c.name.as_str(),
+                        operation: c.config_operation,
+                        value: c.value.as_deref(),
+                    })
+                    .collect();
+                crate::loggers::alter(&changes, request.validate_only)
+            };
+            answer(r, outcome)
         })
         .collect();
     if refused.is_empty() {

@@ -339,6 +339,34 @@ pub async fn describe(
         let mut result = DescribeConfigsResult::default()
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name.clone());
+        if resource.resource_type == crate::loggers::RESOURCE_BROKER_LOGGER {
+            // Kafka's answers, messages included, for another broker's or a malformed id.
+            let refused = if name.is_empty() {
+                Some("Broker id must not be empty".to_string())
+            } else if name.parse::<i32>().is_err() {
+                Some(format!("Broker id must be an integer, but it is: {name}"))
+            } else if name != config.node_id.to_string() {
+                Some(format!(
+                    "Unexpected broker id, expected {} but received {name}",
+                    config.node_id
+                ))
+            } else {
+                None
+            };
+            match refused {
+                Some(message) => {
+                    result.error_code = ResponseError::InvalidRequest.code();
+                    result.error_message = Some(StrBytes::from_string(message));
+                }
+                None => {
+                    result.error_message = Some(StrBytes::from_static_str(""));
+                    result.configs =
+                        crate::loggers::describe(resource.configuration_keys.as_deref());
+                }
+            }
+            response.results.push(result);
+            continue;
+        }
         let described = match resource.resource_type {
             RESOURCE_TOPIC => match image.topics.get(&name) {
                 Some(topic) => describe_topic(&config, &image, topic),
