@@ -981,27 +981,20 @@ fn the_next_transactions_end_while_markers_are_written_is_retried_not_fenced() {
             "round {round}: the next transaction's end was fenced while the markers were written"
         );
         let expected_done = if commit_next { INVALID_TXN_STATE } else { 0 };
-        if second.error_code == CONCURRENT_TRANSACTIONS {
+        let done = if second.error_code == CONCURRENT_TRANSACTIONS {
             concurrent += 1;
             // The client's retry, once the markers are written.
-            let retried = end_txn(&mut s, 5, "tv2-next-a", pid, e, commit_next);
-            assert_eq!(
-                retried.error_code, expected_done,
-                "round {round}: the retried end"
-            );
-            if expected_done == 0 {
-                assert_eq!(retried.producer_epoch, e + 1);
-                e += 1;
-            }
+            end_txn(&mut s, 5, "tv2-next-a", pid, e, commit_next)
         } else {
-            assert_eq!(
-                second.error_code, expected_done,
-                "round {round}: the next end"
-            );
-            if expected_done == 0 {
-                assert_eq!(second.producer_epoch, e + 1);
-                e += 1;
-            }
+            second
+        };
+        assert_eq!(
+            done.error_code, expected_done,
+            "round {round}: the next end"
+        );
+        if expected_done == 0 {
+            assert_eq!(done.producer_epoch, e + 1);
+            e += 1;
         }
     }
     eprintln!("{concurrent} of {ROUNDS} next ends came while the markers were written");

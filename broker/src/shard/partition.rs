@@ -62,6 +62,18 @@ fn count_isr_change(metrics: &crate::metrics::Metrics, old: &[BrokerId], new: &[
     }
 }
 
+/// A request naming the leader epoch it expects (`current`, -1 for none) against the replica's
+/// `epoch`: FENCED_LEADER_EPOCH when older, UNKNOWN_LEADER_EPOCH when newer.
+fn check_epoch(epoch: i32, current: i32) -> Result<LeaderEpoch, i16> {
+    if current >= 0 && current < epoch {
+        return Err(ResponseError::FencedLeaderEpoch.code());
+    }
+    if current > epoch {
+        return Err(ResponseError::UnknownLeaderEpoch.code());
+    }
+    Ok(LeaderEpoch(epoch))
+}
+
 /// Milliseconds on a clock local to this process, for replica lag.
 pub fn now_ms() -> u64 {
     thread_local! {
@@ -194,13 +206,7 @@ impl Partition {
             Replica::Leader(l) => l.leader_epoch.0,
             _ => return Err(ResponseError::NotLeaderOrFollower.code()),
         };
-        if current >= 0 && current < epoch {
-            return Err(ResponseError::FencedLeaderEpoch.code());
-        }
-        if current > epoch {
-            return Err(ResponseError::UnknownLeaderEpoch.code());
-        }
-        Ok(LeaderEpoch(epoch))
+        check_epoch(epoch, current)
     }
 
     /// Like [`Partition::check_leader`], for a read a follower may serve too (a consumer's
@@ -211,13 +217,7 @@ impl Partition {
             Replica::Follower(f) => f.leader_epoch.0,
             _ => return Err(ResponseError::NotLeaderOrFollower.code()),
         };
-        if current >= 0 && current < epoch {
-            return Err(ResponseError::FencedLeaderEpoch.code());
-        }
-        if current > epoch {
-            return Err(ResponseError::UnknownLeaderEpoch.code());
-        }
-        Ok(LeaderEpoch(epoch))
+        check_epoch(epoch, current)
     }
 
     /// On a leader, the replica a consumer in `client_rack` should read `fetch_offset` from
