@@ -387,8 +387,9 @@ pub const GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 45_000;
 /// Kafka's default `group.consumer.heartbeat.interval.ms` (5 s).
 pub const GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 5_000;
 
-/// The cluster id a single node formats itself with when nothing names one: the id every
-/// earlier release reported, so a data directory from one keeps its identity.
+/// The cluster id every release before `meta.properties` reported for a single node: a data
+/// directory holding data from one keeps it (`meta_properties::load_or_format`); a new one gets
+/// a random id.
 pub const SINGLE_NODE_CLUSTER_ID: &str = "sluice-single-node";
 
 impl Default for BrokerConfig {

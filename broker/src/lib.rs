@@ -10,6 +10,7 @@ mod cli;
 mod cluster;
 mod config;
 mod config_catalog;
+mod features;
 mod group;
 mod handlers;
 mod loggers;

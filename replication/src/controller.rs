@@ -26,6 +26,9 @@ use crate::records::*;
 
 mod reassignment;
 
+/// The config KIP-966 counts eligible leader replicas against.
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+
 /// Kafka's `broker.session.timeout.ms` default.
 pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
 /// Kafka's producer id block size (AllocateProducerIds hands out this many at a time).
@@ -347,6 +350,16 @@ pub enum ControllerRequest {
     ElectLeaders(ElectLeadersRequest),
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
+    UpdateFeatures(UpdateFeaturesRequest),
+}
+
+/// Kafka's UpdateFeatures: new finalized levels of cluster-wide features. The levels were
+/// checked against what the brokers support before they got here; level 0 removes a feature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpdateFeaturesRequest {
+    /// Feature names and their new levels.
+    pub updates: Vec<(String, i16)>,
+    pub validate_only: bool,
 }
 
 /// One partition of an AlterPartitionReassignments: its index and target replicas, or `None`
@@ -436,6 +449,8 @@ pub enum ControllerResponse {
     ElectLeaders(ElectLeadersResponse),
     AlterPartitionReassignments(AlterPartitionReassignmentsResponse),
     ListPartitionReassignments(ListPartitionReassignmentsResponse),
+    /// The error of the whole request (the features are finalized together or not at all).
+    UpdateFeatures(i16),
 }
 
 impl ControllerRequest {
@@ -559,6 +574,7 @@ impl ControllerRequest {
                     reassignments: vec![],
                 })
             }
+            ControllerRequest::UpdateFeatures(_) => ControllerResponse::UpdateFeatures(error_code),
         }
     }
 }
@@ -664,6 +680,7 @@ impl Controller {
             ControllerRequest::ListPartitionReassignments(r) => {
                 (vec![], self.list_reassignments(r))
             }
+            ControllerRequest::UpdateFeatures(r) => self.update_features(r),
         };
         ControllerResult { records, response }
     }
@@ -682,6 +699,10 @@ impl Controller {
             .map(|(id, _)| *id)
             .collect();
         let mut records = Vec::new();
+        let safety = self.elr_safety_records();
+        if !safety.is_empty() {
+            self.emit(&mut records, safety);
+        }
         for id in expired {
             let image = self.speculative.as_ref().expect("active");
             let epoch = image
@@ -895,12 +916,39 @@ impl Controller {
         out.extend(batch);
     }
 
+    /// A topic's `min.insync.replicas`: its own, else the cluster-wide dynamic default, else the
+    /// static one.
     fn min_insync_replicas(&self, topic: &str) -> usize {
-        self.image()
+        let image = self.image();
+        image
             .topic_configs(topic)
-            .and_then(|c| c.get("min.insync.replicas"))
+            .and_then(|c| c.get(MIN_INSYNC_REPLICAS))
+            .or_else(|| {
+                image
+                    .configs(ConfigResourceType::Broker, "")
+                    .and_then(|c| c.get(MIN_INSYNC_REPLICAS))
+            })
             .and_then(|v| v.parse().ok())
             .unwrap_or(self.config.min_insync_replicas)
+    }
+
+    /// KIP-966, as Kafka's controller does once eligible leader replicas are on: the cluster
+    /// keeps a cluster-wide `min.insync.replicas` in the metadata log (the static value, the
+    /// first time), so that every broker and the controller count the same minimum.
+    fn elr_safety_records(&self) -> Vec<Record> {
+        let has = self
+            .image()
+            .configs(ConfigResourceType::Broker, "")
+            .is_some_and(|c| c.contains_key(MIN_INSYNC_REPLICAS));
+        if has {
+            return vec![];
+        }
+        vec![Record::Config(ConfigRecord {
+            resource_type: ConfigResourceType::Broker,
+            resource_name: String::new(),
+            name: MIN_INSYNC_REPLICAS.into(),
+            value: Some(self.config.min_insync_replicas.to_string()),
+        })]
     }
 
     fn usable_brokers(&self) -> Vec<PlacementBroker> {
@@ -1424,6 +1472,28 @@ impl Controller {
             .collect())
     }
 
+    /// Finalizes the requested levels: one FeatureLevel record each, in one batch, for those
+    /// that change.
+    fn update_features(&mut self, r: &UpdateFeaturesRequest) -> (Vec<Record>, ControllerResponse) {
+        let image = self.image();
+        let batch: Vec<Record> = r
+            .updates
+            .iter()
+            .filter(|(name, level)| image.feature_level(name).unwrap_or(0) != *level)
+            .map(|(name, level)| {
+                Record::FeatureLevel(FeatureLevelRecord {
+                    name: name.clone(),
+                    feature_level: *level,
+                })
+            })
+            .collect();
+        let mut records = Vec::new();
+        if !r.validate_only && !batch.is_empty() {
+            self.emit(&mut records, batch);
+        }
+        (records, ControllerResponse::UpdateFeatures(NONE))
+    }
+
     fn alter_configs(
         &mut self,
         r: &IncrementalAlterConfigsRequest,
@@ -1547,6 +1617,24 @@ impl Controller {
             .configs(resource_type, &res.resource_name)
             .cloned()
             .unwrap_or_default();
+        // With eligible leader replicas on (always, here), Kafka keeps `min.insync.replicas`
+        // cluster-wide only: the controller and every broker count the same minimum.
+        if resource_type == ConfigResourceType::Broker && changed.contains(MIN_INSYNC_REPLICAS) {
+            if res.resource_name.is_empty() && !configs.contains_key(MIN_INSYNC_REPLICAS) {
+                return Err((
+                    INVALID_CONFIG,
+                    "Cluster-level min.insync.replicas cannot be removed while ELR is enabled."
+                        .into(),
+                ));
+            }
+            if !res.resource_name.is_empty() && configs.contains_key(MIN_INSYNC_REPLICAS) {
+                return Err((
+                    INVALID_CONFIG,
+                    "Broker-level min.insync.replicas cannot be altered while ELR is enabled."
+                        .into(),
+                ));
+            }
+        }
         let mut records = Vec::new();
         for name in changed {
             let value = configs.get(&name).cloned();
@@ -3080,6 +3168,121 @@ mod tests {
         let p = &h.partitions("elr")[0];
         assert_eq!(p.isr, vec![leader]);
         assert_eq!(p.eligible_leader_replicas, vec![follower]);
+    }
+
+    #[test]
+    fn the_cluster_keeps_a_dynamic_min_isr_that_eligible_leader_replicas_count_against() {
+        let mut h = Harness::new();
+        h.tick(1);
+        let cluster = || ConfigResourceType::Broker;
+        assert_eq!(
+            h.image
+                .configs(cluster(), "")
+                .and_then(|c| c.get(MIN_INSYNC_REPLICAS))
+                .map(String::as_str),
+            Some("1"),
+            "the static value, written once"
+        );
+        let before = h.image.offset();
+        h.tick(2);
+        assert_eq!(h.image.offset(), before, "written only once");
+        // Raised cluster-wide to 2, a topic with no override counts against 2: losing one of
+        // two in-sync replicas makes it an eligible leader replica.
+        let ControllerResponse::IncrementalAlterConfigs(v) = h.run(
+            ControllerRequest::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+                resources: vec![AlterConfigsResource {
+                    resource_type: 4,
+                    resource_name: String::new(),
+                    configs: vec![AlterableConfig {
+                        name: MIN_INSYNC_REPLICAS.into(),
+                        op: AlterConfigOp::Set,
+                        value: Some("2".into()),
+                    }],
+                }],
+                validate_only: false,
+            }),
+        ) else {
+            panic!()
+        };
+        assert_eq!(v[0].error_code, NONE, "{v:?}");
+        // Kafka's rules with eligible leader replicas on: the cluster-wide value stays, and no
+        // broker has its own.
+        for (resource_name, op, value) in [
+            ("", AlterConfigOp::Delete, None),
+            ("1", AlterConfigOp::Set, Some("3")),
+        ] {
+            let ControllerResponse::IncrementalAlterConfigs(v) = h.run(
+                ControllerRequest::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+                    resources: vec![AlterConfigsResource {
+                        resource_type: 4,
+                        resource_name: resource_name.into(),
+                        configs: vec![AlterableConfig {
+                            name: MIN_INSYNC_REPLICAS.into(),
+                            op,
+                            value: value.map(str::to_owned),
+                        }],
+                    }],
+                    validate_only: false,
+                }),
+            ) else {
+                panic!()
+            };
+            assert_eq!(v[0].error_code, INVALID_CONFIG, "{v:?}");
+        }
+        h.register(1, None);
+        h.register(2, None);
+        h.create(topic("elr-default", 1, 2), false);
+        let p = &h.partitions("elr-default")[0];
+        let follower = if p.leader == BrokerId(1) {
+            BrokerId(2)
+        } else {
+            BrokerId(1)
+        };
+        let epoch = h.image.broker(follower).unwrap().epoch;
+        h.run(ControllerRequest::BrokerHeartbeat(BrokerHeartbeatRequest {
+            broker_id: follower,
+            broker_epoch: epoch,
+            current_metadata_offset: h.image.offset(),
+            wants_fence: true,
+            wants_shut_down: false,
+        }));
+        assert_eq!(
+            h.partitions("elr-default")[0].eligible_leader_replicas,
+            vec![follower]
+        );
+    }
+
+    #[test]
+    fn update_features_finalizes_levels_and_level_0_removes_one() {
+        let mut h = Harness::new();
+        let update = |updates: &[(&str, i16)], validate_only| {
+            ControllerRequest::UpdateFeatures(UpdateFeaturesRequest {
+                updates: updates.iter().map(|(n, l)| (n.to_string(), *l)).collect(),
+                validate_only,
+            })
+        };
+        let request = update(
+            &[("metadata.version", 25), ("transaction.version", 2)],
+            true,
+        );
+        assert_eq!(h.run(request), ControllerResponse::UpdateFeatures(NONE));
+        assert_eq!(h.image.feature_level("transaction.version"), None);
+        let request = update(
+            &[("metadata.version", 25), ("transaction.version", 2)],
+            false,
+        );
+        assert_eq!(h.run(request), ControllerResponse::UpdateFeatures(NONE));
+        assert_eq!(h.image.feature_level("metadata.version"), Some(25));
+        assert_eq!(h.image.feature_level("transaction.version"), Some(2));
+        let offset = h.image.offset();
+        // The same levels again: nothing to write.
+        let request = update(&[("transaction.version", 2)], false);
+        assert_eq!(h.run(request), ControllerResponse::UpdateFeatures(NONE));
+        assert_eq!(h.image.offset(), offset);
+        let request = update(&[("transaction.version", 0)], false);
+        assert_eq!(h.run(request), ControllerResponse::UpdateFeatures(NONE));
+        assert_eq!(h.image.feature_level("transaction.version"), None);
+        assert_eq!(h.image.feature_level("metadata.version"), Some(25));
     }
 
     #[test]

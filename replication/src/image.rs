@@ -150,6 +150,11 @@ impl MetadataImage {
         self.features.get(name).copied()
     }
 
+    /// Every finalized feature above level 0, by name.
+    pub fn features(&self) -> &BTreeMap<String, i16> {
+        &self.features
+    }
+
     /// Applies one committed record at `offset`. Records of one batch share its offset. An
     /// error means the record contradicts the image: the log or the controller is wrong.
     pub fn apply(&mut self, offset: Offset, record: &Record) -> Result<(), ApplyError> {

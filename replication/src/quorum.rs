@@ -31,7 +31,7 @@
 //! leader's first entry) are applied as no-ops so the image's offset is always the raft
 //! applied index, and a snapshot at that index rebuilds an equal image.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use raft::eraftpb::{
     ConfChange, ConfChangeType, ConfState, EntryType, MessageType, SnapshotMetadata,
@@ -355,6 +355,11 @@ pub struct ReplicaState {
     pub replica_id: u64,
     /// The offset after the last entry known to be on that replica; -1 when unknown.
     pub log_end_offset: i64,
+    /// When the leader last heard from that replica (an append or heartbeat response), on the
+    /// node's clock (`QuorumStatus::now_ms`); the leader itself is heard now. `None` when unknown.
+    pub last_fetch_ms: Option<u64>,
+    /// When that replica last had every entry the leader had (Kafka's last caught-up time).
+    pub last_caught_up_ms: Option<u64>,
 }
 
 /// What DescribeQuorum reports.
@@ -368,6 +373,15 @@ pub struct QuorumStatus {
     pub high_watermark: i64,
     pub voters: Vec<ReplicaState>,
     pub observers: Vec<ReplicaState>,
+    /// The node's clock when this was taken, to turn the replicas' times into wall time.
+    pub now_ms: u64,
+}
+
+/// What the leader last heard from one replica, on the node's clock.
+#[derive(Clone, Copy, Debug, Default)]
+struct Heard {
+    fetch_ms: u64,
+    caught_up_ms: Option<u64>,
 }
 
 /// Requests waiting for their records to commit.
@@ -404,6 +418,8 @@ pub struct MetadataNode {
     snapshots_sent: Vec<u64>,
     /// A configuration change was applied since the last snapshot: take one at once.
     conf_changed: bool,
+    /// While leading: what each other replica last answered, by raft id (DescribeQuorum).
+    heard: BTreeMap<u64, Heard>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -502,6 +518,7 @@ impl MetadataNode {
             out: Ready::default(),
             snapshots_sent: Vec::new(),
             conf_changed: false,
+            heard: BTreeMap::new(),
         })
     }
 
@@ -595,10 +612,18 @@ impl MetadataNode {
             self.inbox.push_back(Input::Step(message));
             return;
         }
+        let answer = matches!(
+            message.get_msg_type(),
+            MessageType::MsgAppendResponse | MessageType::MsgHeartbeatResponse
+        ) && !message.reject;
+        let from = message.from;
         // Messages from unknown peers or stale terms are raft's to ignore; an error here only
         // means the message was dropped.
         let _ = self.raw.step(message);
         self.check_leadership();
+        if answer && self.raw.raft.state == StateRole::Leader {
+            self.heard_from(from);
+        }
     }
 
     /// Submits a controller request; its response comes in a later `Ready::replies`.
@@ -715,6 +740,22 @@ impl MetadataNode {
         self.tick(now);
     }
 
+    /// The leader heard an answer from `raft_id`: its fetch time is now, and so is its
+    /// caught-up time when it has every entry the leader has.
+    fn heard_from(&mut self, raft_id: u64) {
+        let raft = &self.raw.raft;
+        let Some(progress) = raft.prs().get(raft_id) else {
+            return;
+        };
+        let caught_up = progress.matched >= raft.raft_log.last_index();
+        let now = self.now_ms;
+        let heard = self.heard.entry(raft_id).or_default();
+        heard.fetch_ms = now;
+        if caught_up {
+            heard.caught_up_ms = Some(now);
+        }
+    }
+
     /// DescribeQuorum. Log end offsets of other replicas are known on the leader only.
     pub fn quorum_status(&self) -> QuorumStatus {
         let raft = &self.raw.raft;
@@ -722,16 +763,24 @@ impl MetadataNode {
         let own_leo = raft.raft_log.last_index() as i64 + 1;
         let replica = |raft_id: u64| {
             let id = node_id_of(raft_id);
-            let log_end_offset = if id == self.config.node_id {
-                own_leo
+            let (log_end_offset, last_fetch_ms, last_caught_up_ms) = if id == self.config.node_id {
+                let now = is_leader.then_some(self.now_ms);
+                (own_leo, now, now)
             } else if is_leader {
-                raft.prs().get(raft_id).map_or(-1, |p| p.matched as i64 + 1)
+                let heard = self.heard.get(&raft_id);
+                (
+                    raft.prs().get(raft_id).map_or(-1, |p| p.matched as i64 + 1),
+                    heard.map(|h| h.fetch_ms),
+                    heard.and_then(|h| h.caught_up_ms),
+                )
             } else {
-                -1
+                (-1, None, None)
             };
             ReplicaState {
                 replica_id: id,
                 log_end_offset,
+                last_fetch_ms,
+                last_caught_up_ms,
             }
         };
         let conf = raft.prs().conf().to_conf_state();
@@ -741,6 +790,7 @@ impl MetadataNode {
             high_watermark: raft.raft_log.committed as i64 + 1,
             voters: conf.voters.iter().map(|&id| replica(id)).collect(),
             observers: conf.learners.iter().map(|&id| replica(id)).collect(),
+            now_ms: self.now_ms,
         }
     }
 
@@ -801,6 +851,7 @@ impl MetadataNode {
     }
 
     fn step_down(&mut self) {
+        self.heard.clear();
         self.leader_term = None;
         self.activation_index = None;
         self.controller.deactivate();
@@ -988,6 +1039,7 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
             l.error_code = NOT_CONTROLLER;
             l.reassignments.clear();
         }
+        R::UpdateFeatures(e) => *e = NOT_CONTROLLER,
     }
     r
 }
@@ -1107,6 +1159,9 @@ mod tests {
         assert_eq!(status.leader_id, 1);
         assert_eq!(status.voters.len(), 1);
         assert_eq!(status.voters[0].log_end_offset, status.high_watermark);
+        // The leader hears itself now.
+        assert_eq!(status.voters[0].last_fetch_ms, Some(status.now_ms));
+        assert_eq!(status.voters[0].last_caught_up_ms, Some(status.now_ms));
     }
 
     #[test]

@@ -801,6 +801,7 @@ impl Sim {
             ControllerResponse::ListPartitionReassignments(r) => {
                 r.error_code == error_code::NOT_CONTROLLER
             }
+            ControllerResponse::UpdateFeatures(e) => *e == error_code::NOT_CONTROLLER,
         };
         if not_controller {
             self.acked.not_controller += 1;
@@ -903,6 +904,29 @@ impl Sim {
             );
         }
         let image = images[0].1;
+        // The active controller has heard from every voter and learner, and saw each with its
+        // whole log (DescribeQuorum's last fetch and caught-up times), never in its future.
+        let leader = self
+            .nodes
+            .values()
+            .filter_map(|n| n.node.as_ref())
+            .find(|n| n.is_active_controller())
+            .expect("an active controller");
+        let status = leader.quorum_status();
+        assert_eq!(
+            status.voters.len() + status.observers.len(),
+            self.nodes.len(),
+            "{status:?}"
+        );
+        for r in status.voters.iter().chain(&status.observers) {
+            for t in [r.last_fetch_ms, r.last_caught_up_ms] {
+                assert!(
+                    t.is_some_and(|t| t <= status.now_ms),
+                    "replica {} as the controller saw it: {status:?}",
+                    r.replica_id
+                );
+            }
+        }
         // Every registered broker became a learner, on every node alike.
         for (id, n) in &self.nodes {
             let conf = n.node.as_ref().unwrap().conf_state();

@@ -51,14 +51,15 @@ KAFKA_PROPS = {"auto.create.topics.enable": "false"}
 # Java client's TxnTest at transaction version 2; DescribeTransactions and
 # ListTransactions: test_describe_and_list_transactions_like_kafka here and
 # test_transactions_admin.py; Produce 13, topics by id: broker/tests/produce_topic_ids.rs and the Java
-# client, which sends it).
+# client, which sends it; ListOffsets 11, DescribeLogDirs 5 and UpdateFeatures:
+# test_features_kafka.py).
 EXPECTED_APIS = {
-    0: (3, 13), 1: (4, 18), 2: (1, 10), 3: (0, 13), 8: (2, 8), 9: (1, 8), 10: (0, 4), 11: (0, 9),
+    0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 8), 9: (1, 8), 10: (0, 4), 11: (0, 9),
     12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 18: (0, 4), 19: (2, 7),
     20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 1), 28: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4),
-    33: (0, 2), 34: (1, 2), 35: (1, 4), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1),
+    33: (0, 2), 34: (1, 2), 35: (1, 5), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1),
     46: (0, 0), 47: (0, 0), 48: (0, 1),
-    49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 2),
+    49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 57: (0, 2), 60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 2),
     68: (0, 1), 69: (0, 1),
     74: (0, 1), 75: (0, 0),
 }
@@ -151,7 +152,8 @@ def test_api_versions_advertise_what_is_implemented_and_kafka_4_features(both):
 
     finalized = {f["name"]: (f["min_version_level"], f["max_version_level"]) for f in v4["finalized_features"]}
     assert finalized == {"metadata.version": (METADATA_VERSION_4_0, METADATA_VERSION_4_0),
-                         "group.version": (1, 1), "transaction.version": (2, 2)}
+                         "eligible.leader.replicas.version": (1, 1), "group.version": (1, 1),
+                         "transaction.version": (2, 2)}
     kafka_finalized = {f["name"]: f["max_version_level"] for f in k4["finalized_features"]}
     assert kafka_finalized["metadata.version"] >= METADATA_VERSION_4_0
     assert kafka_finalized["group.version"] == 1
@@ -160,7 +162,9 @@ def test_api_versions_advertise_what_is_implemented_and_kafka_4_features(both):
     assert v4["finalized_features_epoch"] >= 0 and k4["finalized_features_epoch"] >= 0
     supported = {f["name"]: (f["min_version"], f["max_version"]) for f in v4["supported_features"]}
     assert supported == {"metadata.version": (METADATA_VERSION_4_0, METADATA_VERSION_4_0),
-                         "group.version": (0, 1), "transaction.version": (0, 2)}
+                         "kraft.version": (0, 0), "eligible.leader.replicas.version": (1, 1),
+                         "group.version": (1, 1), "transaction.version": (0, 2), "share.version": (0, 0),
+                         "streams.version": (0, 0)}
     # Version 3 leaves out supported ranges that start at 0 (KAFKA-17011), on both brokers;
     # finalized features are the same as in version 4.
     for r3, r4 in ((v3, v4), (k3, k4)):

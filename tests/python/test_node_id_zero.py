@@ -11,9 +11,12 @@ from confluent_kafka.admin import NewTopic
 
 from cluster import Cluster, running, wait_for
 from harness import Broker, admin, assert_all_delivered, consumer, produce_all, producer, read_to_end
+from test_cluster import java
 from test_single_node_quorum import quorum_status
 
 import json
+import time
+
 import pytest
 
 
@@ -76,6 +79,7 @@ def test_a_cluster_of_nodes_0_1_2_survives_losing_node_0(cluster):
     first = produce_all(p, "zero-rf3", [{"value": f"a{i}"} for i in range(300)])
     assert_all_delivered(first)
     assert [r.offset for r in first] == list(range(300))
+    killed_ms = time.time() * 1000
     cluster.node(0).kill()
     wait_for("a new leader of zero-rf3",
              lambda: admin(cluster.node(1).bootstrap).list_topics(topic="zero-rf3", timeout=5)
@@ -83,6 +87,25 @@ def test_a_cluster_of_nodes_0_1_2_survives_losing_node_0(cluster):
     second = produce_all(p, "zero-rf3", [{"value": f"b{i}"} for i in range(300)])
     assert_all_delivered(second)
     assert [r.offset for r in second] == list(range(300, 600))
+    # The dead voter is visible in kafka-metadata-quorum: the quorum leader last heard from
+    # node 0 before the kill (or never, if leadership moved with it), and from the others now.
+    def heard() -> dict:
+        out = java("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server",
+                   cluster.node(1).bootstrap, "describe", "--replication")
+        assert out.returncode == 0, out.stderr[-2000:]
+        # NodeId DirectoryId LogEndOffset Lag LastFetchTimestamp LastCaughtUpTimestamp Status
+        return {int(r[0]): (int(r[4]), int(r[5])) for r in
+                (line.split() for line in out.stdout.splitlines() if line[:1].isdigit())}
+    wait_for("the live voters heard after the kill",
+             lambda: all(heard()[n][0] > killed_ms for n in (1, 2)), timeout=30)
+    rows = heard()
+    assert sorted(rows) == [0, 1, 2], rows
+    now_ms = time.time() * 1000
+    for n in (1, 2):
+        last_fetch, caught_up = rows[n]
+        assert killed_ms < last_fetch <= now_ms + 1000, rows
+        assert killed_ms < caught_up <= now_ms + 1000, rows
+    assert rows[0][0] == -1 or rows[0][0] < killed_ms + 1000, rows
     # Node 0 comes back, catches up and leads its partition again (preferred-leader election).
     cluster.node(0).start(wait=False)
     cluster.node(0).wait_ready(wait_for_partitions=False)

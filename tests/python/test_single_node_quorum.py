@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -26,6 +27,14 @@ def test_the_single_node_is_a_quorum_of_one_that_kafkas_tools_describe(fresh_bro
     assert not (broker.data_dir / ".sluice-metadata.json").exists()
     before = quorum_status(broker.bootstrap)
     assert before["LeaderId"] == "1", before
+    # A new data directory gets a random cluster id as kafka-storage random-uuid makes one
+    # (22 characters of base64url), written to meta.properties and kept across restarts.
+    cluster_id = before["ClusterId"]
+    assert len(cluster_id) == 22 and cluster_id != "sluice-single-node", before
+    props = dict(line.split("=", 1) for line in (broker.data_dir / "meta.properties").read_text().splitlines()
+                 if "=" in line and not line.startswith("#"))
+    assert props["cluster.id"] == cluster_id, props
+    assert admin(broker.bootstrap).describe_cluster(request_timeout=10).result(timeout=20).cluster_id == cluster_id
     assert [v["id"] for v in json.loads(before["CurrentVoters"])] == [1], before
     assert before["CurrentObservers"] == "[]", before
     # A topic is a committed change: the high watermark moves.
@@ -38,6 +47,9 @@ def test_the_single_node_is_a_quorum_of_one_that_kafkas_tools_describe(fresh_bro
     assert replication.returncode == 0, replication.stderr[-2000:]
     rows = [line.split() for line in replication.stdout.splitlines() if line[:1].isdigit()]
     assert [(r[0], r[-1]) for r in rows] == [("1", "Leader")], replication.stdout
+    # The leader hears itself now: its last fetch and caught-up times are the present.
+    now_ms = time.time() * 1000
+    assert all(abs(int(t) - now_ms) < 60_000 for t in rows[0][4:6]), replication.stdout
 
     ours = subprocess.run([str(SLUICE_BIN), "cluster", "--quorum", "--bootstrap-server", broker.bootstrap],
                           capture_output=True, text=True, timeout=30)
@@ -49,6 +61,7 @@ def test_the_single_node_is_a_quorum_of_one_that_kafkas_tools_describe(fresh_bro
     # the old one is gone), and the topic is there with its leader.
     broker.kill()
     broker.start()
+    assert quorum_status(broker.bootstrap)["ClusterId"] == cluster_id
     log = broker.current_log()
     assert "refused the registration" not in log, broker.log_tail()
     md = admin(broker.bootstrap).list_topics(timeout=10)

@@ -47,6 +47,7 @@ pub const FORWARDED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::UpdateFeatures, 1, 2),
 ];
 
 fn answered(table: &[(ApiKey, i16, i16)], key: ApiKey, version: i16) -> bool {
@@ -179,12 +180,19 @@ fn api_versions() -> ApiVersionsResponse {
 /// with their log end offsets (known on the leader), as `kafka-metadata-quorum` shows them.
 pub fn describe_quorum(node: &ClusterNode, version: i16) -> DescribeQuorumResponse {
     let status = node.quorum_status();
+    // The node's clock is monotonic; Kafka reports wall-clock milliseconds.
+    let wall_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let wall = |t: Option<u64>| t.map_or(-1, |t| wall_now - status.now_ms.saturating_sub(t) as i64);
+    // The replicas' directory ids stay zero, as Kafka reports them for a static quorum
+    // (`controller.quorum.voters`, kraft.version 0).
     let replica = |r: &sluice_replication::quorum::ReplicaState| {
         ReplicaState::default()
             .with_replica_id(kafka_protocol::messages::BrokerId(r.replica_id as i32))
             .with_log_end_offset(r.log_end_offset)
-            .with_last_fetch_timestamp(-1)
-            .with_last_caught_up_timestamp(-1)
+            .with_last_fetch_timestamp(wall(r.last_fetch_ms))
+            .with_last_caught_up_timestamp(wall(r.last_caught_up_ms))
     };
     let partition = PartitionData::default()
         .with_partition_index(0)
@@ -471,6 +479,15 @@ pub fn controller_request(request: &RequestKind) -> Option<core::ControllerReque
                 }),
             })
         }
+        // Checked by the broker that took it (`cluster::update_features`).
+        RequestKind::UpdateFeatures(r) => C::UpdateFeatures(core::UpdateFeaturesRequest {
+            updates: r
+                .feature_updates
+                .iter()
+                .map(|u| (name(&u.feature), u.max_version_level.max(0)))
+                .collect(),
+            validate_only: r.validate_only,
+        }),
         _ => return None,
     })
 }
@@ -830,6 +847,9 @@ pub fn admin_response(response: core::ControllerResponse, version: i16) -> Respo
                     .with_topics(topics),
             )
         }
+        R::UpdateFeatures(error_code) => ResponseKind::UpdateFeatures(
+            kafka_protocol::messages::UpdateFeaturesResponse::default().with_error_code(error_code),
+        ),
         other => unreachable!("not an admin response: {other:?}"),
     }
 }

@@ -191,8 +191,10 @@ fn check(
 }
 
 /// At start: the directory's identity, checked against the configuration. An unformatted
-/// directory of the single-node default formats itself (with the configured `cluster.id`, or
-/// the id earlier releases reported); a cluster node's must have been formatted first.
+/// directory of the single-node default formats itself with the configured `cluster.id`, else
+/// a new random id as `kafka-storage random-uuid` makes (a directory holding data from a
+/// release before `meta.properties` keeps the id that release reported); a cluster node's must
+/// have been formatted first.
 pub fn load_or_format(config: &crate::config::BrokerConfig) -> anyhow::Result<MetaProperties> {
     let dir = &config.data_dir;
     let configured = config
@@ -203,7 +205,16 @@ pub fn load_or_format(config: &crate::config::BrokerConfig) -> anyhow::Result<Me
             check(&props, dir, config.node_id, configured)?;
             Ok(props)
         }
-        None if !config.is_cluster() => format(dir, &config.cluster_id, config.node_id, false),
+        None if !config.is_cluster() => {
+            let id = if config.cluster_id_configured {
+                config.cluster_id.clone()
+            } else if holds_data(dir) {
+                crate::config::SINGLE_NODE_CLUSTER_ID.to_string()
+            } else {
+                random_id()
+            };
+            format(dir, &id, config.node_id, false)
+        }
         None => anyhow::bail!(
             "{} is not formatted: run `sluice storage format --cluster-id ID --node-id {} \
              --data-dir {}` on every node with the same ID (`sluice storage random-uuid` \
@@ -213,6 +224,18 @@ pub fn load_or_format(config: &crate::config::BrokerConfig) -> anyhow::Result<Me
             dir.display()
         ),
     }
+}
+
+/// Whether `dir` holds anything but what a start leaves behind before formatting (a lock file,
+/// an empty directory): data written by an earlier release.
+fn holds_data(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            !name.starts_with(".lock") && name != "lost+found"
+        })
+    })
 }
 
 #[cfg(test)]

@@ -336,6 +336,114 @@ pub async fn list_partition_reassignments(
     admin_as!(ListPartitionReassignments, shard, version, request, wait)
 }
 
+/// UpdateFeatures (`kafka-features upgrade|downgrade|disable`): every requested level is checked
+/// here against this build and the cluster's levels (all or nothing, as Kafka's controller
+/// does), then finalized at the controller. The first one writes every feature's level, so
+/// that from then on the metadata log holds them all (`crate::features`).
+pub async fn update_features(
+    shard: &Rc<Shard>,
+    mut request: kafka_protocol::messages::UpdateFeaturesRequest,
+    version: i16,
+) -> kafka_protocol::messages::UpdateFeaturesResponse {
+    use crate::features;
+    use kafka_protocol::messages::update_features_response::UpdatableFeatureResult;
+    use kafka_protocol::messages::UpdateFeaturesResponse;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::ResponseError;
+    let image = shard.image();
+    let config = shard.config();
+    let mut wanted: Vec<(String, i16)> = Vec::new();
+    let mut refused: Option<String> = None;
+    for u in &request.feature_updates {
+        let name = u.feature.to_string();
+        let upgrade_type = if version == 0 {
+            if u.allow_downgrade {
+                features::SAFE_DOWNGRADE
+            } else {
+                features::UPGRADE
+            }
+        } else {
+            u.upgrade_type
+        };
+        let current = features::feature(&name).map_or(0, |f| features::level(&image, config, f));
+        match features::check_update(current, &name, u.max_version_level, upgrade_type) {
+            Ok(()) => wanted.push((name, u.max_version_level.max(0))),
+            Err(message) => {
+                refused.get_or_insert(message);
+            }
+        }
+    }
+    let asked: Vec<StrBytes> = request
+        .feature_updates
+        .iter()
+        .map(|u| u.feature.clone())
+        .collect();
+    let answer = |error_code: i16, message: Option<String>| {
+        let results = asked
+            .iter()
+            .map(|feature| {
+                UpdatableFeatureResult::default()
+                    .with_feature(feature.clone())
+                    .with_error_code(error_code)
+                    .with_error_message(message.clone().map(StrBytes::from_string))
+            })
+            .collect();
+        UpdateFeaturesResponse::default()
+            .with_error_code(error_code)
+            .with_error_message(message.map(StrBytes::from_string))
+            .with_results(results)
+    };
+    if let Some(message) = refused {
+        tracing::info!(%message, "UpdateFeatures refused");
+        return answer(ResponseError::InvalidUpdateVersion.code(), Some(message));
+    }
+    if request.validate_only || wanted.is_empty() {
+        return answer(0, None);
+    }
+    // The whole set, the first time: what the cluster runs at now, with the changes.
+    let mut levels: Vec<(String, i16)> = features::finalized(&image, config)
+        .into_iter()
+        .map(|(f, level)| (f.name.to_string(), level))
+        .collect();
+    for (name, level) in &wanted {
+        if let Some(l) = levels.iter_mut().find(|(n, _)| n == name) {
+            l.1 = *level;
+        }
+    }
+    request.feature_updates = levels
+        .iter()
+        .map(|(name, level)| {
+            kafka_protocol::messages::update_features_request::FeatureUpdateKey::default()
+                .with_feature(StrBytes::from_string(name.clone()))
+                .with_max_version_level(*level)
+                .with_upgrade_type(features::UNSAFE_DOWNGRADE)
+        })
+        .collect();
+    let wait = applied_wait(request.timeout_ms);
+    let response = admin_as!(
+        UpdateFeatures,
+        shard,
+        version.max(1),
+        request,
+        wait,
+        |r, image| {
+            r.error_code != 0
+                || image.cluster.as_ref().is_some_and(|c| {
+                    levels
+                        .iter()
+                        .all(|(name, level)| c.features.get(name).copied().unwrap_or(0) == *level)
+                })
+        }
+    );
+    if response.error_code == 0 {
+        tracing::info!(features = ?wanted, "finalized feature levels");
+    }
+    answer(
+        response.error_code,
+        response.error_message.map(|m| m.to_string()),
+    )
+}
+
 /// Why the broker's own creation of a topic (auto-creation, the offsets topic) failed.
 #[derive(Debug)]
 pub enum CreateError {

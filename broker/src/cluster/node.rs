@@ -841,6 +841,7 @@ fn all_not_controller(response: &ResponseKind) -> bool {
         ResponseKind::ElectLeaders(r) => r.error_code == nc,
         ResponseKind::AlterPartitionReassignments(r) => r.error_code == nc,
         ResponseKind::ListPartitionReassignments(r) => r.error_code == nc,
+        ResponseKind::UpdateFeatures(r) => r.error_code == nc,
         _ => false,
     }
 }

@@ -47,6 +47,9 @@ pub struct ClusterView {
     /// The controller clients are told of (-1 when none): this broker, which forwards admin
     /// requests to the active controller (`ClusterNode::controller_for_clients`).
     pub controller_id: i32,
+    /// Finalized feature levels from the metadata log (UpdateFeatures), by name; empty until
+    /// the first UpdateFeatures (`crate::features`).
+    pub features: BTreeMap<String, i16>,
 }
 
 impl ClusterView {
@@ -94,6 +97,7 @@ pub fn broker_image(
     let mut view = ClusterView {
         offset: cluster.offset().0,
         controller_id,
+        features: cluster.features().clone(),
         ..ClusterView::default()
     };
     for b in cluster.brokers() {

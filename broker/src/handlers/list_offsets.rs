@@ -20,6 +20,8 @@ pub const EARLIEST: i64 = -2;
 pub const MAX_TIMESTAMP: i64 = -3;
 pub const EARLIEST_LOCAL: i64 = -4;
 pub const LATEST_TIERED: i64 = -5;
+/// KIP-1023: the first offset not yet uploaded to remote storage (ListOffsets v11).
+pub const EARLIEST_PENDING_UPLOAD: i64 = -6;
 
 /// (error code, timestamp, offset, leader epoch of the offset)
 pub async fn lookup(
@@ -53,9 +55,9 @@ pub async fn lookup(
             .0;
             let found = match timestamp {
                 LATEST => Ok(Some((hw, -1))),
-                // Nothing is tiered: there is no tiered offset, as Kafka answers without
-                // remote storage.
-                LATEST_TIERED => return (0, -1, -1, -1),
+                // Nothing is tiered: there is no tiered offset and nothing waits for an upload,
+                // as Kafka answers for a topic without remote storage.
+                LATEST_TIERED | EARLIEST_PENDING_UPLOAD => return (0, -1, -1, -1),
                 EARLIEST | EARLIEST_LOCAL => Ok(Some((log.log_start_offset().0, -1))),
                 MAX_TIMESTAMP => log
                     .max_timestamp_offset()
@@ -95,6 +97,7 @@ fn first_version(timestamp: i64) -> i16 {
         MAX_TIMESTAMP => 7,
         EARLIEST_LOCAL => 8,
         LATEST_TIERED => 9,
+        EARLIEST_PENDING_UPLOAD => 11,
         _ => 0,
     }
 }

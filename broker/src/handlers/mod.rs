@@ -65,8 +65,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // unset.
     (ApiKey::Fetch, 4, 18),
     // 9 adds LATEST_TIERED (no tiered storage: answered -1), 10 a timeout for remote lookups
-    // (every lookup is local). 11 (earliest pending upload) is past the codec's versions.
-    (ApiKey::ListOffsets, 1, 10),
+    // (every lookup is local), 11 EARLIEST_PENDING_UPLOAD (answered -1 too). 11 is past the
+    // codec's versions: its bytes are 10's (`codec_version`).
+    (ApiKey::ListOffsets, 1, 11),
     // 13 adds a top-level error code, never set here (no re-bootstrap is ever needed).
     (ApiKey::Metadata, 0, 13),
     // 4 lists features whose supported range starts at 0.
@@ -80,6 +81,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    // 1 replaces allow_downgrade with upgrade_type; 2 drops nothing the broker sends.
+    (ApiKey::UpdateFeatures, 0, 2),
     (ApiKey::DeleteRecords, 0, 2),
     // 5 adds TRANSACTION_ABORTABLE (KIP-890); 6 is two-phase commit (KIP-939), past the
     // codec's versions.
@@ -114,8 +117,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeTopicPartitions, 0, 0),
-    // 5 adds IsCordoned, past the codec's versions.
-    (ApiKey::DescribeLogDirs, 1, 4),
+    // 5 adds IsCordoned (KIP-1066; no directory is ever cordoned), past the codec's
+    // versions: the request is 4's, the response is encoded here (`describe_log_dirs`).
+    (ApiKey::DescribeLogDirs, 1, 5),
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::ListConfigResources, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
@@ -142,7 +146,18 @@ pub fn supported(key: ApiKey, version: i16) -> bool {
 
 /// Decodes a request body for its API and version (the header already taken off `body`).
 pub fn decode_request(key: ApiKey, version: i16, body: &mut Bytes) -> anyhow::Result<RequestKind> {
-    RequestKind::decode(key, body, version)
+    RequestKind::decode(key, body, codec_version(key, version))
+}
+
+/// The version whose bytes the codec reads and writes for `key` at `version`: Kafka versions
+/// newer than the codec's whose request (and, but for DescribeLogDirs, response) schema is
+/// the previous version's unchanged, as Kafka's generated schemas show.
+pub fn codec_version(key: ApiKey, version: i16) -> i16 {
+    match (key, version) {
+        (ApiKey::ListOffsets, 11) => 10,
+        (ApiKey::DescribeLogDirs, 5) => 4,
+        _ => version,
+    }
 }
 
 /// Who sent a request: the header's client id and the peer's host, for group membership.
@@ -195,11 +210,15 @@ pub async fn dispatch(
         RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
             crate::cluster::list_partition_reassignments(shard, r, version).await,
         ),
+        RequestKind::UpdateFeatures(r) => {
+            ResponseKind::UpdateFeatures(crate::cluster::update_features(shard, r, version).await)
+        }
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(
             &r,
             version,
             None,
-            shard.config().transaction_version,
+            &shard.image(),
+            shard.config(),
         )),
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(shard, r, version).await)
@@ -362,7 +381,7 @@ pub fn encode_response(
     correlation_id: i32,
     response: &ResponseKind,
 ) -> anyhow::Result<Bytes> {
-    let header_version = key.response_header_version(version);
+    let header_version = key.response_header_version(codec_version(key, version));
     let header =
         kafka_protocol::messages::ResponseHeader::default().with_correlation_id(correlation_id);
     // A fetch response carries megabytes of records: size the frame once rather than let it
@@ -376,7 +395,12 @@ pub fn encode_response(
     let mut buf = BytesMut::with_capacity(64 + body);
     buf.extend_from_slice(&[0; 4]);
     kafka_protocol::protocol::Encodable::encode(&header, &mut buf, header_version)?;
-    response.encode(&mut buf, version)?;
+    match response {
+        ResponseKind::DescribeLogDirs(r) if version >= 5 => {
+            describe_log_dirs::encode_v5(r, &mut buf);
+        }
+        _ => response.encode(&mut buf, codec_version(key, version))?,
+    }
     let size = (buf.len() - 4) as u32;
     buf[0..4].copy_from_slice(&size.to_be_bytes());
     Ok(buf.freeze())

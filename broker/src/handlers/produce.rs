@@ -108,7 +108,7 @@ async fn append_on_owner(
             // request that names its transactional id can be verified, as in Kafka.
             let mut verified = None;
             let add = txn.version >= verify::PRODUCE_ADD_VERSION
-                && shard.config().transaction_version >= 2;
+                && shard.transaction_version() >= 2;
             let verifying = add || shard.config().transaction_partition_verification_enable;
             if let (Some((producer_id, producer_epoch)), Some(transactional_id), true) = (
                 header

@@ -102,7 +102,7 @@ pub async fn handle(
                         &group_id,
                         s.config().offsets_topic_partitions,
                     );
-                    let add = version >= ADD_VERSION && s.config().transaction_version >= 2;
+                    let add = version >= ADD_VERSION && s.transaction_version() >= 2;
                     let verifying = add || s.config().transaction_partition_verification_enable;
                     let guard = match s.partition(offsets_topic::OFFSETS_TOPIC, index) {
                         Some(p)

@@ -54,7 +54,10 @@ pub fn decode_header(body: &mut Bytes) -> anyhow::Result<Header> {
         }
         anyhow::bail!("{key:?} v{version} is not supported");
     }
-    let header = RequestHeader::decode(body, key.request_header_version(version))?;
+    let header = RequestHeader::decode(
+        body,
+        key.request_header_version(handlers::codec_version(key, version)),
+    )?;
     Ok(Header::Request {
         key,
         version,

@@ -481,7 +481,8 @@ fn prepare(
                 &ApiVersionsRequest::default(),
                 0,
                 Some(ResponseError::UnsupportedVersion),
-                shard.config().transaction_version,
+                &shard.image(),
+                shard.config(),
             ));
             let frame =
                 handlers::encode_response(ApiKey::ApiVersions, 0, correlation_id, &response)?;

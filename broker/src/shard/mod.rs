@@ -148,6 +148,11 @@ impl Shard {
         self.image.borrow().clone()
     }
 
+    /// The cluster's finalized `transaction.version` (`crate::features`).
+    pub fn transaction_version(&self) -> i16 {
+        crate::features::transaction_version(&self.image.borrow(), self.config())
+    }
+
     /// The metadata node (shard 0 of a cluster node only).
     pub fn cluster_node(&self) -> Option<Rc<crate::cluster::node::ClusterNode>> {
         self.cluster.borrow().clone()

@@ -322,6 +322,12 @@ pub struct TxnCoordinator {
 }
 
 impl TxnCoordinator {
+    /// The cluster's `transaction.version` from now on: the records this coordinator writes, and
+    /// how its own aborts bump epochs, follow it.
+    pub fn set_transaction_version(&mut self, level: TransactionVersion) {
+        self.config.transaction_version_level = level;
+    }
+
     /// A coordinator for a partition with no records yet.
     pub fn new(config: TxnConfig, coordinator_epoch: i32) -> Self {
         TxnCoordinator {

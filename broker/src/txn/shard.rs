@@ -142,12 +142,17 @@ pub fn with_coordinator<T>(
     index: i32,
     f: impl FnOnce(&mut TxnCoordinator) -> T,
 ) -> Result<T, ResponseError> {
+    let transaction_version = TransactionVersion(shard.transaction_version());
     let mut partitions = shard.txns.partitions.borrow_mut();
     match partitions.get_mut(&index) {
         Some(Owned {
             coordinator: Some(c),
             ..
-        }) => Ok(f(c)),
+        }) => {
+            // The cluster's level may have changed since the last call (UpdateFeatures).
+            c.set_transaction_version(transaction_version);
+            Ok(f(c))
+        }
         Some(_) => Err(ResponseError::CoordinatorLoadInProgress),
         None => {
             drop(partitions);
