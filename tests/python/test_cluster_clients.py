@@ -400,9 +400,14 @@ def _offsets_partitions(cluster) -> dict[int, dict]:
     """`__consumer_offsets` as Metadata lists it, once it exists and every partition is led (the
     first FindCoordinator creates it)."""
     exchange(cluster.nodes[0].bootstrap, build(FindCoordinatorRequest, 4, key_type=0, coordinator_keys=["probe"]))
-    return wait_for("the offsets topic with every partition led", lambda: (
+    led = wait_for("the offsets topic with every partition led", lambda: (
         ps := partitions_seen(cluster.nodes[0].bootstrap, "__consumer_offsets"))
         and all(p["leader_id"] >= 0 for p in ps.values()) and ps, 60)
+    # Each partition's first coordinator writes one placement record (group/placement.rs) before
+    # it serves; once every partition has it, only commits move the log ends.
+    wait_for("every offsets partition's placement record",
+             lambda: all(end > 0 for end in _offsets_ends(cluster.nodes[0].bootstrap, len(led)).values()), 60)
+    return led
 
 
 def _offsets_ends(bootstrap: str, partitions: int) -> dict[int, int]:
@@ -458,10 +463,6 @@ def test_find_coordinator_names_the_leader_of_the_groups_offsets_partition(clust
     _check_group_placement(cluster, groups, offsets)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker: a group whose Java hash is negative is placed at (hash & 0x7fffffff) % partitions "
-    "(group/offsets_topic.rs), not Kafka's Utils.abs(hash) % partitions; changing it moves "
-    "existing groups' commits to another partition, so it needs a migration"))
 def test_groups_with_a_negative_hash_are_placed_on_kafkas_partition(cluster):
     offsets = _offsets_partitions(cluster)
     count = len(offsets)

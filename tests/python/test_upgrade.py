@@ -1,9 +1,15 @@
-"""A single-node broker's data directory from the release before the metadata log opens unchanged:
-its JSON metadata file is imported into `__cluster_metadata` on the first start, then retired.
+"""Data directories written by earlier releases open with everything in them.
 
-The directory is a real one (tests/fixtures/single-node-dir.tar.gz, made by that release's binary
-with tests/fixtures/make_single_node_dir.py): topics with configs, records from an idempotent
-producer (keys, null keys, headers), a dynamic broker config and a group's committed offsets.
+- A single-node broker's directory from the release before the metadata log: its JSON metadata
+  file is imported into `__cluster_metadata` on the first start, then retired. The directory is
+  a real one (tests/fixtures/single-node-dir.tar.gz, made by that release's binary with
+  tests/fixtures/make_single_node_dir.py): topics with configs, records from an idempotent
+  producer (keys, null keys, headers), a dynamic broker config and a group's committed offsets.
+- A three-node cluster's directories from the release that placed groups with a negative Java
+  hash on another `__consumer_offsets` partition than Kafka (tests/fixtures/cluster-dirs.tar.gz,
+  made with tests/fixtures/make_cluster_dirs.py): each group's coordinator is now Kafka's, and
+  its commits (plain, committed with a transaction, one aborted transaction's left out) are
+  there; a group deleted before the upgrade stays deleted; later commits win across restarts.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import ConfigResource, OffsetSpec
 
+from cluster import Cluster
 from harness import Broker, admin, producer
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 from kafka.protocol.producer import InitProducerIdRequest
 from wire import Pipeline, build
 
@@ -143,3 +151,88 @@ def test_a_single_node_directory_from_before_the_metadata_log_opens_with_everyth
     assert "imported=0" in broker.log_text().rsplit("imported the metadata file", 1)[1].splitlines()[0]
     assert not (broker.data_dir / METADATA_FILE).exists()
     check_contents(broker)
+
+
+CLUSTER_EXPECTED = json.loads((FIXTURES / "cluster-dirs.expected.json").read_text())
+
+
+def java_hash(s: str) -> int:
+    h = 0
+    for ch in s:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def kafka_partition(group: str, partitions: int) -> int:
+    h = java_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def committed_offsets(bootstrap: str, group: str) -> dict[str, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition("orders", q) for q in range(3)], timeout=30)
+    finally:
+        c.close()
+    return {str(tp.partition): tp.offset for tp in got if tp.offset >= 0}
+
+
+def test_groups_an_earlier_release_placed_elsewhere_keep_their_commits_on_kafkas_partition(tmp_path):
+    partitions = CLUSTER_EXPECTED["offsets_partitions"]
+    toml = tmp_path / "sluice.toml"
+    toml.write_text(f'"offsets.topic.num.partitions" = {partitions}\n')
+    c = Cluster(3, name="upgrade", cluster_id=CLUSTER_EXPECTED["cluster_id"], extra_args=["--config", str(toml)])
+    with tarfile.open(FIXTURES / "cluster-dirs.tar.gz") as tar:
+        tar.extractall(tmp_path / "old", filter="data")
+    for n in c.nodes:
+        shutil.rmtree(n.data_dir)
+        shutil.move(tmp_path / "old" / f"node-{n.node_id}", n.data_dir)
+    failed = True
+    try:
+        c.start()
+        groups = CLUSTER_EXPECTED["groups"]
+        moved = [g for g in groups if java_hash(g) < 0 and groups[g]]
+        assert len(moved) == 5, moved
+        for g, want in groups.items():
+            assert committed_offsets(c.bootstrap, g) == want, g
+        # Each group's coordinator is the leader of Kafka's partition for it.
+        md = admin(c.bootstrap).list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+        pipe = Pipeline(c.nodes[0].bootstrap)
+        pipe.send(build(FindCoordinatorRequest, 4, key_type=0, coordinator_keys=list(groups)))
+        (answer,) = pipe.responses()
+        pipe.close()
+        got = {x["key"]: (x["error_code"], x["node_id"]) for x in answer["coordinators"]}
+        assert got == {g: (0, md.partitions[kafka_partition(g, partitions)].leader) for g in groups}, got
+        taken = sum(n.log_text().count("took over the commits of a group") for n in c.nodes)
+        assert taken == len(moved), taken
+
+        # A moved group's next commit lands on Kafka's partition and nowhere else, and wins over
+        # the one taken over, across a restart of every node; the deleted group does not come
+        # back from its old partition.
+        def ends() -> dict[int, int]:
+            a = admin(c.bootstrap)
+            futures = a.list_offsets({TopicPartition("__consumer_offsets", p): OffsetSpec.latest()
+                                      for p in range(partitions)}, request_timeout=15)
+            return {tp.partition: f.result(timeout=20).offset for tp, f in futures.items()}
+
+        for g in moved:
+            before = ends()
+            c2 = Consumer({"bootstrap.servers": c.bootstrap, "group.id": g, "enable.auto.commit": False})
+            c2.commit(offsets=[TopicPartition("orders", 0, 99)], asynchronous=False)
+            c2.close()
+            after = ends()
+            grew = [p for p in range(partitions) if after[p] != before[p]]
+            assert grew == [kafka_partition(g, partitions)], (g, grew)
+        c.stop()
+        c.start()
+        for g, want in groups.items():
+            assert committed_offsets(c.bootstrap, g) == ({**want, "0": 99} if g in moved else want), g
+        assert sum(n.log_text().count("took over the commits of a group") for n in c.nodes) == taken
+        failed = False
+    finally:
+        if failed:
+            print(c.log_tails())
+        c.stop()
+        if not failed:
+            for n in c.nodes:
+                n.remove()

@@ -38,6 +38,7 @@ use crate::shard::Shard;
 pub mod consumer;
 pub mod consumer_protocol;
 pub mod offsets_topic;
+pub mod placement;
 
 use offsets_topic::{CommitKey, CommitValue, OFFSETS_TOPIC};
 
@@ -1316,13 +1317,51 @@ impl Shard {
     ) -> Result<(), i16> {
         let partitions = self.config().offsets_topic_partitions;
         let p = offsets_topic::partition_for(group_id, partitions);
-        let Some(log) = self.partition(OFFSETS_TOPIC, p) else {
-            return Err(err(ResponseError::CoordinatorNotAvailable));
-        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
+        let records = commits
+            .iter()
+            .map(|((topic, partition), committed)| {
+                let key = offsets_topic::encode_key(&CommitKey {
+                    group: group_id.to_string(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                });
+                let value = committed.as_ref().map(|c| {
+                    offsets_topic::encode_value(&CommitValue {
+                        offset: c.offset,
+                        leader_epoch: c.leader_epoch,
+                        metadata: c.metadata.clone(),
+                        commit_timestamp: now,
+                    })
+                });
+                NewRecord {
+                    key: Some(key.to_vec()),
+                    value: value.map(|v| v.to_vec()),
+                    headers: Vec::new(),
+                    timestamp: Timestamp(now),
+                }
+            })
+            .collect();
+        self.append_to_offsets_partition(p, records, producer, group_id)
+            .await
+    }
+
+    /// Appends `records` to `__consumer_offsets` partition `p` (led here) and waits until every
+    /// in-sync replica has them; with `producer`, as that producer's transactional batch.
+    /// `group_id` names the group for the log lines.
+    async fn append_to_offsets_partition(
+        self: &Rc<Self>,
+        p: i32,
+        records: Vec<NewRecord>,
+        producer: Option<(i64, i16)>,
+        group_id: &str,
+    ) -> Result<(), i16> {
+        let Some(log) = self.partition(OFFSETS_TOPIC, p) else {
+            return Err(err(ResponseError::CoordinatorNotAvailable));
+        };
         let mut builder = BatchBuilder::new();
         if let Some((producer_id, producer_epoch)) = producer {
             // No sequence: the coordinator writes it, not the producer (as Kafka's does).
@@ -1330,26 +1369,8 @@ impl Shard {
                 .producer(producer_id, producer_epoch, -1)
                 .attributes(ATTR_TRANSACTIONAL);
         }
-        for ((topic, partition), committed) in commits {
-            let key = offsets_topic::encode_key(&CommitKey {
-                group: group_id.to_string(),
-                topic: topic.clone(),
-                partition: *partition,
-            });
-            let value = committed.as_ref().map(|c| {
-                offsets_topic::encode_value(&CommitValue {
-                    offset: c.offset,
-                    leader_epoch: c.leader_epoch,
-                    metadata: c.metadata.clone(),
-                    commit_timestamp: now,
-                })
-            });
-            builder.push(&NewRecord {
-                key: Some(key.to_vec()),
-                value: value.map(|v| v.to_vec()),
-                headers: Vec::new(),
-                timestamp: Timestamp(now),
-            });
+        for record in &records {
+            builder.push(record);
         }
         let batch = builder.build();
         // Stamped with the offsets partition's leader epoch, as every leader's append is, and
@@ -1402,6 +1423,7 @@ impl Shard {
         still_leading: impl Fn() -> bool,
     ) -> anyhow::Result<usize> {
         let mut loaded = 0usize;
+        let mut placed = false;
         let partitions = self.config().offsets_topic_partitions;
         let log = &partition.log;
         let mut cur = log.log_start_offset();
@@ -1442,9 +1464,18 @@ impl Shard {
                 let txn_producer = header.is_transactional().then(|| header.producer_id());
                 for record in Records::new(&b.bytes) {
                     let Ok(record) = record else { break };
+                    if record.key.is_some_and(offsets_topic::is_placement_key) {
+                        placed = true;
+                        continue;
+                    }
                     let Some(key) = record.key.and_then(offsets_topic::decode_key) else {
                         continue;
                     };
+                    if offsets_topic::partition_for(&key.group, partitions) != index {
+                        // Placed here by an earlier release; its coordinator has taken it over
+                        // (`placement.rs`).
+                        continue;
+                    }
                     let group = groups
                         .entry(key.group.clone())
                         .or_insert_with(|| Group::new(&key.group));
@@ -1488,7 +1519,75 @@ impl Shard {
                 || !g.pending_txn.is_empty()
                 || !g.members.is_empty()
         });
+        if !placed {
+            loaded += self.take_over_strays(index, &still_leading).await?;
+        }
         Ok(loaded)
+    }
+
+    /// Takes over the commits of the groups of partition `index` that earlier releases placed
+    /// on other partitions, and records that it did (`placement.rs`). Their count.
+    async fn take_over_strays(
+        self: &Rc<Self>,
+        index: i32,
+        still_leading: &impl Fn() -> bool,
+    ) -> anyhow::Result<usize> {
+        let Some(strays) = placement::read_strays(self, index, still_leading).await else {
+            return Ok(0); // no longer leading: the next leadership loads again
+        };
+        let partitions = self.config().offsets_topic_partitions;
+        let mut taken = 0usize;
+        for (group_id, commits) in strays {
+            // A commit this partition already has for the same group and partition is newer.
+            let fresh: Vec<((String, i32), Option<Committed>)> = {
+                let groups = self.groups.groups.borrow();
+                let have = groups.get(&group_id);
+                commits
+                    .into_iter()
+                    .filter(|(at, _)| have.is_none_or(|g| !g.offsets.contains_key(at)))
+                    .map(|(at, c)| (at, Some(c)))
+                    .collect()
+            };
+            if fresh.is_empty() || !still_leading() {
+                continue;
+            }
+            self.append_offsets(&group_id, &fresh, None)
+                .await
+                .map_err(|code| {
+                    anyhow::anyhow!(
+                        "storing the commits of group {group_id} taken over: error {code}"
+                    )
+                })?;
+            let mut groups = self.groups.groups.borrow_mut();
+            let group = groups
+                .entry(group_id.clone())
+                .or_insert_with(|| Group::new(&group_id));
+            for (at, committed) in fresh {
+                if let Some(c) = committed {
+                    group.offsets.entry(at).or_insert(c);
+                    taken += 1;
+                }
+            }
+            tracing::info!(group = %group_id, from = offsets_topic::legacy_partition_for(&group_id, partitions), to = index, commits = group.offsets.len(), "took over the commits of a group an earlier release placed on another offsets partition");
+        }
+        if !still_leading() {
+            return Ok(taken);
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let record = NewRecord {
+            key: Some(offsets_topic::encode_placement_key().to_vec()),
+            // Never null: a tombstone would be compacted away, and with it the record.
+            value: Some(0i16.to_be_bytes().to_vec()),
+            headers: Vec::new(),
+            timestamp: Timestamp(now),
+        };
+        self.append_to_offsets_partition(index, vec![record], None, "")
+            .await
+            .map_err(|code| anyhow::anyhow!("storing the placement record: error {code}"))?;
+        Ok(taken)
     }
 
     /// Drops the groups of `__consumer_offsets` partition `index` from memory (this broker no

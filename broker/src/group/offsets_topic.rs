@@ -107,14 +107,47 @@ pub fn decode_value(bytes: &[u8]) -> Option<CommitValue> {
     })
 }
 
-/// Kafka's placement of a group on `__consumer_offsets`: Java's `String.hashCode`, made
-/// non-negative, modulo the partition count.
-pub fn partition_for(group: &str, partitions: i32) -> i32 {
+/// Java's `String.hashCode` of a group id: over its UTF-16 code units.
+fn java_hash(group: &str) -> i32 {
     let mut h: i32 = 0;
     for unit in group.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(unit as i32);
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
     }
-    (h & 0x7fff_ffff) % partitions.max(1)
+    h
+}
+
+/// Kafka's placement of a group on `__consumer_offsets`: `Utils.abs(groupId.hashCode()) %
+/// partitions`, where `Utils.abs(Integer.MIN_VALUE)` is 0.
+pub fn partition_for(group: &str, partitions: i32) -> i32 {
+    let h = java_hash(group);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % partitions.max(1)
+}
+
+/// Where releases before this one placed a group: `(hash & 0x7fffffff) % partitions`. The same
+/// partition as Kafka's for a hash that is not negative; a group with a negative one may have
+/// commits there, which its coordinator takes over once (`placement.rs`).
+pub fn legacy_partition_for(group: &str, partitions: i32) -> i32 {
+    (java_hash(group) & 0x7fff_ffff) % partitions.max(1)
+}
+
+/// The key version of Sluice's own record that says a partition's coordinator has taken over
+/// the commits that earlier releases placed elsewhere (`placement.rs`). Kafka's key versions
+/// are small (0-1 offset commits, 2 group metadata, 3 and up the consumer and share group
+/// records); this one is far from them, and Kafka's own readers skip unknown versions.
+pub const PLACEMENT_KEY_VERSION: i16 = 32_000;
+
+/// The placement record's key: its version, then the placement it records (1: Kafka's).
+pub fn encode_placement_key() -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_i16(PLACEMENT_KEY_VERSION);
+    b.put_i16(1);
+    b.freeze()
+}
+
+/// Whether a record key is the placement record's.
+pub fn is_placement_key(bytes: &[u8]) -> bool {
+    bytes.len() >= 2 && i16::from_be_bytes([bytes[0], bytes[1]]) == PLACEMENT_KEY_VERSION
 }
 
 #[cfg(test)]
@@ -139,9 +172,25 @@ mod tests {
     }
 
     #[test]
-    fn placement_matches_java_string_hash() {
-        // Java: "my-group".hashCode() == -1906497762; & 0x7fffffff % 50 == 36.
-        assert_eq!(partition_for("my-group", 50), 36);
+    fn placement_is_kafkas_and_the_legacy_one_is_kept_for_the_upgrade() {
+        // Java: "my-group".hashCode() == -1906497762; Kafka puts it on 1906497762 % 50 == 12,
+        // earlier releases on (-1906497762 & 0x7fffffff) % 50 == 36.
+        assert_eq!(partition_for("my-group", 50), 12);
+        assert_eq!(legacy_partition_for("my-group", 50), 36);
+        // A hash that is not negative: the same partition both ways ("upgraders" hashes to
+        // 1182437725).
+        assert_eq!(partition_for("upgraders", 50), 25);
+        assert_eq!(legacy_partition_for("upgraders", 50), 25);
         assert_eq!(partition_for("", 50), 0);
+        // "polygenelubricants".hashCode() == Integer.MIN_VALUE, whose Utils.abs is 0.
+        assert_eq!(partition_for("polygenelubricants", 50), 0);
+        assert_eq!(legacy_partition_for("polygenelubricants", 50), 0);
+        assert!(is_placement_key(&encode_placement_key()));
+        assert!(decode_key(&encode_placement_key()).is_none());
+        assert!(!is_placement_key(&encode_key(&CommitKey {
+            group: "g".into(),
+            topic: "t".into(),
+            partition: 0
+        })));
     }
 }

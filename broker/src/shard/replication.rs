@@ -500,7 +500,7 @@ async fn start_over(f: &Followed, leader_start: i64, leader_hw: i64) -> Result<b
 
 /// The whole record batches of a fetched records section; a partial batch at the end (the
 /// leader cut the response at its byte limit) is left for the next fetch.
-fn whole_batches(records: Bytes) -> Vec<Bytes> {
+pub fn whole_batches(records: Bytes) -> Vec<Bytes> {
     let mut out = Vec::new();
     let mut at = 0usize;
     while records.len() - at >= 12 {
