@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use crate::broker_settings::{SettingArgs, BROKER_SETTINGS};
 
 /// Settings the broker reads at start. Keys in the TOML file are Kafka's (`listeners`,
 /// `advertised.listeners`, `log.dirs`, `num.partitions`, `auto.create.topics.enable`, ...).
@@ -282,11 +282,6 @@ pub fn parse_listeners(value: &str) -> anyhow::Result<Vec<Listener>> {
     Ok(out)
 }
 
-/// Kafka's defaults for `broker.session.timeout.ms` (9 s) and `broker.heartbeat.interval.ms`
-/// (2 s).
-pub const BROKER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 9_000;
-pub const BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 2_000;
-
 /// Kafka's `group.consumer.migration.policy`; its default is `bidirectional`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MigrationPolicy {
@@ -339,260 +334,91 @@ impl std::str::FromStr for MigrationPolicy {
     }
 }
 
-/// Kafka's defaults for `group.min.session.timeout.ms` (6 s) and `group.max.session.timeout.ms`
-/// (30 minutes).
-pub const GROUP_MIN_SESSION_TIMEOUT_MS_DEFAULT: i64 = 6_000;
-pub const GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT: i64 = 1_800_000;
-
-/// Kafka's default `log.retention.check.interval.ms` (5 minutes).
-pub const LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 300_000;
-/// Kafka's `replica.lag.time.max.ms` default.
-pub const REPLICA_LAG_TIME_MAX_MS_DEFAULT: u64 = 30_000;
 /// Kafka's replica selectors (KIP-392), by class name; the last part alone is taken too.
 pub const RACK_AWARE_REPLICA_SELECTOR: &str =
     "org.apache.kafka.common.replica.RackAwareReplicaSelector";
 pub const LEADER_SELECTOR: &str = "org.apache.kafka.common.replica.LeaderSelector";
-
-/// Kafka's `replica.fetch.wait.max.ms` default.
-pub const REPLICA_FETCH_WAIT_MAX_MS_DEFAULT: u64 = 500;
-
-/// Sluice's default `log.cleaner.backoff.ms`, one minute (Kafka's is 15 s). Kafka's cleaner
-/// tracks each log's dirty ratio and cleans only logs past `min.cleanable.dirty.ratio`; Sluice
-/// has no such tracking yet, so each pass reads every closed segment of every compacted log,
-/// and running that four times as often would cost reads for little gain.
-pub const LOG_CLEANER_BACKOFF_MS_DEFAULT: u64 = 60_000;
-
-/// Sluice's default broker `fetch.max.bytes`, 8 MiB (Kafka's is 55 MiB): what one response
-/// carries at most. At 2 MiB a consumer of a producer at full rate fell behind (perf/README.md,
-/// workload (a): 71 of 456 MB/s); at 8 MiB it kept pace.
-pub const FETCH_MAX_BYTES_DEFAULT: usize = 8 << 20;
-
-/// Sluice's default `fetch.cold.max.bytes`, 2 MiB: of a response's records, the most that come
-/// from disk rather than memory (the batch cache, or not yet written). A consumer catching up
-/// then takes its backlog in 2 MiB responses rather than 16 MiB ones (16 partitions x 1 MiB),
-/// which measured on this project's 2-core test machine (perf/README.md, workload (e)) kept the
-/// p99 produce latency of a producer on the same shards near 6.5 ms instead of 17-22 ms, at the
-/// same catch-up rate.
-pub const FETCH_COLD_MAX_BYTES_DEFAULT: usize = 2 << 20;
-
-/// Kafka's default `max.connections` and `max.connections.per.ip`: no limit but the process's
-/// descriptors (`Int.MaxValue`).
-pub const MAX_CONNECTIONS_DEFAULT: usize = i32::MAX as usize;
-/// Kafka's default `connections.max.idle.ms` (10 minutes).
-pub const CONNECTIONS_MAX_IDLE_MS_DEFAULT: u64 = 600_000;
-/// Requests of one connection being processed before the reader stops reading more.
-pub const IN_FLIGHT_PER_CONNECTION_MAX: usize = 64;
-/// Kafka's default `group.consumer.session.timeout.ms` (45 s).
-pub const GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT: u64 = 45_000;
-/// Kafka's default `group.consumer.heartbeat.interval.ms` (5 s).
-pub const GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 5_000;
 
 /// The cluster id every release before `meta.properties` reported for a single node: a data
 /// directory holding data from one keeps it (`meta_properties::load_or_format`); a new one gets
 /// a random id.
 pub const SINGLE_NODE_CLUSTER_ID: &str = "sluice-single-node";
 
-impl Default for BrokerConfig {
-    fn default() -> Self {
+impl BrokerConfig {
+    /// Every field before the settings' defaults are applied: placeholders, not defaults (those
+    /// are in `broker_settings.rs`), apart from the fields no setting sets.
+    fn unset() -> Self {
         BrokerConfig {
-            node_id: 1,
+            node_id: 0,
             cluster_id: SINGLE_NODE_CLUSTER_ID.into(),
             cluster_id_configured: false,
             process_roles: ProcessRoles::default(),
             controller_quorum_voters: Vec::new(),
-            controller_listener_names: vec!["CONTROLLER".to_string()],
+            controller_listener_names: Vec::new(),
             controller_listener: None,
             broker_rack: None,
             metrics_listener: None,
-            broker_session_timeout_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT,
-            broker_heartbeat_interval_ms: BROKER_HEARTBEAT_INTERVAL_MS_DEFAULT,
-            listener: "127.0.0.1:9092".parse().expect("valid address"),
+            broker_session_timeout_ms: 0,
+            broker_heartbeat_interval_ms: 0,
+            listener: SocketAddr::from(([0, 0, 0, 0], 0)),
             listeners_text: None,
-            advertised_host: "127.0.0.1".into(),
-            advertised_port: 9092,
-            data_dir: PathBuf::from("./data"),
+            advertised_host: String::new(),
+            advertised_port: 0,
+            data_dir: PathBuf::new(),
             cores: 0,
-            num_partitions: 1,
-            auto_create_topics: true,
-            socket_request_max_bytes: 104_857_600,
-            batch_cache_bytes: 256 << 20,
-            fetch_max_bytes: FETCH_MAX_BYTES_DEFAULT,
-            fetch_cold_max_bytes: FETCH_COLD_MAX_BYTES_DEFAULT,
-            fetch_zero_copy: true,
-            group_initial_rebalance_delay_ms: 3000,
-            group_consumer_session_timeout_ms: GROUP_CONSUMER_SESSION_TIMEOUT_MS_DEFAULT,
-            group_consumer_heartbeat_interval_ms: GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS_DEFAULT,
-            offsets_topic_partitions: 50,
+            num_partitions: 0,
+            auto_create_topics: false,
+            socket_request_max_bytes: 0,
+            batch_cache_bytes: 0,
+            fetch_max_bytes: 0,
+            fetch_cold_max_bytes: 0,
+            fetch_zero_copy: false,
+            group_initial_rebalance_delay_ms: 0,
+            group_consumer_session_timeout_ms: 0,
+            group_consumer_heartbeat_interval_ms: 0,
+            offsets_topic_partitions: 0,
             offsets_topic_replication_factor_set: None,
-            transaction_state_log_partitions: 50,
+            transaction_state_log_partitions: 0,
             transaction_state_log_replication_factor_set: None,
             transaction_state_log_min_isr_set: None,
-            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
-            transaction_max_timeout_ms: 15 * 60 * 1000,
-            transactional_id_expiration_ms: 7 * 24 * 60 * 60 * 1000,
-            transaction_version: 2,
-            transaction_partition_verification_enable: true,
-            default_replication_factor: 1,
-            min_insync_replicas: 1,
-            auto_leader_rebalance_enable: true,
-            leader_imbalance_check_interval_seconds: 300,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 0,
+            transaction_max_timeout_ms: 0,
+            transactional_id_expiration_ms: 0,
+            transaction_version: 0,
+            transaction_partition_verification_enable: false,
+            default_replication_factor: 0,
+            min_insync_replicas: 0,
+            auto_leader_rebalance_enable: false,
+            leader_imbalance_check_interval_seconds: 0,
             unclean_leader_election_enable: false,
-            max_connections: MAX_CONNECTIONS_DEFAULT,
-            max_connections_per_ip: MAX_CONNECTIONS_DEFAULT,
-            connections_max_idle_ms: CONNECTIONS_MAX_IDLE_MS_DEFAULT,
-            max_in_flight_requests_per_connection: IN_FLIGHT_PER_CONNECTION_MAX,
-            log_retention_check_interval_ms: LOG_RETENTION_CHECK_INTERVAL_MS_DEFAULT,
-            replica_lag_time_max_ms: REPLICA_LAG_TIME_MAX_MS_DEFAULT,
-            replica_fetch_wait_max_ms: REPLICA_FETCH_WAIT_MAX_MS_DEFAULT,
+            max_connections: 0,
+            max_connections_per_ip: 0,
+            connections_max_idle_ms: 0,
+            max_in_flight_requests_per_connection: 0,
+            log_retention_check_interval_ms: 0,
+            replica_lag_time_max_ms: 0,
+            replica_fetch_wait_max_ms: 0,
             replica_selector_class: None,
-            group_min_session_timeout_ms: GROUP_MIN_SESSION_TIMEOUT_MS_DEFAULT,
-            group_max_session_timeout_ms: GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT,
-            log_cleaner_backoff_ms: LOG_CLEANER_BACKOFF_MS_DEFAULT,
+            group_min_session_timeout_ms: 0,
+            group_max_session_timeout_ms: 0,
+            log_cleaner_backoff_ms: 0,
             group_consumer_migration_policy: MigrationPolicy::default(),
         }
     }
 }
 
-/// The broker's TOML file, under Kafka's names. TOML reads an unquoted `batch.cache.bytes = 1`
-/// as nested tables, so the file is flattened back to dotted names before these fields are
-/// matched: quoted names, dotted keys and `[batch.cache]` sections all work. A name that is not
-/// here is an error, never silently ignored.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    #[serde(rename = "node.id")]
-    node_id: Option<i32>,
-    #[serde(rename = "cluster.id")]
-    cluster_id: Option<String>,
-    #[serde(rename = "process.roles")]
-    process_roles: Option<String>,
-    #[serde(rename = "controller.quorum.voters")]
-    controller_quorum_voters: Option<String>,
-    #[serde(rename = "controller.listener.names")]
-    controller_listener_names: Option<String>,
-    #[serde(rename = "broker.rack")]
-    broker_rack: Option<String>,
-    #[serde(rename = "metrics.listener")]
-    metrics_listener: Option<String>,
-    #[serde(rename = "broker.session.timeout.ms")]
-    broker_session_timeout_ms: Option<u64>,
-    #[serde(rename = "broker.heartbeat.interval.ms")]
-    broker_heartbeat_interval_ms: Option<u64>,
-    listeners: Option<String>,
-    #[serde(rename = "advertised.listeners")]
-    advertised_listeners: Option<String>,
-    #[serde(rename = "log.dirs")]
-    log_dirs: Option<String>,
-    cores: Option<usize>,
-    #[serde(rename = "num.partitions")]
-    num_partitions: Option<i32>,
-    #[serde(rename = "auto.create.topics.enable")]
-    auto_create_topics: Option<bool>,
-    #[serde(rename = "socket.request.max.bytes")]
-    socket_request_max_bytes: Option<u32>,
-    #[serde(rename = "batch.cache.bytes")]
-    batch_cache_bytes: Option<u64>,
-    #[serde(rename = "fetch.max.bytes")]
-    fetch_max_bytes: Option<usize>,
-    #[serde(rename = "fetch.cold.max.bytes")]
-    fetch_cold_max_bytes: Option<usize>,
-    #[serde(rename = "fetch.zero.copy")]
-    fetch_zero_copy: Option<bool>,
-    #[serde(rename = "group.initial.rebalance.delay.ms")]
-    group_initial_rebalance_delay_ms: Option<u64>,
-    #[serde(rename = "group.consumer.session.timeout.ms")]
-    group_consumer_session_timeout_ms: Option<u64>,
-    #[serde(rename = "group.consumer.heartbeat.interval.ms")]
-    group_consumer_heartbeat_interval_ms: Option<u64>,
-    #[serde(rename = "offsets.topic.num.partitions")]
-    offsets_topic_partitions: Option<i32>,
-    #[serde(rename = "offsets.topic.replication.factor")]
-    offsets_topic_replication_factor: Option<i16>,
-    #[serde(rename = "transaction.state.log.num.partitions")]
-    transaction_state_log_partitions: Option<i32>,
-    #[serde(rename = "transaction.state.log.replication.factor")]
-    transaction_state_log_replication_factor: Option<i16>,
-    #[serde(rename = "transaction.state.log.min.isr")]
-    transaction_state_log_min_isr: Option<i32>,
-    #[serde(rename = "transaction.abort.timed.out.transaction.cleanup.interval.ms")]
-    transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
-    #[serde(rename = "transaction.max.timeout.ms")]
-    transaction_max_timeout_ms: Option<i32>,
-    #[serde(rename = "transactional.id.expiration.ms")]
-    transactional_id_expiration_ms: Option<i64>,
-    #[serde(rename = "transaction.version")]
-    transaction_version: Option<i16>,
-    #[serde(rename = "transaction.partition.verification.enable")]
-    transaction_partition_verification_enable: Option<bool>,
-    #[serde(rename = "default.replication.factor")]
-    default_replication_factor: Option<i16>,
-    #[serde(rename = "min.insync.replicas")]
-    min_insync_replicas: Option<i32>,
-    #[serde(rename = "auto.leader.rebalance.enable")]
-    auto_leader_rebalance_enable: Option<bool>,
-    #[serde(rename = "leader.imbalance.check.interval.seconds")]
-    leader_imbalance_check_interval_seconds: Option<u64>,
-    #[serde(rename = "unclean.leader.election.enable")]
-    unclean_leader_election_enable: Option<bool>,
-    #[serde(rename = "max.connections")]
-    max_connections: Option<usize>,
-    #[serde(rename = "max.connections.per.ip")]
-    max_connections_per_ip: Option<usize>,
-    #[serde(rename = "connections.max.idle.ms")]
-    connections_max_idle_ms: Option<u64>,
-    #[serde(rename = "max.in.flight.requests.per.connection")]
-    max_in_flight_requests_per_connection: Option<usize>,
-    #[serde(rename = "log.retention.check.interval.ms")]
-    log_retention_check_interval_ms: Option<u64>,
-    #[serde(rename = "replica.lag.time.max.ms")]
-    replica_lag_time_max_ms: Option<u64>,
-    #[serde(rename = "replica.fetch.wait.max.ms")]
-    replica_fetch_wait_max_ms: Option<u64>,
-    #[serde(rename = "replica.selector.class")]
-    replica_selector_class: Option<String>,
-    #[serde(rename = "group.min.session.timeout.ms")]
-    group_min_session_timeout_ms: Option<i64>,
-    #[serde(rename = "group.max.session.timeout.ms")]
-    group_max_session_timeout_ms: Option<i64>,
-    #[serde(rename = "log.cleaner.backoff.ms")]
-    log_cleaner_backoff_ms: Option<u64>,
-    #[serde(rename = "group.consumer.migration.policy")]
-    group_consumer_migration_policy: Option<String>,
-}
-
-/// Command-line flags for the connection limits, under the TOML names with dashes; flags win
-/// over the file.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct LimitArgs {
-    /// Client connections held open at once, over all shards (`max.connections`).
-    #[arg(long)]
-    pub max_connections: Option<usize>,
-    /// Client connections held open at once from one IP address (`max.connections.per.ip`).
-    #[arg(long)]
-    pub max_connections_per_ip: Option<usize>,
-    /// Close a connection that makes no progress for this long (`connections.max.idle.ms`).
-    #[arg(long)]
-    pub connections_max_idle_ms: Option<u64>,
-    /// Requests of one connection in flight before the broker stops reading from it
-    /// (`max.in.flight.requests.per.connection`).
-    #[arg(long)]
-    pub max_in_flight_requests_per_connection: Option<usize>,
-}
-
-impl LimitArgs {
-    pub fn apply(&self, config: &mut BrokerConfig) {
-        if let Some(v) = self.max_connections {
-            config.max_connections = v;
+impl Default for BrokerConfig {
+    /// Every setting at its default (`broker_settings::BROKER_SETTINGS`).
+    fn default() -> Self {
+        let mut config = BrokerConfig::unset();
+        for s in BROKER_SETTINGS {
+            if let Some(d) = s.default {
+                if let Err(e) = (s.set)(&mut config, d) {
+                    unreachable!("the default of {} does not apply: {e}", s.name);
+                }
+            }
         }
-        if let Some(v) = self.max_connections_per_ip {
-            config.max_connections_per_ip = v;
-        }
-        if let Some(v) = self.connections_max_idle_ms {
-            config.connections_max_idle_ms = v;
-        }
-        if let Some(v) = self.max_in_flight_requests_per_connection {
-            config.max_in_flight_requests_per_connection = v.max(1);
-        }
+        config
     }
 }
 
@@ -633,6 +459,10 @@ pub fn parse_listener(value: &str) -> anyhow::Result<(String, u16)> {
 }
 
 impl BrokerConfig {
+    /// Applies the TOML file at `path`: every key a setting's name (`broker_settings.rs`).
+    /// TOML reads an unquoted `batch.cache.bytes = 1` as nested tables, so the file is
+    /// flattened back to dotted names first: quoted names, dotted keys and `[batch.cache]`
+    /// sections all work. A name that is no setting is an error, never silently ignored.
     pub fn apply_file(&mut self, path: &std::path::Path) -> anyhow::Result<()> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
@@ -640,155 +470,37 @@ impl BrokerConfig {
             .map_err(|e| anyhow::anyhow!("parsing {}: {e}", path.display()))?;
         let mut flat = toml::Table::new();
         flatten_into(&mut flat, "", table);
-        let file: FileConfig = flat
-            .try_into()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        if let Some(v) = file.node_id {
-            self.node_id = v;
+        for (name, value) in flat {
+            let text = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                other => anyhow::bail!(
+                    "{}: {name} must be a string, number or boolean, not {other}",
+                    path.display()
+                ),
+            };
+            self.set(&name, &text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         }
-        if let Some(v) = file.cluster_id {
-            self.cluster_id = v;
-            self.cluster_id_configured = true;
+        Ok(())
+    }
+
+    /// Sets the setting `name` (Kafka's name, `broker_settings.rs`) from its text.
+    pub fn set(&mut self, name: &str, value: &str) -> anyhow::Result<()> {
+        let setting = crate::broker_settings::find(name).ok_or_else(|| {
+            anyhow::anyhow!("{name:?} is not a Sluice broker setting (sluice --help lists them)")
+        })?;
+        (setting.set)(self, value).map_err(anyhow::Error::msg)
+    }
+
+    /// Applies the settings given as flags, after the file (flags win).
+    pub fn apply_flags(&mut self, flags: &SettingArgs) -> anyhow::Result<()> {
+        for (name, value) in &flags.given {
+            self.set(name, value)
+                .map_err(|e| anyhow::anyhow!("--{}: {e}", name.replace('.', "-")))?;
         }
-        if let Some(v) = &file.process_roles {
-            self.process_roles = v.parse().map_err(anyhow::Error::msg)?;
-        }
-        if let Some(v) = &file.controller_quorum_voters {
-            self.controller_quorum_voters = parse_voters(v)?;
-        }
-        if let Some(v) = &file.controller_listener_names {
-            self.set_controller_listener_names(v);
-        }
-        if let Some(v) = file.broker_rack {
-            self.broker_rack = Some(v).filter(|r| !r.is_empty());
-        }
-        if let Some(v) = file.metrics_listener {
-            self.metrics_listener = Some(v).filter(|l| !l.is_empty());
-        }
-        if let Some(v) = file.broker_session_timeout_ms {
-            self.broker_session_timeout_ms = v;
-        }
-        if let Some(v) = file.broker_heartbeat_interval_ms {
-            self.broker_heartbeat_interval_ms = v;
-        }
-        if let Some(v) = file.listeners {
-            self.set_listeners(&v)?;
-        }
-        if let Some(v) = file.advertised_listeners {
-            self.set_advertised(&v)?;
-        }
-        if let Some(v) = file.log_dirs {
-            self.data_dir = PathBuf::from(v);
-        }
-        if let Some(v) = file.cores {
-            self.cores = v;
-        }
-        if let Some(v) = file.num_partitions {
-            self.num_partitions = v;
-        }
-        if let Some(v) = file.auto_create_topics {
-            self.auto_create_topics = v;
-        }
-        if let Some(v) = file.socket_request_max_bytes {
-            self.socket_request_max_bytes = v;
-        }
-        if let Some(v) = file.batch_cache_bytes {
-            self.batch_cache_bytes = v;
-        }
-        if let Some(v) = file.fetch_cold_max_bytes {
-            self.fetch_cold_max_bytes = v.max(1);
-        }
-        if let Some(v) = file.fetch_max_bytes {
-            self.fetch_max_bytes = v.max(1);
-        }
-        if let Some(v) = file.fetch_zero_copy {
-            self.fetch_zero_copy = v;
-        }
-        if let Some(v) = file.group_initial_rebalance_delay_ms {
-            self.group_initial_rebalance_delay_ms = v;
-        }
-        if let Some(v) = file.group_consumer_session_timeout_ms {
-            self.group_consumer_session_timeout_ms = v;
-        }
-        if let Some(v) = file.group_consumer_heartbeat_interval_ms {
-            self.group_consumer_heartbeat_interval_ms = v;
-        }
-        if let Some(v) = file.offsets_topic_partitions {
-            self.offsets_topic_partitions = v.max(1);
-        }
-        if let Some(v) = file.offsets_topic_replication_factor {
-            self.offsets_topic_replication_factor_set = Some(v);
-        }
-        if let Some(v) = file.transaction_state_log_partitions {
-            self.transaction_state_log_partitions = v.max(1);
-        }
-        if let Some(v) = file.transaction_state_log_replication_factor {
-            self.transaction_state_log_replication_factor_set = Some(v);
-        }
-        if let Some(v) = file.transaction_state_log_min_isr {
-            self.transaction_state_log_min_isr_set = Some(v);
-        }
-        if let Some(v) = file.transaction_abort_timed_out_transaction_cleanup_interval_ms {
-            self.transaction_abort_timed_out_transaction_cleanup_interval_ms = v;
-        }
-        if let Some(v) = file.transaction_max_timeout_ms {
-            self.transaction_max_timeout_ms = v;
-        }
-        if let Some(v) = file.transactional_id_expiration_ms {
-            self.transactional_id_expiration_ms = v;
-        }
-        if let Some(v) = file.transaction_version {
-            self.transaction_version = v;
-        }
-        if let Some(v) = file.transaction_partition_verification_enable {
-            self.transaction_partition_verification_enable = v;
-        }
-        if let Some(v) = file.default_replication_factor {
-            self.default_replication_factor = v;
-        }
-        if let Some(v) = file.min_insync_replicas {
-            self.min_insync_replicas = v;
-        }
-        if let Some(v) = file.auto_leader_rebalance_enable {
-            self.auto_leader_rebalance_enable = v;
-        }
-        if let Some(v) = file.leader_imbalance_check_interval_seconds {
-            self.leader_imbalance_check_interval_seconds = v;
-        }
-        if let Some(v) = file.unclean_leader_election_enable {
-            self.unclean_leader_election_enable = v;
-        }
-        if let Some(v) = file.log_retention_check_interval_ms {
-            self.log_retention_check_interval_ms = v;
-        }
-        if let Some(v) = file.replica_lag_time_max_ms {
-            self.replica_lag_time_max_ms = v;
-        }
-        if let Some(v) = file.replica_fetch_wait_max_ms {
-            self.replica_fetch_wait_max_ms = v;
-        }
-        if let Some(v) = file.replica_selector_class {
-            self.replica_selector_class = Some(v).filter(|v| !v.is_empty());
-        }
-        if let Some(v) = file.group_min_session_timeout_ms {
-            self.group_min_session_timeout_ms = v;
-        }
-        if let Some(v) = file.group_max_session_timeout_ms {
-            self.group_max_session_timeout_ms = v;
-        }
-        if let Some(v) = file.log_cleaner_backoff_ms {
-            self.log_cleaner_backoff_ms = v;
-        }
-        if let Some(v) = &file.group_consumer_migration_policy {
-            self.group_consumer_migration_policy = v.parse().map_err(anyhow::Error::msg)?;
-        }
-        LimitArgs {
-            max_connections: file.max_connections,
-            max_connections_per_ip: file.max_connections_per_ip,
-            connections_max_idle_ms: file.connections_max_idle_ms,
-            max_in_flight_requests_per_connection: file.max_in_flight_requests_per_connection,
-        }
-        .apply(self);
         Ok(())
     }
 
@@ -802,89 +514,10 @@ impl BrokerConfig {
                 self.group_max_session_timeout_ms
             );
         }
-        if self.default_replication_factor < 1 {
-            anyhow::bail!("default.replication.factor must be at least 1 (Kafka's default is 1)");
-        }
-        if self
-            .offsets_topic_replication_factor_set
-            .is_some_and(|rf| rf < 1)
-        {
-            anyhow::bail!(
-                "offsets.topic.replication.factor must be at least 1 (Kafka's default is 3)"
-            );
-        }
-        if self
-            .transaction_state_log_replication_factor_set
-            .is_some_and(|rf| rf < 1)
-        {
-            anyhow::bail!(
-                "transaction.state.log.replication.factor must be at least 1 (Kafka's default is 3)"
-            );
-        }
-        if self
-            .transaction_state_log_min_isr_set
-            .is_some_and(|n| n < 1)
-        {
-            anyhow::bail!(
-                "transaction.state.log.min.isr must be at least 1 (Kafka's default is 2)"
-            );
-        }
-        if self.transaction_abort_timed_out_transaction_cleanup_interval_ms == 0 {
-            anyhow::bail!(
-                "transaction.abort.timed.out.transaction.cleanup.interval.ms must be at least 1 (Kafka's default is 10000)"
-            );
-        }
-        if self.transaction_max_timeout_ms < 1 || self.transactional_id_expiration_ms < 1 {
-            anyhow::bail!(
-                "transaction.max.timeout.ms and transactional.id.expiration.ms must be at least 1"
-            );
-        }
-        if !(0..=2).contains(&self.transaction_version) {
-            anyhow::bail!(
-                "transaction.version must be 0, 1 or 2 (got {}); Kafka 4 defaults to 2",
-                self.transaction_version
-            );
-        }
-        if self.leader_imbalance_check_interval_seconds == 0 {
-            anyhow::bail!(
-                "leader.imbalance.check.interval.seconds must be at least 1 (Kafka's default is 300)"
-            );
-        }
-        if self.min_insync_replicas < 1 {
-            anyhow::bail!("min.insync.replicas must be at least 1 (Kafka's default is 1)");
-        }
-        if let Some(class) = &self.replica_selector_class {
-            if ![RACK_AWARE_REPLICA_SELECTOR, LEADER_SELECTOR]
-                .iter()
-                .any(|known| class == known || known.ends_with(&format!(".{class}")))
-            {
-                anyhow::bail!(
-                    "replica.selector.class {class:?} is not one Sluice has: \
-                     {RACK_AWARE_REPLICA_SELECTOR} or {LEADER_SELECTOR}"
-                );
-            }
-        }
-        if self.replica_lag_time_max_ms == 0 {
-            anyhow::bail!("replica.lag.time.max.ms must be at least 1 (Kafka's default is 30000)");
-        }
-        if self.log_retention_check_interval_ms == 0 {
-            anyhow::bail!(
-                "log.retention.check.interval.ms must be at least 1 (Kafka's default is 300000)"
-            );
-        }
-        if self.log_cleaner_backoff_ms == 0 {
-            anyhow::bail!("log.cleaner.backoff.ms must be at least 1 (Sluice's default is 60000)");
-        }
         let (session, heartbeat) = (
             self.group_consumer_session_timeout_ms,
             self.group_consumer_heartbeat_interval_ms,
         );
-        if heartbeat == 0 || heartbeat > i32::MAX as u64 {
-            anyhow::bail!(
-                "group.consumer.heartbeat.interval.ms must be between 1 and {}, not {heartbeat}",
-                i32::MAX
-            );
-        }
         if heartbeat >= session {
             anyhow::bail!(
                 "group.consumer.heartbeat.interval.ms ({heartbeat}) must be less than \
@@ -958,16 +591,13 @@ impl BrokerConfig {
     }
 
     fn validate_cluster(&self) -> anyhow::Result<()> {
-        if self.node_id < 0 {
-            anyhow::bail!("node.id must be 0 or more, not {}", self.node_id);
-        }
         let (session, heartbeat) = (
             self.broker_session_timeout_ms,
             self.broker_heartbeat_interval_ms,
         );
-        if heartbeat == 0 || heartbeat >= session {
+        if heartbeat >= session {
             anyhow::bail!(
-                "broker.heartbeat.interval.ms ({heartbeat}) must be at least 1 and less than \
+                "broker.heartbeat.interval.ms ({heartbeat}) must be less than \
                  broker.session.timeout.ms ({session})"
             );
         }
@@ -1109,21 +739,26 @@ mod tests {
         .unwrap();
         let mut c = BrokerConfig::default();
         assert_eq!(c.connections_max_idle_ms, 600_000, "Kafka's default");
-        assert_eq!(
-            c.max_in_flight_requests_per_connection,
-            IN_FLIGHT_PER_CONNECTION_MAX
-        );
+        assert_eq!(c.max_in_flight_requests_per_connection, 64);
+        let e = c.apply_file(&path).unwrap_err().to_string();
+        assert!(e.contains("max.in.flight.requests.per.connection"), "{e}");
+        std::fs::write(
+            &path,
+            "\"max.connections\" = 100\n\"max.connections.per.ip\" = 10\n\
+             \"connections.max.idle.ms\" = 5000\n\"max.in.flight.requests.per.connection\" = 1\n",
+        )
+        .unwrap();
+        let mut c = BrokerConfig::default();
         c.apply_file(&path).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(c.max_connections, 100);
         assert_eq!(c.max_connections_per_ip, 10);
         assert_eq!(c.connections_max_idle_ms, 5000);
-        assert_eq!(c.max_in_flight_requests_per_connection, 1, "at least one");
-        LimitArgs {
-            max_connections: Some(7),
-            ..LimitArgs::default()
-        }
-        .apply(&mut c);
+        assert_eq!(c.max_in_flight_requests_per_connection, 1);
+        c.apply_flags(&SettingArgs {
+            given: vec![("max.connections", "7".into())],
+        })
+        .unwrap();
         assert_eq!(c.max_connections, 7, "flags win");
         assert_eq!(c.max_connections_per_ip, 10);
     }
@@ -1186,14 +821,13 @@ mod tests {
             c.validate().is_err(),
             "the interval must be below the session timeout"
         );
-        c.group_consumer_heartbeat_interval_ms = 0;
-        assert!(c.validate().is_err());
+        assert!(c.set("group.consumer.heartbeat.interval.ms", "0").is_err());
     }
 
     #[test]
     fn the_cleaner_backoff_comes_from_the_file_and_is_checked() {
         let c = BrokerConfig::default();
-        assert_eq!(c.log_cleaner_backoff_ms, LOG_CLEANER_BACKOFF_MS_DEFAULT);
+        assert_eq!(c.log_cleaner_backoff_ms, 60_000);
         let dir =
             std::env::temp_dir().join(format!("sluice-config-cleaner-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1204,8 +838,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(c.log_cleaner_backoff_ms, 250);
         c.validate().unwrap();
-        c.log_cleaner_backoff_ms = 0;
-        assert!(c.validate().is_err());
+        assert!(c.set("log.cleaner.backoff.ms", "0").is_err());
     }
 
     #[test]
@@ -1286,7 +919,7 @@ mod tests {
         assert_eq!(named.listener.port(), 7000);
         assert_eq!(named.controller_listener.map(|a| a.port()), Some(7001));
         let heartbeat = BrokerConfig {
-            broker_heartbeat_interval_ms: BROKER_SESSION_TIMEOUT_MS_DEFAULT,
+            broker_heartbeat_interval_ms: 9_000,
             ..BrokerConfig::default()
         };
         assert!(heartbeat.validate().is_err());

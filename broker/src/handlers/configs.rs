@@ -21,6 +21,7 @@ use kafka_protocol::ResponseError;
 
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsSynonym;
 
+use crate::broker_settings::BROKER_SETTINGS;
 use crate::config::BrokerConfig;
 use crate::config_catalog::BROKER_CONFIGS;
 use crate::metadata::{log_config, MetadataImage, TopicMeta};
@@ -47,53 +48,13 @@ const TYPE_DOUBLE: i8 = 6;
 const ACCEPTED_ONLY: &str =
     "A Kafka broker setting that Sluice accepts and reports with Kafka's default; it has no effect in Sluice.";
 
-/// Broker settings Sluice reads, under Kafka's names (and Sluice's own, at the end), with what
-/// they do here and their value in this process.
+/// Broker settings Sluice reads (`broker_settings.rs`), under Kafka's names and Sluice's own,
+/// with their value in this process and what they do here; unset ones are left out.
 fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &'static str)> {
-    let mut settings = vec![
-        ("node.id", config.node_id.to_string(), "This node's id in the cluster."),
-        ("broker.id", config.node_id.to_string(), "The same as node.id."),
-        ("listeners", format!("PLAINTEXT://{}", config.listener), "Where the Kafka protocol is served; changing it needs a restart in Sluice."),
-        ("advertised.listeners", format!("PLAINTEXT://{}:{}", config.advertised_host, config.advertised_port), "The address clients are told to connect to."),
-        ("log.dirs", config.data_dir.display().to_string(), "The directory holding partition logs and the metadata log (one directory)."),
-        ("num.partitions", config.num_partitions.to_string(), "Partitions of auto-created topics and of CreateTopics asking for -1."),
-        ("auto.create.topics.enable", config.auto_create_topics.to_string(), "Whether Metadata for an unknown topic creates it."),
-        ("socket.request.max.bytes", config.socket_request_max_bytes.to_string(), "The largest request frame; a larger one closes its connection before anything is allocated."),
-        ("default.replication.factor", config.default_replication_factor.to_string(), "Replicas of topics created without a replication factor."),
-        ("min.insync.replicas", config.min_insync_replicas.to_string(), "In-sync replicas an acks=all produce needs, for topics that set none."),
-        ("fetch.max.bytes", config.fetch_max_bytes.to_string(), "The most record bytes one fetch response carries, whatever the client asks; its first batch always goes."),
-        ("fetch.cold.max.bytes", config.fetch_cold_max_bytes.to_string(), "Of a fetch response's record bytes, the most read from disk rather than memory; its first batch always goes."),
-        ("group.initial.rebalance.delay.ms", config.group_initial_rebalance_delay_ms.to_string(), "How long a new classic group waits for more members before its first assignment."),
-        ("group.consumer.session.timeout.ms", config.group_consumer_session_timeout_ms.to_string(), "How long a group.protocol=consumer member may go without a heartbeat before it leaves its group."),
-        ("group.consumer.heartbeat.interval.ms", config.group_consumer_heartbeat_interval_ms.to_string(), "How often group.protocol=consumer members are told to heartbeat."),
-        ("group.min.session.timeout.ms", config.group_min_session_timeout_ms.to_string(), "The shortest session timeout a classic group member may ask for."),
-        ("group.max.session.timeout.ms", config.group_max_session_timeout_ms.to_string(), "The longest session timeout a classic group member may ask for."),
-        ("group.consumer.migration.policy", config.group_consumer_migration_policy.name().to_string(), "Whether a classic group converts to a consumer group when a group.protocol=consumer member joins (upgrade), and back when the last one leaves (downgrade): disabled, upgrade, downgrade or bidirectional."),
-        ("offsets.topic.num.partitions", config.offsets_topic_partitions.to_string(), "Partitions of __consumer_offsets, which holds committed offsets."),
-        ("auto.leader.rebalance.enable", config.auto_leader_rebalance_enable.to_string(), "Whether the controller gives partitions back to their preferred replica once it is in sync."),
-        ("leader.imbalance.check.interval.seconds", config.leader_imbalance_check_interval_seconds.to_string(), "How often the controller looks for partitions not led by their preferred replica."),
-        ("unclean.leader.election.enable", config.unclean_leader_election_enable.to_string(), "Whether an out-of-sync replica may lead a partition no in-sync replica can lead, for topics that set none (it may lose acknowledged records)."),
-        ("offsets.topic.replication.factor", config.offsets_topic_replication_factor().to_string(), "Replicas of __consumer_offsets; it is not created until the cluster has that many brokers."),
-        ("max.connections", config.max_connections.to_string(), "Client connections held open at once over all shards; more are closed at once. Changes without a restart."),
-        ("max.connections.per.ip", config.max_connections_per_ip.to_string(), "Client connections held open at once from one address. Changes without a restart."),
-        ("connections.max.idle.ms", config.connections_max_idle_ms.to_string(), "A connection that makes no progress for this long is closed."),
-        ("log.retention.check.interval.ms", config.log_retention_check_interval_ms.to_string(), "How often each shard applies time and size retention to its partitions."),
-        ("log.cleaner.backoff.ms", config.log_cleaner_backoff_ms.to_string(), "How often each shard compacts its cleanup.policy=compact partitions."),
-        ("replica.lag.time.max.ms", config.replica_lag_time_max_ms.to_string(), "An in-sync follower that has not caught up with its leader for this long leaves the ISR."),
-        ("replica.fetch.wait.max.ms", config.replica_fetch_wait_max_ms.to_string(), "How long a follower's fetch waits at its leader for new records."),
-        // Sluice's own settings, not Kafka's.
-        ("batch.cache.bytes", config.batch_cache_bytes.to_string(), "Sluice: the batch cache budget of each shard, for tail reads."),
-        ("fetch.zero.copy", config.fetch_zero_copy.to_string(), "Sluice: records on disk go from the segment files to the socket by splice, never through the broker's memory."),
-        ("max.in.flight.requests.per.connection", config.max_in_flight_requests_per_connection.to_string(), "Sluice: requests of one connection read and not yet answered before the broker stops reading from it."),
-    ];
-    if let Some(class) = &config.replica_selector_class {
-        settings.push(("replica.selector.class", class.clone(), "Where leaders send consumers to read (KIP-392): RackAwareReplicaSelector sends a consumer with a client.rack to an in-sync replica in its rack."));
-    }
-    // Without a rack, Kafka's null default stands.
-    if let Some(rack) = &config.broker_rack {
-        settings.push(("broker.rack", rack.clone(), "The rack of this broker: replicas of a partition are spread over racks, and Metadata reports it."));
-    }
-    settings
+    BROKER_SETTINGS
+        .iter()
+        .filter_map(|s| (s.get)(config).map(|v| (s.name, v, s.doc)))
+        .collect()
 }
 
 /// Broker configs Kafka changes without a restart that Sluice reads only at start: refused,
@@ -233,13 +194,8 @@ fn describe_broker(config: &BrokerConfig, image: &MetadataImage) -> Vec<Describe
         if BROKER_CONFIGS.iter().any(|d| d.name == *name) {
             continue;
         }
-        let config_type = if value.parse::<i64>().is_ok() {
-            TYPE_LONG
-        } else if value == "true" || value == "false" {
-            TYPE_BOOLEAN
-        } else {
-            TYPE_STRING
-        };
+        let config_type =
+            crate::broker_settings::find(name).map_or(TYPE_STRING, |s| s.kind.config_type());
         out.push(Described::new(
             name.to_string(),
             vec![(

@@ -1,0 +1,963 @@
+//! Every broker setting, declared once: its name (Kafka's where Kafka has the setting), its type,
+//! its default, how a value is checked and applied, how it is read back, and what it does. The
+//! command-line flags (the name with dashes), the TOML file (the name), DescribeConfigs (the
+//! value in force and the documentation), `sluice --help` and `broker/SETTINGS.md` all come from
+//! [`BROKER_SETTINGS`]; `BrokerConfig::default()` applies each default. Checks that involve two
+//! settings (a heartbeat below its session timeout) are `BrokerConfig::validate`'s.
+//!
+//! Adding a setting: a field in `BrokerConfig` (config.rs, with its placeholder in
+//! `BrokerConfig::unset`) and an entry here.
+
+use std::fmt::Display;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::config::{
+    parse_voters, BrokerConfig, MigrationPolicy, LEADER_SELECTOR, RACK_AWARE_REPLICA_SELECTOR,
+};
+
+/// A setting's type, as DescribeConfigs reports it (KIP-569) and as `--help` names its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Boolean,
+    String,
+    Int,
+    Short,
+    Long,
+    List,
+}
+
+impl Kind {
+    /// DescribeConfigs `config_type`.
+    pub fn config_type(self) -> i8 {
+        match self {
+            Kind::Boolean => 1,
+            Kind::String => 2,
+            Kind::Int => 3,
+            Kind::Short => 4,
+            Kind::Long => 5,
+            Kind::List => 7,
+        }
+    }
+
+    fn value_name(self) -> &'static str {
+        match self {
+            Kind::Boolean => "true|false",
+            Kind::String => "TEXT",
+            Kind::Int | Kind::Short | Kind::Long => "N",
+            Kind::List => "A,B,...",
+        }
+    }
+}
+
+/// One broker setting.
+pub struct Setting {
+    /// The TOML key and DescribeConfigs name; the flag is `--` and the name with dashes.
+    pub name: &'static str,
+    /// A flag name kept from earlier releases instead of the derived one (`--data-dir`).
+    pub flag: Option<&'static str>,
+    pub kind: Kind,
+    /// The value a broker starts with, as text; `None` when unset by default (the doc says
+    /// what then holds).
+    pub default: Option<&'static str>,
+    /// What it does here, one or two sentences: `--help`, DescribeConfigs and SETTINGS.md.
+    pub doc: &'static str,
+    /// Checks a value and applies it; the error names the setting and what it takes.
+    pub set: fn(&mut BrokerConfig, &str) -> Result<(), String>,
+    /// The value in force, for DescribeConfigs; `None` leaves the setting out (unset, or not
+    /// one a broker reports).
+    pub get: fn(&BrokerConfig) -> Option<String>,
+}
+
+impl Setting {
+    /// The command-line flag, without the dashes in front.
+    pub fn flag(&self) -> String {
+        self.flag
+            .map(str::to_string)
+            .unwrap_or_else(|| self.name.replace('.', "-"))
+    }
+}
+
+/// The setting named `name`.
+pub fn find(name: &str) -> Option<&'static Setting> {
+    BROKER_SETTINGS.iter().find(|s| s.name == name)
+}
+
+fn number<T: FromStr>(name: &str, v: &str) -> Result<T, String> {
+    v.trim()
+        .parse()
+        .map_err(|_| format!("{name}: {v:?} is not a number of the range it takes"))
+}
+
+fn at_least<T: FromStr + PartialOrd + Display>(name: &str, v: &str, min: T) -> Result<T, String> {
+    let n: T = number(name, v)?;
+    if n < min {
+        return Err(format!("{name} must be at least {min}, not {n}"));
+    }
+    Ok(n)
+}
+
+fn boolean(name: &str, v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{name}: {v:?} is neither true nor false")),
+    }
+}
+
+/// Text that may be empty to mean unset.
+fn optional(v: &str) -> Option<String> {
+    Some(v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+fn show(v: impl ToString) -> Option<String> {
+    Some(v.to_string())
+}
+
+/// Every broker setting, Kafka's first, then Sluice's own. DescribeConfigs lists them in
+/// Kafka's catalog order, Sluice's own after.
+pub static BROKER_SETTINGS: &[Setting] = &[
+    // ---- Identity and roles.
+    Setting {
+        name: "node.id",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("1"),
+        doc: "This node's id in the cluster.",
+        set: |c, v| {
+            c.node_id = at_least("node.id", v, 0)?;
+            Ok(())
+        },
+        get: |c| show(c.node_id),
+    },
+    Setting {
+        name: "broker.id",
+        flag: None,
+        kind: Kind::Int,
+        default: None,
+        doc: "The same as node.id.",
+        set: |c, v| {
+            c.node_id = at_least("broker.id", v, 0)?;
+            Ok(())
+        },
+        get: |c| show(c.node_id),
+    },
+    Setting {
+        name: "cluster.id",
+        flag: None,
+        kind: Kind::String,
+        default: None,
+        doc: "Sluice: the cluster this node belongs to (Kafka keeps it in meta.properties alone); the formatted storage's (meta.properties) must \
+              match it. Unset, the storage's id stands (a new single node makes a random one).",
+        set: |c, v| {
+            crate::cluster::meta_properties::validate_cluster_id(v.trim())
+                .map_err(|e| format!("cluster.id: {e}"))?;
+            c.cluster_id = v.trim().to_string();
+            c.cluster_id_configured = true;
+            Ok(())
+        },
+        get: |_| None,
+    },
+    Setting {
+        name: "process.roles",
+        flag: None,
+        kind: Kind::List,
+        default: Some("broker,controller"),
+        doc: "broker, controller, or both: a combined node, as the single-node default is.",
+        set: |c, v| {
+            c.process_roles = v.parse()?;
+            Ok(())
+        },
+        get: |c| show(c.process_roles),
+    },
+    Setting {
+        name: "controller.quorum.voters",
+        flag: None,
+        kind: Kind::List,
+        default: None,
+        doc: "The controllers, id@host:port each, e.g. 1@127.0.0.1:9093,2@127.0.0.1:9095. \
+              Unset for a single node, whose quorum is itself.",
+        set: |c, v| {
+            c.controller_quorum_voters = parse_voters(v).map_err(|e| e.to_string())?;
+            Ok(())
+        },
+        get: |c| c.is_cluster().then(|| c.voters_text()),
+    },
+    Setting {
+        name: "controller.listener.names",
+        flag: None,
+        kind: Kind::List,
+        default: Some("CONTROLLER"),
+        doc: "Which of the listeners carry the controller quorum's traffic (the first is used).",
+        set: |c, v| {
+            c.set_controller_listener_names(v);
+            Ok(())
+        },
+        get: |c| show(c.controller_listener_names.join(",")),
+    },
+    Setting {
+        name: "broker.rack",
+        flag: None,
+        kind: Kind::String,
+        default: None,
+        doc: "The rack of this broker: replicas of a partition are spread over racks, and \
+              Metadata reports it.",
+        set: |c, v| {
+            c.broker_rack = optional(v);
+            Ok(())
+        },
+        get: |c| c.broker_rack.clone(),
+    },
+    Setting {
+        name: "broker.session.timeout.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("9000"),
+        doc: "A broker that sends no heartbeat to the active controller for this long is fenced.",
+        set: |c, v| {
+            c.broker_session_timeout_ms = at_least("broker.session.timeout.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.broker_session_timeout_ms),
+    },
+    Setting {
+        name: "broker.heartbeat.interval.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("2000"),
+        doc: "How often a broker heartbeats to the active controller; less than \
+              broker.session.timeout.ms.",
+        set: |c, v| {
+            c.broker_heartbeat_interval_ms = at_least("broker.heartbeat.interval.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.broker_heartbeat_interval_ms),
+    },
+    // ---- Listeners and connections.
+    Setting {
+        name: "listeners",
+        flag: None,
+        kind: Kind::List,
+        default: Some("PLAINTEXT://127.0.0.1:9092"),
+        doc: "Where the Kafka protocol is served, and the controller quorum on the listener \
+              controller.listener.names names, e.g. \
+              PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093; changing it needs a \
+              restart.",
+        set: |c, v| c.set_listeners(v).map_err(|e| e.to_string()),
+        get: |c| show(format!("PLAINTEXT://{}", c.listener)),
+    },
+    Setting {
+        name: "advertised.listeners",
+        flag: None,
+        kind: Kind::List,
+        default: None,
+        doc: "The address clients are told to connect to, e.g. PLAINTEXT://broker1:9092; unset, \
+              the client listener's.",
+        set: |c, v| c.set_advertised(v).map_err(|e| e.to_string()),
+        get: |c| show(format!("PLAINTEXT://{}:{}", c.advertised_host, c.advertised_port)),
+    },
+    Setting {
+        name: "socket.request.max.bytes",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("104857600"),
+        doc: "The largest request frame; a larger one closes its connection before anything is \
+              allocated.",
+        set: |c, v| {
+            c.socket_request_max_bytes = at_least("socket.request.max.bytes", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.socket_request_max_bytes),
+    },
+    Setting {
+        name: "max.connections",
+        flag: None,
+        kind: Kind::Int,
+        // Kafka's: no limit but the process's descriptors (Int.MaxValue).
+        default: Some("2147483647"),
+        doc: "Client connections held open at once over all shards; more are accepted and \
+              closed at once, with a rate-limited log line. Changes without a restart.",
+        set: |c, v| {
+            c.max_connections = number("max.connections", v)?;
+            Ok(())
+        },
+        get: |c| show(c.max_connections),
+    },
+    Setting {
+        name: "max.connections.per.ip",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("2147483647"),
+        doc: "Client connections held open at once from one address. Changes without a restart.",
+        set: |c, v| {
+            c.max_connections_per_ip = number("max.connections.per.ip", v)?;
+            Ok(())
+        },
+        get: |c| show(c.max_connections_per_ip),
+    },
+    Setting {
+        name: "connections.max.idle.ms",
+        flag: None,
+        kind: Kind::Long,
+        default: Some("600000"),
+        doc: "A connection that makes no progress for this long (no complete request read and no \
+              response written) is closed; bytes of an unfinished request are no progress.",
+        set: |c, v| {
+            c.connections_max_idle_ms = number("connections.max.idle.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.connections_max_idle_ms),
+    },
+    // ---- Storage and topics.
+    Setting {
+        name: "log.dirs",
+        flag: Some("data-dir"),
+        kind: Kind::List,
+        default: Some("./data"),
+        doc: "The directory holding partition logs and the metadata log (one directory).",
+        set: |c, v| {
+            c.data_dir = PathBuf::from(v.trim());
+            Ok(())
+        },
+        get: |c| show(c.data_dir.display()),
+    },
+    Setting {
+        name: "num.partitions",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("1"),
+        doc: "Partitions of auto-created topics and of CreateTopics asking for -1.",
+        set: |c, v| {
+            c.num_partitions = at_least("num.partitions", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.num_partitions),
+    },
+    Setting {
+        name: "auto.create.topics.enable",
+        flag: None,
+        kind: Kind::Boolean,
+        default: Some("true"),
+        doc: "Whether Metadata for an unknown topic creates it.",
+        set: |c, v| {
+            c.auto_create_topics = boolean("auto.create.topics.enable", v)?;
+            Ok(())
+        },
+        get: |c| show(c.auto_create_topics),
+    },
+    Setting {
+        name: "default.replication.factor",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("1"),
+        doc: "Replicas of topics created without a replication factor (auto-created ones, \
+              CreateTopics asking for -1).",
+        set: |c, v| {
+            c.default_replication_factor = at_least("default.replication.factor", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.default_replication_factor),
+    },
+    Setting {
+        name: "min.insync.replicas",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("1"),
+        doc: "In-sync replicas an acks=all produce needs, for topics that set none; the \
+              controller keeps it as the cluster-wide dynamic default (KIP-966).",
+        set: |c, v| {
+            c.min_insync_replicas = at_least("min.insync.replicas", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.min_insync_replicas),
+    },
+    Setting {
+        name: "log.retention.check.interval.ms",
+        flag: None,
+        kind: Kind::Long,
+        default: Some("300000"),
+        doc: "How often each shard applies time and size retention to its partitions.",
+        set: |c, v| {
+            c.log_retention_check_interval_ms = at_least("log.retention.check.interval.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.log_retention_check_interval_ms),
+    },
+    Setting {
+        name: "log.cleaner.backoff.ms",
+        flag: None,
+        kind: Kind::Long,
+        // Sluice's default, one minute (Kafka's is 15 s): Kafka's cleaner cleans only logs past
+        // `min.cleanable.dirty.ratio`; Sluice has no such tracking yet, so each pass reads
+        // every closed segment of every compacted log, and four times as often would cost
+        // reads for little gain.
+        default: Some("60000"),
+        doc: "How often each shard compacts its cleanup.policy=compact partitions.",
+        set: |c, v| {
+            c.log_cleaner_backoff_ms = at_least("log.cleaner.backoff.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.log_cleaner_backoff_ms),
+    },
+    // ---- Fetch.
+    Setting {
+        name: "fetch.max.bytes",
+        flag: None,
+        kind: Kind::Int,
+        // Sluice's default, 8 MiB (Kafka's is 55 MiB): at 2 MiB a consumer of a producer at full
+        // rate fell behind (perf/README.md, workload (a): 71 of 456 MB/s); at 8 MiB it kept pace.
+        default: Some("8388608"),
+        doc: "The most record bytes one fetch response carries, whatever the client asks; its \
+              first batch always goes.",
+        set: |c, v| {
+            c.fetch_max_bytes = at_least("fetch.max.bytes", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.fetch_max_bytes),
+    },
+    Setting {
+        name: "replica.fetch.wait.max.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("500"),
+        doc: "How long a follower's fetch waits at its leader for new records.",
+        set: |c, v| {
+            c.replica_fetch_wait_max_ms = number("replica.fetch.wait.max.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.replica_fetch_wait_max_ms),
+    },
+    Setting {
+        name: "replica.lag.time.max.ms",
+        flag: None,
+        kind: Kind::Long,
+        default: Some("30000"),
+        doc: "An in-sync follower that has not caught up with its leader for this long leaves \
+              the ISR.",
+        set: |c, v| {
+            c.replica_lag_time_max_ms = at_least("replica.lag.time.max.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.replica_lag_time_max_ms),
+    },
+    Setting {
+        name: "replica.selector.class",
+        flag: None,
+        kind: Kind::String,
+        default: None,
+        doc: "Where leaders send consumers to read (KIP-392): \
+              org.apache.kafka.common.replica.RackAwareReplicaSelector (or its last part) sends \
+              a consumer with a client.rack to an in-sync replica in its rack; unset, or \
+              LeaderSelector, the leader serves.",
+        set: |c, v| {
+            let class = optional(v);
+            if let Some(class) = &class {
+                if ![RACK_AWARE_REPLICA_SELECTOR, LEADER_SELECTOR]
+                    .iter()
+                    .any(|known| class == known || known.ends_with(&format!(".{class}")))
+                {
+                    return Err(format!(
+                        "replica.selector.class {class:?} is not one Sluice has: \
+                         {RACK_AWARE_REPLICA_SELECTOR} or {LEADER_SELECTOR}"
+                    ));
+                }
+            }
+            c.replica_selector_class = class;
+            Ok(())
+        },
+        get: |c| c.replica_selector_class.clone(),
+    },
+    // ---- Leaders.
+    Setting {
+        name: "auto.leader.rebalance.enable",
+        flag: None,
+        kind: Kind::Boolean,
+        default: Some("true"),
+        doc: "Whether the controller gives partitions back to their preferred replica once it \
+              is in sync.",
+        set: |c, v| {
+            c.auto_leader_rebalance_enable = boolean("auto.leader.rebalance.enable", v)?;
+            Ok(())
+        },
+        get: |c| show(c.auto_leader_rebalance_enable),
+    },
+    Setting {
+        name: "leader.imbalance.check.interval.seconds",
+        flag: None,
+        kind: Kind::Long,
+        default: Some("300"),
+        doc: "How often the controller looks for partitions not led by their preferred replica.",
+        set: |c, v| {
+            c.leader_imbalance_check_interval_seconds =
+                at_least("leader.imbalance.check.interval.seconds", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.leader_imbalance_check_interval_seconds),
+    },
+    Setting {
+        name: "unclean.leader.election.enable",
+        flag: None,
+        kind: Kind::Boolean,
+        default: Some("false"),
+        doc: "Whether an out-of-sync replica may lead a partition no in-sync replica can lead, \
+              for topics that set none (it may lose acknowledged records).",
+        set: |c, v| {
+            c.unclean_leader_election_enable = boolean("unclean.leader.election.enable", v)?;
+            Ok(())
+        },
+        get: |c| show(c.unclean_leader_election_enable),
+    },
+    // ---- Groups.
+    Setting {
+        name: "group.initial.rebalance.delay.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("3000"),
+        doc: "How long a new classic group waits for more members before its first assignment.",
+        set: |c, v| {
+            c.group_initial_rebalance_delay_ms = number("group.initial.rebalance.delay.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.group_initial_rebalance_delay_ms),
+    },
+    Setting {
+        name: "group.min.session.timeout.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("6000"),
+        doc: "The shortest session timeout a classic group member may ask for.",
+        set: |c, v| {
+            c.group_min_session_timeout_ms = number("group.min.session.timeout.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.group_min_session_timeout_ms),
+    },
+    Setting {
+        name: "group.max.session.timeout.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("1800000"),
+        doc: "The longest session timeout a classic group member may ask for.",
+        set: |c, v| {
+            c.group_max_session_timeout_ms = number("group.max.session.timeout.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.group_max_session_timeout_ms),
+    },
+    Setting {
+        name: "group.consumer.session.timeout.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("45000"),
+        doc: "How long a group.protocol=consumer member may go without a heartbeat before it \
+              leaves its group and its partitions move to the others.",
+        set: |c, v| {
+            c.group_consumer_session_timeout_ms = number("group.consumer.session.timeout.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.group_consumer_session_timeout_ms),
+    },
+    Setting {
+        name: "group.consumer.heartbeat.interval.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("5000"),
+        doc: "How often group.protocol=consumer members are told to heartbeat; less than the \
+              session timeout.",
+        set: |c, v| {
+            let ms: u64 = at_least("group.consumer.heartbeat.interval.ms", v, 1)?;
+            if ms > i32::MAX as u64 {
+                return Err(format!(
+                    "group.consumer.heartbeat.interval.ms must be at most {}, not {ms}",
+                    i32::MAX
+                ));
+            }
+            c.group_consumer_heartbeat_interval_ms = ms;
+            Ok(())
+        },
+        get: |c| show(c.group_consumer_heartbeat_interval_ms),
+    },
+    Setting {
+        name: "group.consumer.migration.policy",
+        flag: None,
+        kind: Kind::String,
+        default: Some("bidirectional"),
+        doc: "Whether a classic group converts to a consumer group when a group.protocol=consumer \
+              member joins (upgrade), and back when the last one leaves (downgrade): disabled, \
+              upgrade, downgrade or bidirectional.",
+        set: |c, v| {
+            c.group_consumer_migration_policy = v.trim().parse::<MigrationPolicy>()?;
+            Ok(())
+        },
+        get: |c| show(c.group_consumer_migration_policy.name()),
+    },
+    Setting {
+        name: "offsets.topic.num.partitions",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("50"),
+        doc: "Partitions of __consumer_offsets, which holds committed offsets; a group lives on \
+              abs(hashCode) % this, as in Kafka.",
+        set: |c, v| {
+            c.offsets_topic_partitions = at_least("offsets.topic.num.partitions", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.offsets_topic_partitions),
+    },
+    Setting {
+        name: "offsets.topic.replication.factor",
+        flag: None,
+        kind: Kind::Short,
+        default: None,
+        doc: "Replicas of __consumer_offsets: unset, 3 in a cluster (as Kafka) and 1 on a single \
+              node; it is not created until the cluster has that many brokers.",
+        set: |c, v| {
+            c.offsets_topic_replication_factor_set =
+                Some(at_least("offsets.topic.replication.factor", v, 1)?);
+            Ok(())
+        },
+        get: |c| show(c.offsets_topic_replication_factor()),
+    },
+    // ---- Transactions.
+    Setting {
+        name: "transaction.state.log.num.partitions",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("50"),
+        doc: "Partitions of __transaction_state, which holds the transaction coordinators' state.",
+        set: |c, v| {
+            c.transaction_state_log_partitions =
+                at_least("transaction.state.log.num.partitions", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.transaction_state_log_partitions),
+    },
+    Setting {
+        name: "transaction.state.log.replication.factor",
+        flag: None,
+        kind: Kind::Short,
+        default: None,
+        doc: "Replicas of __transaction_state: unset, 3 in a cluster (as Kafka) and 1 on a \
+              single node; it is not created until the cluster has that many brokers.",
+        set: |c, v| {
+            c.transaction_state_log_replication_factor_set =
+                Some(at_least("transaction.state.log.replication.factor", v, 1)?);
+            Ok(())
+        },
+        get: |c| show(c.transaction_state_log_replication_factor()),
+    },
+    Setting {
+        name: "transaction.state.log.min.isr",
+        flag: None,
+        kind: Kind::Int,
+        default: None,
+        doc: "min.insync.replicas of __transaction_state: unset, 2 in a cluster (as Kafka) and \
+              1 on a single node; never above its replication factor.",
+        set: |c, v| {
+            c.transaction_state_log_min_isr_set =
+                Some(at_least("transaction.state.log.min.isr", v, 1)?);
+            Ok(())
+        },
+        get: |c| show(c.transaction_state_log_min_isr()),
+    },
+    Setting {
+        name: "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("10000"),
+        doc: "How often transaction coordinators abort transactions past their timeout and \
+              forget transactional ids past transactional.id.expiration.ms.",
+        set: |c, v| {
+            c.transaction_abort_timed_out_transaction_cleanup_interval_ms = at_least(
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                v,
+                1,
+            )?;
+            Ok(())
+        },
+        get: |c| show(c.transaction_abort_timed_out_transaction_cleanup_interval_ms),
+    },
+    Setting {
+        name: "transaction.max.timeout.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("900000"),
+        doc: "The longest transaction.timeout.ms a producer may ask for.",
+        set: |c, v| {
+            c.transaction_max_timeout_ms = at_least("transaction.max.timeout.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.transaction_max_timeout_ms),
+    },
+    Setting {
+        name: "transactional.id.expiration.ms",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("604800000"),
+        doc: "How long a transactional id without transactions is kept.",
+        set: |c, v| {
+            c.transactional_id_expiration_ms = at_least("transactional.id.expiration.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.transactional_id_expiration_ms),
+    },
+    Setting {
+        name: "transaction.partition.verification.enable",
+        flag: None,
+        kind: Kind::Boolean,
+        default: Some("true"),
+        doc: "Whether a partition leader verifies with the coordinator that a transaction's \
+              first batch belongs to an ongoing transaction (KIP-890 part 1).",
+        set: |c, v| {
+            c.transaction_partition_verification_enable =
+                boolean("transaction.partition.verification.enable", v)?;
+            Ok(())
+        },
+        get: |c| show(c.transaction_partition_verification_enable),
+    },
+    // ---- Sluice's own.
+    Setting {
+        name: "transaction.version",
+        flag: None,
+        kind: Kind::Short,
+        default: Some("2"),
+        doc: "Sluice: the transaction.version feature level (KIP-890) until kafka-features \
+              writes one into the metadata log: 2, as a new Kafka 4 cluster, bumps the producer \
+              epoch at every transaction end; 0 and 1 keep clients on the KIP-98 protocol.",
+        set: |c, v| {
+            let level: i16 = number("transaction.version", v)?;
+            if !(0..=2).contains(&level) {
+                return Err(format!(
+                    "transaction.version must be 0, 1 or 2 (got {level}); Kafka 4 defaults to 2"
+                ));
+            }
+            c.transaction_version = level;
+            Ok(())
+        },
+        get: |c| show(c.transaction_version),
+    },
+    Setting {
+        name: "cores",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("0"),
+        doc: "Sluice: shards to run, one per core; 0 runs one on every core.",
+        set: |c, v| {
+            c.cores = number("cores", v)?;
+            Ok(())
+        },
+        get: |c| show(c.cores),
+    },
+    Setting {
+        name: "metrics.listener",
+        flag: None,
+        kind: Kind::String,
+        default: None,
+        doc: "Sluice: serve Prometheus metrics at http://HOST:PORT/metrics; off when unset.",
+        set: |c, v| {
+            c.metrics_listener = optional(v);
+            Ok(())
+        },
+        get: |c| c.metrics_listener.clone(),
+    },
+    Setting {
+        name: "batch.cache.bytes",
+        flag: None,
+        kind: Kind::Long,
+        default: Some("268435456"),
+        doc: "Sluice: the batch cache budget of each shard, for tail reads.",
+        set: |c, v| {
+            c.batch_cache_bytes = number("batch.cache.bytes", v)?;
+            Ok(())
+        },
+        get: |c| show(c.batch_cache_bytes),
+    },
+    Setting {
+        name: "fetch.cold.max.bytes",
+        flag: None,
+        kind: Kind::Int,
+        // 2 MiB: a consumer catching up then takes its backlog in 2 MiB responses rather than
+        // 16 MiB ones, which kept a producer's p99 on the same shards near 6.5 ms instead of
+        // 17-22 ms at the same catch-up rate (perf/README.md, workload (e)).
+        default: Some("2097152"),
+        doc: "Sluice: of a fetch response's record bytes, the most read from disk rather than \
+              memory, so a consumer catching up does not hold the disk behind producers; its \
+              first batch always goes.",
+        set: |c, v| {
+            c.fetch_cold_max_bytes = at_least("fetch.cold.max.bytes", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.fetch_cold_max_bytes),
+    },
+    Setting {
+        name: "fetch.zero.copy",
+        flag: None,
+        kind: Kind::Boolean,
+        default: Some("true"),
+        doc: "Sluice: records on disk go from the segment files to the socket by splice, never \
+              through the broker's memory; false copies them.",
+        set: |c, v| {
+            c.fetch_zero_copy = boolean("fetch.zero.copy", v)?;
+            Ok(())
+        },
+        get: |c| show(c.fetch_zero_copy),
+    },
+    Setting {
+        name: "max.in.flight.requests.per.connection",
+        flag: None,
+        kind: Kind::Int,
+        default: Some("64"),
+        doc: "Sluice: requests of one connection read and not yet answered before the broker \
+              stops reading from it.",
+        set: |c, v| {
+            c.max_in_flight_requests_per_connection =
+                at_least("max.in.flight.requests.per.connection", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.max_in_flight_requests_per_connection),
+    },
+];
+
+/// The settings given on the command line, each as its flag (`--group-min-session-timeout-ms
+/// 6000`), in the order of [`BROKER_SETTINGS`].
+#[derive(Clone, Debug, Default)]
+pub struct SettingArgs {
+    pub given: Vec<(&'static str, String)>,
+}
+
+impl clap::FromArgMatches for SettingArgs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut args = SettingArgs::default();
+        args.update_from_arg_matches(matches)?;
+        Ok(args)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for s in BROKER_SETTINGS {
+            if let Some(v) = matches.get_one::<String>(s.name) {
+                self.given.retain(|(name, _)| *name != s.name);
+                self.given.push((s.name, v.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for SettingArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        BROKER_SETTINGS.iter().fold(cmd, |cmd, s| {
+            let default = s
+                .default
+                .map(|d| format!(" Default {d}."))
+                .unwrap_or_default();
+            cmd.arg(
+                clap::Arg::new(s.name)
+                    .long(s.flag())
+                    .value_name(s.kind.value_name())
+                    .help(format!("{} (`{}`){default}", s.doc, s.name)),
+            )
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+/// `broker/SETTINGS.md`: every setting with its flag, type, default and what it does.
+#[cfg(test)]
+fn settings_markdown() -> String {
+    let mut out = String::from(
+        "# Broker settings\n\n\
+         Generated from `broker/src/broker_settings.rs` (the unit test \
+         `settings_md_is_generated_from_the_table` checks it; `SLUICE_WRITE_SETTINGS_MD=1 cargo \
+         test -p sluice-broker settings_md` writes it). Each is a key of the TOML file \
+         (`--config`), a flag, and a DescribeConfigs entry of the broker; flags win over the \
+         file. Kafka's broker settings that Sluice does not read are accepted by DescribeConfigs \
+         and IncrementalAlterConfigs with Kafka's defaults, not here.\n\n\
+         | Setting | Flag | Type | Default | What it does |\n|---|---|---|---|---|\n",
+    );
+    for s in BROKER_SETTINGS {
+        let kind = format!("{:?}", s.kind).to_lowercase();
+        out.push_str(&format!(
+            "| `{}` | `--{}` | {kind} | {} | {} |\n",
+            s.name,
+            s.flag(),
+            s.default
+                .map_or("(unset)".to_string(), |d| format!("`{d}`")),
+            s.doc.replace('|', "\\|"),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_applies_and_reads_back_as_declared() {
+        let c = BrokerConfig::default();
+        for s in BROKER_SETTINGS {
+            if let Some(d) = s.default {
+                assert_eq!((s.get)(&c).as_deref(), Some(d), "{}", s.name);
+            }
+        }
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn names_and_flags_are_unique_and_kafkas_types_are_kafkas() {
+        let mut names = std::collections::HashSet::new();
+        let mut flags = std::collections::HashSet::new();
+        for s in BROKER_SETTINGS {
+            assert!(names.insert(s.name), "{} twice", s.name);
+            assert!(flags.insert(s.flag()), "--{} twice", s.flag());
+            if let Some(def) = crate::config_catalog::BROKER_CONFIGS
+                .iter()
+                .find(|d| d.name == s.name)
+            {
+                assert_eq!(def.config_type, s.kind.config_type(), "{}", s.name);
+            } else {
+                assert!(s.doc.starts_with("Sluice: "), "{} is Sluice's own", s.name);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_settings_name() {
+        let mut c = BrokerConfig::default();
+        for (name, bad) in [
+            ("num.partitions", "three"),
+            ("num.partitions", "0"),
+            ("log.cleaner.backoff.ms", "0"),
+            ("fetch.zero.copy", "yes"),
+            ("transaction.version", "3"),
+            ("replica.selector.class", "Nearest"),
+            ("group.consumer.migration.policy", "sideways"),
+            ("node.id", "-1"),
+        ] {
+            let e = c.set(name, bad).unwrap_err().to_string();
+            assert!(e.contains(name), "{name}={bad}: {e}");
+        }
+        assert!(c.set("no.such.setting", "1").is_err());
+        c.set("replica.selector.class", "RackAwareReplicaSelector")
+            .unwrap();
+        assert!(c.replica_selector_rack_aware());
+    }
+
+    #[test]
+    fn settings_md_is_generated_from_the_table() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("SETTINGS.md");
+        let want = settings_markdown();
+        if std::env::var_os("SLUICE_WRITE_SETTINGS_MD").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "broker/SETTINGS.md is not what the table says; write it with \
+             SLUICE_WRITE_SETTINGS_MD=1 cargo test -p sluice-broker settings_md"
+        );
+    }
+}
