@@ -56,6 +56,9 @@ pub struct Setting {
     pub name: &'static str,
     /// A flag name kept from earlier releases instead of the derived one (`--data-dir`).
     pub flag: Option<&'static str>,
+    /// Whether a dynamic broker config of this name (IncrementalAlterConfigs, per broker or
+    /// cluster-wide) takes effect without a restart.
+    pub dynamic: bool,
     pub kind: Kind,
     /// The value a broker starts with, as text; `None` when unset by default (the doc says
     /// what then holds).
@@ -121,6 +124,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "node.id",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("1"),
         doc: "This node's id in the cluster.",
@@ -133,6 +137,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "broker.id",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: None,
         doc: "The same as node.id.",
@@ -145,6 +150,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "cluster.id",
         flag: None,
+        dynamic: false,
         kind: Kind::String,
         default: None,
         doc: "Sluice: the cluster this node belongs to (Kafka keeps it in meta.properties alone); the formatted storage's (meta.properties) must \
@@ -161,6 +167,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "process.roles",
         flag: None,
+        dynamic: false,
         kind: Kind::List,
         default: Some("broker,controller"),
         doc: "broker, controller, or both: a combined node, as the single-node default is.",
@@ -173,6 +180,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "controller.quorum.voters",
         flag: None,
+        dynamic: false,
         kind: Kind::List,
         default: None,
         doc: "The controllers, id@host:port each, e.g. 1@127.0.0.1:9093,2@127.0.0.1:9095. \
@@ -186,6 +194,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "controller.listener.names",
         flag: None,
+        dynamic: false,
         kind: Kind::List,
         default: Some("CONTROLLER"),
         doc: "Which of the listeners carry the controller quorum's traffic (the first is used).",
@@ -198,6 +207,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "broker.rack",
         flag: None,
+        dynamic: false,
         kind: Kind::String,
         default: None,
         doc: "The rack of this broker: replicas of a partition are spread over racks, and \
@@ -211,6 +221,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "broker.session.timeout.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("9000"),
         doc: "A broker that sends no heartbeat to the active controller for this long is fenced.",
@@ -223,6 +234,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "broker.heartbeat.interval.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("2000"),
         doc: "How often a broker heartbeats to the active controller; less than \
@@ -237,6 +249,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "listeners",
         flag: None,
+        dynamic: false,
         kind: Kind::List,
         default: Some("PLAINTEXT://127.0.0.1:9092"),
         doc: "Where the Kafka protocol is served, and the controller quorum on the listener \
@@ -249,6 +262,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "advertised.listeners",
         flag: None,
+        dynamic: false,
         kind: Kind::List,
         default: None,
         doc: "The address clients are told to connect to, e.g. PLAINTEXT://broker1:9092; unset, \
@@ -259,6 +273,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "socket.request.max.bytes",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("104857600"),
         doc: "The largest request frame; a larger one closes its connection before anything is \
@@ -272,6 +287,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "max.connections",
         flag: None,
+        dynamic: true,
         kind: Kind::Int,
         // Kafka's: no limit but the process's descriptors (Int.MaxValue).
         default: Some("2147483647"),
@@ -286,6 +302,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "max.connections.per.ip",
         flag: None,
+        dynamic: true,
         kind: Kind::Int,
         default: Some("2147483647"),
         doc: "Client connections held open at once from one address. Changes without a restart.",
@@ -298,6 +315,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "connections.max.idle.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Long,
         default: Some("600000"),
         doc: "A connection that makes no progress for this long (no complete request read and no \
@@ -312,6 +330,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "log.dirs",
         flag: Some("data-dir"),
+        dynamic: false,
         kind: Kind::List,
         default: Some("./data"),
         doc: "The directory holding partition logs and the metadata log (one directory).",
@@ -324,6 +343,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "num.partitions",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("1"),
         doc: "Partitions of auto-created topics and of CreateTopics asking for -1.",
@@ -336,6 +356,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "auto.create.topics.enable",
         flag: None,
+        dynamic: false,
         kind: Kind::Boolean,
         default: Some("true"),
         doc: "Whether Metadata for an unknown topic creates it.",
@@ -348,6 +369,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "default.replication.factor",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("1"),
         doc: "Replicas of topics created without a replication factor (auto-created ones, \
@@ -361,6 +383,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "min.insync.replicas",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("1"),
         doc: "In-sync replicas an acks=all produce needs, for topics that set none; the \
@@ -374,6 +397,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "log.retention.check.interval.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Long,
         default: Some("300000"),
         doc: "How often each shard applies time and size retention to its partitions.",
@@ -386,6 +410,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "log.cleaner.backoff.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Long,
         // Sluice's default, one minute (Kafka's is 15 s): Kafka's cleaner cleans only logs past
         // `min.cleanable.dirty.ratio`; Sluice has no such tracking yet, so each pass reads
@@ -403,6 +428,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "fetch.max.bytes",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         // Sluice's default, 8 MiB (Kafka's is 55 MiB): at 2 MiB a consumer of a producer at full
         // rate fell behind (perf/README.md, workload (a): 71 of 456 MB/s); at 8 MiB it kept pace.
@@ -418,6 +444,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "replica.fetch.wait.max.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("500"),
         doc: "How long a follower's fetch waits at its leader for new records.",
@@ -430,6 +457,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "replica.lag.time.max.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Long,
         default: Some("30000"),
         doc: "An in-sync follower that has not caught up with its leader for this long leaves \
@@ -443,6 +471,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "replica.selector.class",
         flag: None,
+        dynamic: false,
         kind: Kind::String,
         default: None,
         doc: "Where leaders send consumers to read (KIP-392): \
@@ -471,6 +500,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "auto.leader.rebalance.enable",
         flag: None,
+        dynamic: false,
         kind: Kind::Boolean,
         default: Some("true"),
         doc: "Whether the controller gives partitions back to their preferred replica once it \
@@ -484,6 +514,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "leader.imbalance.check.interval.seconds",
         flag: None,
+        dynamic: false,
         kind: Kind::Long,
         default: Some("300"),
         doc: "How often the controller looks for partitions not led by their preferred replica.",
@@ -497,6 +528,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "unclean.leader.election.enable",
         flag: None,
+        dynamic: false,
         kind: Kind::Boolean,
         default: Some("false"),
         doc: "Whether an out-of-sync replica may lead a partition no in-sync replica can lead, \
@@ -511,6 +543,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "group.initial.rebalance.delay.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("3000"),
         doc: "How long a new classic group waits for more members before its first assignment.",
@@ -523,6 +556,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "group.min.session.timeout.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("6000"),
         doc: "The shortest session timeout a classic group member may ask for.",
@@ -535,6 +569,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "group.max.session.timeout.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("1800000"),
         doc: "The longest session timeout a classic group member may ask for.",
@@ -547,6 +582,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "group.consumer.session.timeout.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("45000"),
         doc: "How long a group.protocol=consumer member may go without a heartbeat before it \
@@ -560,6 +596,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "group.consumer.heartbeat.interval.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("5000"),
         doc: "How often group.protocol=consumer members are told to heartbeat; less than the \
@@ -580,6 +617,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "group.consumer.migration.policy",
         flag: None,
+        dynamic: false,
         kind: Kind::String,
         default: Some("bidirectional"),
         doc: "Whether a classic group converts to a consumer group when a group.protocol=consumer \
@@ -594,6 +632,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "offsets.topic.num.partitions",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("50"),
         doc: "Partitions of __consumer_offsets, which holds committed offsets; a group lives on \
@@ -607,6 +646,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "offsets.topic.replication.factor",
         flag: None,
+        dynamic: false,
         kind: Kind::Short,
         default: None,
         doc: "Replicas of __consumer_offsets: unset, 3 in a cluster (as Kafka) and 1 on a single \
@@ -622,6 +662,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "transaction.state.log.num.partitions",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("50"),
         doc: "Partitions of __transaction_state, which holds the transaction coordinators' state.",
@@ -635,6 +676,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "transaction.state.log.replication.factor",
         flag: None,
+        dynamic: false,
         kind: Kind::Short,
         default: None,
         doc: "Replicas of __transaction_state: unset, 3 in a cluster (as Kafka) and 1 on a \
@@ -649,6 +691,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "transaction.state.log.min.isr",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: None,
         doc: "min.insync.replicas of __transaction_state: unset, 2 in a cluster (as Kafka) and \
@@ -663,6 +706,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "transaction.abort.timed.out.transaction.cleanup.interval.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("10000"),
         doc: "How often transaction coordinators abort transactions past their timeout and \
@@ -680,6 +724,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "transaction.max.timeout.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("900000"),
         doc: "The longest transaction.timeout.ms a producer may ask for.",
@@ -692,6 +737,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "transactional.id.expiration.ms",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("604800000"),
         doc: "How long a transactional id without transactions is kept.",
@@ -704,6 +750,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "transaction.partition.verification.enable",
         flag: None,
+        dynamic: false,
         kind: Kind::Boolean,
         default: Some("true"),
         doc: "Whether a partition leader verifies with the coordinator that a transaction's \
@@ -719,6 +766,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "transaction.version",
         flag: None,
+        dynamic: false,
         kind: Kind::Short,
         default: Some("2"),
         doc: "Sluice: the transaction.version feature level (KIP-890) until kafka-features \
@@ -739,6 +787,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "cores",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("0"),
         doc: "Sluice: shards to run, one per core; 0 runs one on every core.",
@@ -751,6 +800,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "metrics.listener",
         flag: None,
+        dynamic: false,
         kind: Kind::String,
         default: None,
         doc: "Sluice: serve Prometheus metrics at http://HOST:PORT/metrics; off when unset.",
@@ -763,6 +813,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "batch.cache.bytes",
         flag: None,
+        dynamic: false,
         kind: Kind::Long,
         default: Some("268435456"),
         doc: "Sluice: the batch cache budget of each shard, for tail reads.",
@@ -775,6 +826,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "fetch.cold.max.bytes",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         // 2 MiB: a consumer catching up then takes its backlog in 2 MiB responses rather than
         // 16 MiB ones, which kept a producer's p99 on the same shards near 6.5 ms instead of
@@ -792,6 +844,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "fetch.zero.copy",
         flag: None,
+        dynamic: false,
         kind: Kind::Boolean,
         default: Some("true"),
         doc: "Sluice: records on disk go from the segment files to the socket by splice, never \
@@ -805,6 +858,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
     Setting {
         name: "max.in.flight.requests.per.connection",
         flag: None,
+        dynamic: false,
         kind: Kind::Int,
         default: Some("64"),
         doc: "Sluice: requests of one connection read and not yet answered before the broker \
@@ -875,7 +929,7 @@ fn settings_markdown() -> String {
          (`--config`), a flag, and a DescribeConfigs entry of the broker; flags win over the \
          file. Kafka's broker settings that Sluice does not read are accepted by DescribeConfigs \
          and IncrementalAlterConfigs with Kafka's defaults, not here.\n\n\
-         | Setting | Flag | Type | Default | What it does |\n|---|---|---|---|---|\n",
+         | Setting | Flag | Type | Default | Dynamic | What it does |\n|---|---|---|---|---|---|\n",
     );
     for s in BROKER_SETTINGS {
         let kind = format!("{:?}", s.kind).to_lowercase();
@@ -918,6 +972,8 @@ mod tests {
                 .find(|d| d.name == s.name)
             {
                 assert_eq!(def.config_type, s.kind.config_type(), "{}", s.name);
+                // What Sluice changes without a restart, Kafka does too.
+                assert!(!s.dynamic || !def.read_only, "{}", s.name);
             } else {
                 assert!(s.doc.starts_with("Sluice: "), "{} is Sluice's own", s.name);
             }

@@ -204,7 +204,7 @@ fn describe_broker(config: &BrokerConfig, image: &MetadataImage) -> Vec<Describe
                 SOURCE_STATIC_BROKER_CONFIG,
             )],
             Traits {
-                read_only: true,
+                read_only: !crate::broker_settings::find(name).is_some_and(|s| s.dynamic),
                 sensitive: false,
                 config_type,
                 documentation: doc,
