@@ -54,12 +54,12 @@ KAFKA_PROPS = {"auto.create.topics.enable": "false"}
 # client, which sends it; ListOffsets 11, DescribeLogDirs 5 and UpdateFeatures:
 # test_features_kafka.py).
 EXPECTED_APIS = {
-    0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 8), 9: (1, 8), 10: (0, 4), 11: (0, 9),
-    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 5), 16: (0, 5), 18: (0, 4), 19: (2, 7),
+    0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 8), 9: (1, 8), 10: (0, 6), 11: (0, 9),
+    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 18: (0, 4), 19: (2, 7),
     20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 1), 28: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4),
     33: (0, 2), 34: (1, 2), 35: (1, 5), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1),
     46: (0, 0), 47: (0, 0), 48: (0, 1),
-    49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 57: (0, 2), 60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 2),
+    49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 57: (0, 2), 60: (0, 2), 61: (0, 0), 65: (0, 0), 66: (0, 2),
     68: (0, 1), 69: (0, 1),
     74: (0, 1), 75: (0, 0),
 }
@@ -727,16 +727,17 @@ def test_every_version_of_produce_fetch_list_offsets_metadata_and_more_like_kafk
         (part,) = r["topics"][-1]["partitions"]
         assert (part["error_code"], part["leader_id"], part["replica_nodes"], part["isr_nodes"]) == (0, 1, [1], [1])
 
-    # DescribeCluster 0 and 1.
-    requests = [build(DescribeClusterRequest, v, include_cluster_authorized_operations=False, endpoint_type=1)
-                for v in (0, 1)]
+    # DescribeCluster 0 to 2 (2 with and without fenced brokers, KIP-1073: none is fenced).
+    requests = [build(DescribeClusterRequest, v, include_cluster_authorized_operations=False, endpoint_type=1,
+                      include_fenced_brokers=fenced) for v, fenced in ((0, False), (1, False), (2, False), (2, True))]
     ours, theirs = ask_both(both, *requests)
+    assert [b["is_fenced"] for b in ours[3]["brokers"]] == [False]
     for b, rs in ((sluice, ours), (kafka, theirs)):
         for r in rs:
             broker_fields(b, r, "brokers", "broker_id")
             r["cluster_id"] = bool(r["cluster_id"])
     assert ours == theirs
-    assert [(r["error_code"], r["controller_id"]) for r in ours] == [(0, 1), (0, 1)]
+    assert [(r["error_code"], r["controller_id"]) for r in ours] == [(0, 1)] * 4
 
     # DeleteRecords 0 to 2: the log start moves to 2, then 4, then stays.
     requests = [build(DeleteRecordsRequest, v, timeout_ms=30_000, topics=[{"name": VERSIONS, "partitions": [

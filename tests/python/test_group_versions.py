@@ -44,8 +44,8 @@ SESSION_TIMEOUT_MS = 30_000
 
 # The versions Sluice advertises (test_admin_apis.py's EXPECTED_APIS).
 VERSIONS = {
-    "FindCoordinator": (0, 4), "JoinGroup": (0, 9), "SyncGroup": (0, 5), "Heartbeat": (0, 4),
-    "LeaveGroup": (0, 5), "OffsetCommit": (2, 8), "OffsetFetch": (1, 8), "DescribeGroups": (0, 5),
+    "FindCoordinator": (0, 6), "JoinGroup": (0, 9), "SyncGroup": (0, 5), "Heartbeat": (0, 4),
+    "LeaveGroup": (0, 5), "OffsetCommit": (2, 8), "OffsetFetch": (1, 8), "DescribeGroups": (0, 6),
     "ListGroups": (0, 5), "DeleteGroups": (0, 2), "OffsetDelete": (0, 0),
 }
 ROUNDS = range(0, 10)
@@ -343,3 +343,17 @@ def expected(i: int) -> dict:
                          "ConsumerGroupDescribe request, so their version 0 cannot be sent raw")
 def test_consumer_group_heartbeat_and_describe_version_0():
     pass
+
+
+def test_find_coordinator_for_other_key_types_answers_as_kafka(both):
+    """FindCoordinator 6 adds the share-partition key type (KIP-932, `group:topicId:partition`);
+    with no share coordinator it, a malformed share key and an unknown key type get Kafka's
+    answers."""
+    sluice, kafka = both
+    requests = [build(FindCoordinatorRequest, 6, key_type=2, coordinator_keys=["g:AAAAAAAAAAAAAAAAAAAAAA:0"]),
+                build(FindCoordinatorRequest, 6, key_type=2, coordinator_keys=["not-a-share-key"]),
+                build(FindCoordinatorRequest, 6, key_type=9, coordinator_keys=["x"]),
+                build(FindCoordinatorRequest, 3, key_type=9, key="x")]
+    ours = [scrub(r, None) for r in ask(sluice.bootstrap, *requests)]
+    theirs = [scrub(r, None) for r in ask(kafka.bootstrap, *requests)]
+    assert not differences(ours, theirs, "find"), (ours, theirs)

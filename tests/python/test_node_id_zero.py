@@ -11,6 +11,8 @@ from confluent_kafka.admin import NewTopic
 
 from cluster import Cluster, running, wait_for
 from harness import Broker, admin, assert_all_delivered, consumer, produce_all, producer, read_to_end
+from kafka.protocol.admin.cluster import DescribeClusterRequest
+from wire import Pipeline, build
 from test_cluster import java
 from test_single_node_quorum import quorum_status
 
@@ -106,6 +108,16 @@ def test_a_cluster_of_nodes_0_1_2_survives_losing_node_0(cluster):
         assert killed_ms < last_fetch <= now_ms + 1000, rows
         assert killed_ms < caught_up <= now_ms + 1000, rows
     assert rows[0][0] == -1 or rows[0][0] < killed_ms + 1000, rows
+    # DescribeCluster 2 lists the fenced node 0 only when asked, marked fenced (KIP-1073).
+    def described(fenced: bool) -> dict:
+        pipe = Pipeline(cluster.node(1).bootstrap)
+        pipe.send(build(DescribeClusterRequest, 2, include_cluster_authorized_operations=False, endpoint_type=1,
+                        include_fenced_brokers=fenced))
+        (r,) = pipe.responses()
+        pipe.close()
+        return {b["broker_id"]: b["is_fenced"] for b in r["brokers"]}
+    wait_for("node 0 fenced", lambda: described(True) == {0: True, 1: False, 2: False}, timeout=30)
+    assert described(False) == {1: False, 2: False}
     # Node 0 comes back, catches up and leads its partition again (preferred-leader election).
     cluster.node(0).start(wait=False)
     cluster.node(0).wait_ready(wait_for_partitions=False)

@@ -29,19 +29,20 @@ pub fn random_id() -> String {
     }
 }
 
+/// Kafka's text form of a 16-byte id (`Uuid.toString`): URL-safe base64 without padding.
 fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-        }
-    }
-    out
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// An id in Kafka's text form (`Uuid.fromString`): 22 characters of URL-safe base64 that
+/// decode to 16 bytes.
+pub fn parse_kafka_uuid(text: &str) -> Option<uuid::Uuid> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()?;
+    uuid::Uuid::from_slice(&bytes).ok()
 }
 
 /// Kafka's rule for ids it did not make: printable, no whitespace, at most 100 characters.
@@ -254,6 +255,14 @@ mod tests {
         assert_eq!(base64url(&[0; 16]), "AAAAAAAAAAAAAAAAAAAAAA");
         assert_eq!(base64url(&[0xff; 16]), "_____________________w");
         assert_eq!(base64url(b"Man"), "TWFu");
+        let id = uuid::Uuid::new_v4();
+        assert_eq!(parse_kafka_uuid(&base64url(id.as_bytes())), Some(id));
+        assert_eq!(
+            parse_kafka_uuid("AAAAAAAAAAAAAAAAAAAAAA"),
+            Some(uuid::Uuid::nil())
+        );
+        assert!(parse_kafka_uuid("not-an-id").is_none());
+        assert!(parse_kafka_uuid("AAAA").is_none());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! coordinates the group, and the leader of the `__transaction_state` partition a
 //! transactional id hashes to coordinates the id. The first request for a kind of key creates
 //! its topic, as in Kafka; until its partition has a leader the answer is
-//! COORDINATOR_NOT_AVAILABLE and the client asks again.
+//! COORDINATOR_NOT_AVAILABLE and the client asks again. Share-partition keys (version 6,
+//! KIP-932) have no coordinator here (no share groups yet): a well-formed one gets
+//! COORDINATOR_NOT_AVAILABLE and a malformed one INVALID_REQUEST, as Kafka answers them.
 
 use std::rc::Rc;
 
@@ -16,6 +18,20 @@ use crate::shard::Shard;
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
+const KEY_TYPE_SHARE: i8 = 2;
+/// Kafka's message for INVALID_REQUEST, which it gives for an unknown key type.
+const INVALID_REQUEST_MESSAGE: &str = "This most likely occurs because of a request being \
+     malformed by the client library or the message was sent to an incompatible broker. See the \
+     broker logs for more details.";
+
+/// Whether `key` is a share-partition key as Kafka parses one: `group:topicId:partition`.
+fn is_share_partition_key(key: &str) -> bool {
+    let parts: Vec<&str> = key.split(':').collect();
+    parts.len() == 3
+        && !parts[0].is_empty()
+        && crate::cluster::meta_properties::parse_kafka_uuid(parts[1]).is_some()
+        && parts[2].parse::<i32>().is_ok()
+}
 
 fn key_text(c: &Coordinator) -> String {
     c.key.to_string()
@@ -72,8 +88,21 @@ pub fn handle(
         } else {
             c.node_id = BrokerId(-1);
             c.port = -1;
-            c.error_code = ResponseError::CoordinatorNotAvailable.code();
-            c.error_message = Some(StrBytes::from_static_str("unknown coordinator key type"));
+            let (error, message) = match request.key_type {
+                KEY_TYPE_SHARE if is_share_partition_key(&key_text(&c)) => {
+                    (ResponseError::CoordinatorNotAvailable, "")
+                }
+                KEY_TYPE_SHARE => (ResponseError::InvalidRequest, ""),
+                _ => {
+                    tracing::info!(
+                        key_type = request.key_type,
+                        "FindCoordinator with an unknown key type"
+                    );
+                    (ResponseError::InvalidRequest, INVALID_REQUEST_MESSAGE)
+                }
+            };
+            c.error_code = error.code();
+            c.error_message = Some(StrBytes::from_static_str(message));
         }
         c
     };

@@ -102,7 +102,13 @@ pub async fn describe(
                         let classic = |g: &&crate::group::Group| {
                             g.consumer.is_none() || !g.members.is_empty()
                         };
-                        groups.get(&id).filter(classic).map(|g| {
+                        let Some(g) = groups.get(&id) else {
+                            return Err(format!("Group {id} not found."));
+                        };
+                        if !classic(&g) {
+                            return Err(format!("Group {id} is not a classic group."));
+                        }
+                        Ok({
                             let protocol = g.protocol.clone();
                             let members: Vec<_> = g
                                 .members
@@ -129,7 +135,7 @@ pub async fn describe(
                     })
                     .await;
                 match found {
-                    Some((state, protocol_type, protocol, members)) => {
+                    Ok((state, protocol_type, protocol, members)) => {
                         described.group_state = StrBytes::from_string(state);
                         described.protocol_type = StrBytes::from_string(protocol_type);
                         described.protocol_data = StrBytes::from_string(protocol);
@@ -149,9 +155,16 @@ pub async fn describe(
                             })
                             .collect();
                     }
-                    None => {
-                        // Kafka describes an unknown group as Dead, without an error.
+                    Err(why) => {
+                        // Kafka describes an unknown group (and a consumer group, which
+                        // ConsumerGroupDescribe describes) as Dead; from version 6 with
+                        // GROUP_ID_NOT_FOUND and a message too (KIP-1043).
                         described.group_state = StrBytes::from_static_str("Dead");
+                        if version >= 6 {
+                            described.authorized_operations = i32::MIN;
+                            described.error_code = ResponseError::GroupIdNotFound.code();
+                            described.error_message = Some(StrBytes::from_string(why));
+                        }
                     }
                 }
             }

@@ -98,10 +98,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::TxnOffsetCommit, 0, 5),
     // 5 bumps the producer epoch at every end (transaction version 2).
     (ApiKey::EndTxn, 0, 5),
-    (ApiKey::DescribeCluster, 0, 1),
+    // 2 lists fenced brokers when asked (KIP-1073).
+    (ApiKey::DescribeCluster, 0, 2),
     // Answered by the quorum's leader, as Kafka's brokers forward it to the controller.
     (ApiKey::DescribeQuorum, 0, 2),
-    (ApiKey::FindCoordinator, 0, 4),
+    // 5 adds TRANSACTION_ABORTABLE; 6 the share-partition key type (KIP-932), which a broker
+    // without share groups answers INVALID_REQUEST for, as Kafka's does with them off.
+    (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
@@ -110,7 +113,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 8),
     // 5 adds the group type filter (KIP-848).
     (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DescribeGroups, 0, 5),
+    // 6 adds an error message per group (KIP-1043).
+    (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
@@ -255,8 +259,8 @@ pub async fn dispatch(
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(crate::cluster::describe_quorum(shard, r, version).await)
         }
-        RequestKind::DescribeCluster(_) => {
-            ResponseKind::DescribeCluster(describe_cluster::handle(shard))
+        RequestKind::DescribeCluster(request) => {
+            ResponseKind::DescribeCluster(describe_cluster::handle(shard, &request))
         }
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(shard, r, version))
