@@ -361,10 +361,15 @@ def migrate(bootstrap: str, name: str, strategy: str) -> dict:
         from kafka.protocol.admin import DescribeGroupsRequest
         pipe = Pipeline(bootstrap)
         pipe.send(build(DescribeGroupsRequest, 5, groups=[group], include_authorized_operations=False))
-        (described,) = pipe.responses()
+        pipe.send(build(DescribeGroupsRequest, 6, groups=[group], include_authorized_operations=False))
+        (described, described6) = pipe.responses()
         pipe.close()
         (g,) = described["groups"]
         seen["described_shared"] = (g["error_code"], g["group_state"], g["protocol_type"], len(g["members"]))
+        # Version 6 adds GROUP_ID_NOT_FOUND and a message saying why (KIP-1043).
+        (g,) = described6["groups"]
+        seen["described_shared_6"] = (g["error_code"], (g["error_message"] or "").replace(group, "<group>"),
+                                      g["group_state"], len(g["members"]))
         # `sluice group describe` falls back to ConsumerGroupDescribe for it.
         import subprocess
         from harness import SLUICE_BIN
@@ -397,7 +402,9 @@ def test_a_classic_group_converts_to_the_consumer_protocol_and_back(broker, kafk
            for name, b in (("kafka", kafka_reference.bootstrap), ("sluice", broker.bootstrap))}
     assert got["sluice"] == got["kafka"], got
     assert got["sluice"]["cli_shared"] == ("consumer", "2"), got
-    assert {k: v for k, v in got["sluice"].items() if k not in ("described_shared", "cli_shared")} == \
+    assert got["sluice"]["described_shared_6"][:2] == (69, "Group <group> is not a classic group."), got
+    assert {k: v for k, v in got["sluice"].items()
+            if k not in ("described_shared", "described_shared_6", "cli_shared")} == \
         {"alone": ("classic", [0, 1, 2, 3]), "shared": ("consumer", [2, 2]),
                              "back": ("classic", [0, 1, 2, 3]), "lost": []}, got
 
