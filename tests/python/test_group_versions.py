@@ -45,7 +45,7 @@ SESSION_TIMEOUT_MS = 30_000
 # The versions Sluice advertises (test_admin_apis.py's EXPECTED_APIS).
 VERSIONS = {
     "FindCoordinator": (0, 6), "JoinGroup": (0, 9), "SyncGroup": (0, 5), "Heartbeat": (0, 4),
-    "LeaveGroup": (0, 5), "OffsetCommit": (2, 8), "OffsetFetch": (1, 8), "DescribeGroups": (0, 6),
+    "LeaveGroup": (0, 5), "OffsetCommit": (2, 9), "OffsetFetch": (1, 9), "DescribeGroups": (0, 6),
     "ListGroups": (0, 5), "DeleteGroups": (0, 2), "OffsetDelete": (0, 0),
 }
 ROUNDS = range(0, 10)

@@ -1168,6 +1168,43 @@ impl Shard {
         }
     }
 
+    /// Whether `member_id` is a member of `group_id` that speaks the consumer protocol
+    /// (KIP-848), not the classic one.
+    pub fn uses_consumer_protocol(&self, group_id: &str, member_id: &str) -> bool {
+        let groups = self.groups.groups.borrow();
+        groups
+            .get(group_id)
+            .and_then(|g| g.consumer.as_ref())
+            .and_then(|c| c.members.get(member_id))
+            .is_some_and(|m| m.classic.is_none())
+    }
+
+    /// Checks that an OffsetFetch (version 9, KIP-848) may read on behalf of `member_id` at
+    /// `member_epoch`: of a consumer group, only a member at its current epoch (a classic
+    /// member at its generation), unless neither is given (an admin client); classic groups do
+    /// not check, as in Kafka.
+    pub fn check_fetch(&self, group_id: &str, member_id: Option<&str>, member_epoch: i32) -> i16 {
+        if member_epoch < 0 && member_id.is_none() {
+            return 0;
+        }
+        let groups = self.groups.groups.borrow();
+        let Some(c) = groups
+            .get(group_id)
+            .and_then(|g| g.consumer.as_ref())
+            .filter(|c| !c.members.is_empty())
+        else {
+            return 0;
+        };
+        match c.members.get(member_id.unwrap_or_default()) {
+            None => err(ResponseError::UnknownMemberId),
+            Some(m) if member_epoch != m.epoch && m.classic.is_some() => {
+                err(ResponseError::IllegalGeneration)
+            }
+            Some(m) if member_epoch != m.epoch => err(ResponseError::StaleMemberEpoch),
+            Some(_) => 0,
+        }
+    }
+
     /// Checks that a commit may be made on behalf of `member_id` at `generation`
     /// (generation -1: a commit outside group management, allowed while the group has no
     /// members).

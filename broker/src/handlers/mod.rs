@@ -109,8 +109,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
+    // 9 is the KIP-848 members' version (the request is 8's; a consumer-protocol member must
+    // use it); 10 names topics by id, past the codec's versions.
+    (ApiKey::OffsetCommit, 2, 9),
+    // 9 adds the member id and epoch, checked for consumer groups (KIP-848); 10 names topics by
+    // id, past the codec's versions.
+    (ApiKey::OffsetFetch, 1, 9),
     // 5 adds the group type filter (KIP-848).
     (ApiKey::ListGroups, 0, 5),
     // 6 adds an error message per group (KIP-1043).
@@ -276,7 +280,7 @@ pub async fn dispatch(
             ResponseKind::LeaveGroup(leave_group::handle(shard, r, version).await)
         }
         RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(offset_commit::handle(shard, r).await)
+            ResponseKind::OffsetCommit(offset_commit::handle(shard, r, version).await)
         }
         RequestKind::OffsetFetch(r) => {
             ResponseKind::OffsetFetch(offset_fetch::handle(shard, r, version).await)

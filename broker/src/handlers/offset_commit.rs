@@ -12,7 +12,11 @@ use kafka_protocol::ResponseError;
 use crate::group::{coordinator_shard, no_coordinator, Committed};
 use crate::shard::Shard;
 
-pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    request: OffsetCommitRequest,
+    version: i16,
+) -> OffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
     let image = shard.image();
     // A commit for a topic or a partition that does not exist is refused per partition, as
@@ -50,6 +54,12 @@ pub async fn handle(shard: &Rc<Shard>, request: OffsetCommitRequest) -> OffsetCo
                         s.check_commit(&group_id, &member_id, instance_id.as_deref(), generation);
                     if check != 0 {
                         return check;
+                    }
+                    // A member of the consumer protocol commits with version 9 or above, as
+                    // Kafka requires (its epoch is checked the same either way).
+                    if version < 9 && s.uses_consumer_protocol(&group_id, &member_id) {
+                        tracing::info!(group = %group_id, version, "OffsetCommit below version 9 from a consumer-protocol member refused");
+                        return ResponseError::UnsupportedVersion.code();
                     }
                     match s.store_offsets(&group_id, commits).await {
                         Ok(()) => 0,

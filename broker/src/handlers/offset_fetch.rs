@@ -1,4 +1,6 @@
 //! OffsetFetch, for one group (v1-7) or several (v8+). Partitions without a commit answer -1.
+//! From version 9 a consumer group's member names itself and its epoch (KIP-848), checked as
+//! Kafka checks them.
 
 use std::rc::Rc;
 
@@ -18,17 +20,24 @@ type PartitionOffset = (i32, i64, i32, String, i16);
 /// (topic, its partitions' offsets), or an error code for the group.
 type GroupOffsets = Result<Vec<(String, Vec<PartitionOffset>)>, i16>;
 
+/// The offsets `wanted` (all, for `None`) of a group; `member` is version 9's member id and
+/// epoch, checked for consumer groups.
 async fn fetch(
     shard: &Rc<Shard>,
     group_id: String,
     wanted: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
+    member: (Option<String>, i32),
 ) -> GroupOffsets {
     let Some(owner) = coordinator_shard(shard, &group_id) else {
         return Err(no_coordinator(shard, &group_id));
     };
     shard
         .invoke_on(owner, move |s| async move {
+            let check = s.check_fetch(&group_id, member.0.as_deref(), member.1);
+            if check != 0 {
+                return Err(check);
+            }
             let groups = s.groups.groups.borrow();
             let group = groups.get(&group_id);
             let committed = group.map(|g| &g.offsets);
@@ -93,11 +102,13 @@ pub async fn handle(
                     .collect()
             });
             let mut group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+            let member = (g.member_id.as_ref().map(|m| m.to_string()), g.member_epoch);
             match fetch(
                 shard,
                 g.group_id.0.to_string(),
                 wanted,
                 request.require_stable,
+                member,
             )
             .await
             {
@@ -135,7 +146,15 @@ pub async fn handle(
             .collect()
     });
     let GroupId(group_id) = request.group_id;
-    match fetch(shard, group_id.to_string(), wanted, request.require_stable).await {
+    match fetch(
+        shard,
+        group_id.to_string(),
+        wanted,
+        request.require_stable,
+        (None, -1),
+    )
+    .await
+    {
         Ok(topics) => {
             response.topics = topics
                 .into_iter()
