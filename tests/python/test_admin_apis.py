@@ -12,6 +12,8 @@ AdminClient, kafka-python) check the APIs they use.
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import time
 import uuid
 
@@ -55,7 +57,7 @@ KAFKA_PROPS = {"auto.create.topics.enable": "false"}
 # test_features_kafka.py).
 EXPECTED_APIS = {
     0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9),
-    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 18: (0, 4), 19: (2, 7),
+    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 18: (0, 5), 19: (2, 7),
     20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 1), 28: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4),
     33: (0, 2), 34: (1, 2), 35: (1, 5), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 1),
     46: (0, 0), 47: (0, 0), 48: (0, 1),
@@ -836,3 +838,46 @@ def test_every_version_of_the_topic_and_config_admin_apis_like_kafka(both):
     for _ in incremental + legacy:
         # 40 INVALID_CONFIG.
         assert [t["error_code"] for t in next(ours)["responses"]] == [0, 40, 3]
+
+
+def api_versions_v5(bootstrap: str, cluster_id: str | None, node_id: int) -> tuple[int, int, bytes]:
+    """ApiVersions version 5 (KIP-1242: the client names the cluster and node it means to reach),
+    sent as raw bytes (kafka-python stops at 4): its error code, how many APIs it lists and the
+    bytes after the API list."""
+    def compact(s: str | None) -> bytes:
+        if s is None:
+            return b"\x00"
+        b = s.encode()
+        return bytes([len(b) + 1]) + b
+    body = compact("sluice-test") + compact("1") + compact(cluster_id) + struct.pack(">i", node_id) + b"\x00"
+    header = struct.pack(">hhi", 18, 5, 7) + struct.pack(">h", 4) + b"test" + b"\x00"
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        frame = header + body
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        data = s.recv(size, socket.MSG_WAITALL)
+    assert struct.unpack(">i", data[:4])[0] == 7
+    error = struct.unpack(">h", data[4:6])[0]
+    count = data[6] - 1  # a compact array's length (under 127 entries here)
+    return error, count, data[7 + count * 7:]
+
+
+def test_api_versions_5_checks_the_cluster_and_node_the_client_names_as_kafka(both):
+    sluice, kafka = both
+    got = {}
+    for name, b in (("sluice", sluice), ("kafka", kafka)):
+        client = admin(b.bootstrap)  # kept alive until the answer is in
+        cid = client.describe_cluster().result(timeout=10).cluster_id
+        cases = {"none": (None, -1), "node-without-cluster": (None, 1), "right": (cid, 1),
+                 "other-cluster": ("AAAAAAAAAAAAAAAAAAAAAA", 1), "other-node": (cid, 7), "cluster-only": (cid, -1)}
+        got[name] = {case: api_versions_v5(b.bootstrap, *args) for case, args in cases.items()}
+    # Error code and whether APIs are listed: the same on both (each lists its own APIs).
+    seen = {name: {case: (error, count > 0) for case, (error, count, _) in answers.items()}
+            for name, answers in got.items()}
+    assert seen["sluice"] == seen["kafka"] == {
+        "none": (0, True), "right": (0, True), "node-without-cluster": (42, False), "cluster-only": (42, False),
+        "other-cluster": (129, False), "other-node": (129, False)}, seen
+    # Answered, version 5 lists exactly what version 4 lists.
+    (v4,) = ask(sluice.bootstrap, build(ApiVersionsRequest, 4, client_software_name="t", client_software_version="1"))
+    assert got["sluice"]["right"][1] == len(v4["api_keys"]) == len(EXPECTED_APIS)

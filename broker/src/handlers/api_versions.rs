@@ -1,6 +1,12 @@
 //! ApiVersions: exactly the APIs and versions this broker implements, and the feature levels
 //! (KIP-584) it runs at, which clients read to know what the cluster does.
+//!
+//! Version 5 (KIP-1242) lets a client name the cluster and node it means to reach: naming one
+//! without the other is INVALID_REQUEST, another cluster or node REBOOTSTRAP_REQUIRED, each with
+//! no APIs listed, as Kafka answers. The codec stops at version 4, whose response is 5's; the
+//! request is read here (`decode_v5`).
 
+use bytes::{Buf, Bytes};
 use kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
@@ -12,13 +18,92 @@ use super::SUPPORTED;
 use crate::config::BrokerConfig;
 use crate::metadata::MetadataImage;
 
+/// Where a version 5 request's cluster id and node id travel from `decode_v5` to `handle`: tag
+/// numbers the wire cannot carry (tags are unsigned there).
+const CLUSTER_ID_TAG: i32 = -1;
+const NODE_ID_TAG: i32 = -2;
+
+/// Reads an ApiVersions version 5 request body: version 4's fields, then the cluster id
+/// (compact nullable string) and node id (int32) the client means to reach, then tagged fields.
+pub fn decode_v5(body: &mut Bytes) -> anyhow::Result<ApiVersionsRequest> {
+    fn varint(b: &mut Bytes) -> anyhow::Result<u64> {
+        let mut value = 0u64;
+        for shift in (0..35).step_by(7) {
+            anyhow::ensure!(b.has_remaining(), "ApiVersions 5: truncated varint");
+            let byte = b.get_u8();
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        anyhow::bail!("ApiVersions 5: varint too long")
+    }
+    fn string(b: &mut Bytes) -> anyhow::Result<Option<Bytes>> {
+        let len = varint(b)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        let len = usize::try_from(len - 1)?;
+        anyhow::ensure!(b.remaining() >= len, "ApiVersions 5: truncated string");
+        Ok(Some(b.split_to(len)))
+    }
+    let text = |bytes: Option<Bytes>| -> anyhow::Result<StrBytes> {
+        Ok(StrBytes::try_from(bytes.unwrap_or_default())?)
+    };
+    let mut request = ApiVersionsRequest::default()
+        .with_client_software_name(text(string(body)?)?)
+        .with_client_software_version(text(string(body)?)?);
+    let cluster_id = string(body)?;
+    anyhow::ensure!(body.remaining() >= 4, "ApiVersions 5: no node id");
+    let node_id = body.get_i32();
+    for _ in 0..varint(body)? {
+        let _tag = varint(body)?;
+        let size = usize::try_from(varint(body)?)?;
+        anyhow::ensure!(
+            body.remaining() >= size,
+            "ApiVersions 5: truncated tagged field"
+        );
+        body.advance(size);
+    }
+    if let Some(id) = cluster_id {
+        request.unknown_tagged_fields.insert(CLUSTER_ID_TAG, id);
+    }
+    request
+        .unknown_tagged_fields
+        .insert(NODE_ID_TAG, Bytes::copy_from_slice(&node_id.to_be_bytes()));
+    Ok(request)
+}
+
+/// Version 5's check of the cluster and node the client names (KIP-1242), as Kafka makes it.
+fn misrouted(request: &ApiVersionsRequest, config: &BrokerConfig) -> Option<ResponseError> {
+    let cluster_id = request.unknown_tagged_fields.get(&CLUSTER_ID_TAG);
+    let node_id = request
+        .unknown_tagged_fields
+        .get(&NODE_ID_TAG)
+        .and_then(|b| <[u8; 4]>::try_from(&b[..]).ok())
+        .map_or(-1, i32::from_be_bytes);
+    match (cluster_id, node_id) {
+        (None, -1) => None,
+        (None, _) | (Some(_), -1) => Some(ResponseError::InvalidRequest),
+        (Some(cluster), node) => (&cluster[..] != config.cluster_id.as_bytes()
+            || node != config.node_id)
+            .then_some(ResponseError::RebootstrapRequired),
+    }
+}
+
 pub fn handle(
-    _request: &ApiVersionsRequest,
+    request: &ApiVersionsRequest,
     version: i16,
     error: Option<ResponseError>,
     image: &MetadataImage,
     config: &BrokerConfig,
 ) -> ApiVersionsResponse {
+    if version >= 5 {
+        if let Some(e) = misrouted(request, config) {
+            tracing::info!(error = ?e, "ApiVersions 5 names another cluster or node, or only one of them");
+            return ApiVersionsResponse::default().with_error_code(e.code());
+        }
+    }
     let features = crate::features::finalized(image, config);
     let mut response = ApiVersionsResponse::default();
     response.error_code = error.map(|e| e.code()).unwrap_or(0);
@@ -56,4 +141,54 @@ pub fn handle(
         .collect();
     response.finalized_features_epoch = crate::features::epoch(image);
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(cluster: Option<&str>, node: i32) -> Bytes {
+        let mut b = vec![3, b'c', b'l', 2, b'1'];
+        match cluster {
+            Some(c) => {
+                b.push(c.len() as u8 + 1);
+                b.extend_from_slice(c.as_bytes());
+            }
+            None => b.push(0),
+        }
+        b.extend_from_slice(&node.to_be_bytes());
+        b.push(0);
+        Bytes::from(b)
+    }
+
+    #[test]
+    fn version_5_names_the_cluster_and_node_or_neither() {
+        let config = BrokerConfig {
+            cluster_id: "abc".into(),
+            node_id: 3,
+            ..BrokerConfig::default()
+        };
+        let check = |cluster, node| {
+            let request = decode_v5(&mut body(cluster, node)).unwrap();
+            assert_eq!(request.client_software_name.as_str(), "cl");
+            misrouted(&request, &config)
+        };
+        assert_eq!(check(None, -1), None);
+        assert_eq!(check(Some("abc"), 3), None);
+        assert_eq!(check(None, 3), Some(ResponseError::InvalidRequest));
+        assert_eq!(check(Some("abc"), -1), Some(ResponseError::InvalidRequest));
+        assert_eq!(
+            check(Some("xyz"), 3),
+            Some(ResponseError::RebootstrapRequired)
+        );
+        assert_eq!(
+            check(Some("abc"), 4),
+            Some(ResponseError::RebootstrapRequired)
+        );
+        // Truncated bodies are errors, never panics.
+        let whole = body(Some("abc"), 3);
+        for cut in 0..whole.len() - 1 {
+            assert!(decode_v5(&mut whole.slice(..cut)).is_err(), "{cut}");
+        }
+    }
 }

@@ -70,8 +70,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListOffsets, 1, 11),
     // 13 adds a top-level error code, never set here (no re-bootstrap is ever needed).
     (ApiKey::Metadata, 0, 13),
-    // 4 lists features whose supported range starts at 0.
-    (ApiKey::ApiVersions, 0, 4),
+    // 4 lists features whose supported range starts at 0; 5 checks the cluster and node the
+    // client names (KIP-1242), past the codec's versions (`api_versions::decode_v5`).
+    (ApiKey::ApiVersions, 0, 5),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
@@ -154,6 +155,9 @@ pub fn supported(key: ApiKey, version: i16) -> bool {
 
 /// Decodes a request body for its API and version (the header already taken off `body`).
 pub fn decode_request(key: ApiKey, version: i16, body: &mut Bytes) -> anyhow::Result<RequestKind> {
+    if (key, version) == (ApiKey::ApiVersions, 5) {
+        return api_versions::decode_v5(body).map(RequestKind::ApiVersions);
+    }
     RequestKind::decode(key, body, codec_version(key, version))
 }
 
@@ -164,6 +168,8 @@ pub fn codec_version(key: ApiKey, version: i16) -> i16 {
     match (key, version) {
         (ApiKey::ListOffsets, 11) => 10,
         (ApiKey::DescribeLogDirs, 5) => 4,
+        // The response; the request is read by `api_versions::decode_v5`.
+        (ApiKey::ApiVersions, 5) => 4,
         _ => version,
     }
 }
