@@ -22,10 +22,12 @@ classes for them.
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer.group import (HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
                                            OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
@@ -357,3 +359,57 @@ def test_find_coordinator_for_other_key_types_answers_as_kafka(both):
     ours = [scrub(r, None) for r in ask(sluice.bootstrap, *requests)]
     theirs = [scrub(r, None) for r in ask(kafka.bootstrap, *requests)]
     assert not differences(ours, theirs, "find"), (ours, theirs)
+
+
+def delete_groups_v3(bootstrap: str, groups: list[str]) -> list[tuple[str, int, str | None]]:
+    """DeleteGroups version 3 (KIP-1043: an error message per group), as raw bytes (kafka-python
+    stops at 2): each group's (id, error code, message)."""
+    def compact(s: str) -> bytes:
+        b = s.encode()
+        return bytes([len(b) + 1]) + b
+    body = bytes([len(groups) + 1]) + b"".join(compact(g) for g in groups) + b"\x00"
+    header = struct.pack(">hhi", 42, 3, 11) + struct.pack(">h", 4) + b"test" + b"\x00"
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        frame = header + body
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        data = s.recv(size, socket.MSG_WAITALL)
+    assert struct.unpack(">i", data[:4])[0] == 11
+    at = 4 + 1 + 4  # correlation id, the header's tagged fields, throttle time
+    count = data[at] - 1
+    at += 1
+    out = []
+    for _ in range(count):
+        n = data[at] - 1
+        group = data[at + 1:at + 1 + n].decode()
+        at += 1 + n
+        (error,) = struct.unpack(">h", data[at:at + 2])
+        at += 2
+        n = data[at]
+        message = None if n == 0 else data[at + 1:at + n].decode()
+        at += 1 + max(n - 1, 0) + 1  # the string, then the result's tagged fields
+        out.append((group, error, message))
+    return out
+
+
+def test_delete_groups_3_gives_kafkas_messages(both):
+    """A group with a member (NON_EMPTY_GROUP), an unknown one (GROUP_ID_NOT_FOUND) and an empty
+    one with commits (deleted), deleted in one DeleteGroups 3 on both brokers."""
+    got = {}
+    for name, b in zip(("sluice", "kafka"), both):
+        busy, empty = f"delete3-busy-{name}", f"delete3-empty-{name}"
+        member = Consumer({"bootstrap.servers": b.bootstrap, "group.id": busy, "session.timeout.ms": 30000})
+        member.subscribe([TOPIC])
+        deadline = time.monotonic() + 60
+        while not member.assignment():
+            member.poll(0.2)
+            assert time.monotonic() < deadline, "the member was never assigned"
+        committer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": empty})
+        committer.commit(offsets=[TopicPartition(TOPIC, 0, 1)], asynchronous=False)
+        committer.close()
+        answers = delete_groups_v3(b.bootstrap, [busy, "delete3-none", empty])
+        member.close()
+        got[name] = sorted((g.replace(f"-{name}", ""), e, m) for g, e, m in answers)
+    assert got["sluice"] == got["kafka"] == [("delete3-busy", 68, None), ("delete3-empty", 0, None),
+                                             ("delete3-none", 69, None)], got

@@ -132,22 +132,8 @@ pub async fn handle(shard: &Rc<Shard>, request: DescribeLogDirsRequest) -> Descr
 /// directory is cordoned). The codec stops at v4; Kafka's v5 schema is v4's plus that field.
 /// Unknown tagged fields are not carried (this broker sets none).
 pub fn encode_v5(response: &DescribeLogDirsResponse, buf: &mut bytes::BytesMut) {
+    use super::compact::{len as compact_len, no_tagged_fields, string as compact_string};
     use bytes::BufMut;
-    fn uvarint(buf: &mut bytes::BytesMut, mut v: u64) {
-        while v >= 0x80 {
-            buf.put_u8((v as u8) | 0x80);
-            v >>= 7;
-        }
-        buf.put_u8(v as u8);
-    }
-    fn compact_len(buf: &mut bytes::BytesMut, len: usize) {
-        uvarint(buf, len as u64 + 1);
-    }
-    fn compact_string(buf: &mut bytes::BytesMut, s: &str) {
-        compact_len(buf, s.len());
-        buf.put_slice(s.as_bytes());
-    }
-    const NO_TAGGED_FIELDS: u8 = 0;
     buf.put_i32(response.throttle_time_ms);
     buf.put_i16(response.error_code);
     compact_len(buf, response.results.len());
@@ -163,17 +149,17 @@ pub fn encode_v5(response: &DescribeLogDirsResponse, buf: &mut bytes::BytesMut) 
                 buf.put_i64(p.partition_size);
                 buf.put_i64(p.offset_lag);
                 buf.put_u8(u8::from(p.is_future_key));
-                buf.put_u8(NO_TAGGED_FIELDS);
+                no_tagged_fields(buf);
             }
-            buf.put_u8(NO_TAGGED_FIELDS);
+            no_tagged_fields(buf);
         }
         buf.put_i64(r.total_bytes);
         buf.put_i64(r.usable_bytes);
         // IsCordoned.
         buf.put_u8(0);
-        buf.put_u8(NO_TAGGED_FIELDS);
+        no_tagged_fields(buf);
     }
-    buf.put_u8(NO_TAGGED_FIELDS);
+    no_tagged_fields(buf);
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod alter_client_quotas;
 pub mod alter_replica_log_dirs;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
+mod compact;
 pub mod configs;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -120,7 +121,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     // 6 adds an error message per group (KIP-1043).
     (ApiKey::DescribeGroups, 0, 6),
-    (ApiKey::DeleteGroups, 0, 2),
+    // 3 adds an error message per group (KIP-1043), past the codec's versions: the request is
+    // 2's, the response is encoded here (`groups_admin::encode_delete_v3`).
+    (ApiKey::DeleteGroups, 0, 3),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
@@ -170,6 +173,8 @@ pub fn codec_version(key: ApiKey, version: i16) -> i16 {
         (ApiKey::DescribeLogDirs, 5) => 4,
         // The response; the request is read by `api_versions::decode_v5`.
         (ApiKey::ApiVersions, 5) => 4,
+        // The request; the response is encoded by `groups_admin::encode_delete_v3`.
+        (ApiKey::DeleteGroups, 3) => 2,
         _ => version,
     }
 }
@@ -412,6 +417,9 @@ pub fn encode_response(
     match response {
         ResponseKind::DescribeLogDirs(r) if version >= 5 => {
             describe_log_dirs::encode_v5(r, &mut buf);
+        }
+        ResponseKind::DeleteGroups(r) if version >= 3 => {
+            groups_admin::encode_delete_v3(r, &mut buf);
         }
         _ => response.encode(&mut buf, codec_version(key, version))?,
     }
