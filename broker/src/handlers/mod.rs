@@ -96,7 +96,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // 4 adds TRANSACTION_ABORTABLE (KIP-890).
     (ApiKey::AddOffsetsToTxn, 0, 4),
     // 4 adds TRANSACTION_ABORTABLE; 5 adds the group's partition to the transaction itself
-    // (transaction version 2: no AddOffsetsToTxn).
+    // (transaction version 2: no AddOffsetsToTxn); 6 names topics by id, past the codec's
+    // versions.
     (ApiKey::TxnOffsetCommit, 0, 5),
     // 5 bumps the producer epoch at every end (transaction version 2).
     (ApiKey::EndTxn, 0, 5),
