@@ -25,6 +25,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -33,6 +34,7 @@ from kafka.protocol.consumer.group import (HeartbeatRequest, JoinGroupRequest, L
                                            OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
                                            SyncGroupRequest)
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
 
 from test_admin_apis import ask, create_and_wait
 from wire import build
@@ -413,3 +415,51 @@ def test_delete_groups_3_gives_kafkas_messages(both):
         got[name] = sorted((g.replace(f"-{name}", ""), e, m) for g, e, m in answers)
     assert got["sluice"] == got["kafka"] == [("delete3-busy", 68, None), ("delete3-empty", 0, None),
                                              ("delete3-none", 69, None)], got
+
+
+def test_offset_commit_and_fetch_by_topic_id_like_kafka(both):
+    """OffsetCommit 10 and OffsetFetch 10 name topics by id: a commit to a known and an unknown
+    id, then fetches of both ids and of every committed partition, with the same answers on both
+    brokers (each topic's own id read from Metadata; the unknown id the same on both)."""
+    unknown = uuid.UUID(int=0x5157)
+    got = {}
+    for name, b in zip(("sluice", "kafka"), both):
+        (md,) = ask(b.bootstrap, build(MetadataRequest, 12, topics=[{"topic_id": None, "name": TOPIC}],
+                                       allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        topic_id = md["topics"][0]["topic_id"]
+        group = f"by-id-{name}"
+        settle(b.bootstrap, group)
+
+        def partition(index, offset, meta):
+            return {"partition_index": index, "committed_offset": offset, "committed_leader_epoch": -1,
+                    "committed_metadata": meta}
+
+        answers = ask(b.bootstrap,
+                      build(OffsetCommitRequest, 10, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                            group_instance_id=None, topics=[
+                                {"topic_id": topic_id, "partitions": [partition(0, 5, "a"), partition(7, 1, "")]},
+                                {"topic_id": unknown, "partitions": [partition(0, 1, "")]}]),
+                      build(OffsetFetchRequest, 10, groups=[{"group_id": group, "member_id": None, "member_epoch": -1,
+                                                              "topics": [{"topic_id": topic_id, "partition_indexes": [0, 1, 7]},
+                                                                         {"topic_id": unknown, "partition_indexes": [0]}]}],
+                            require_stable=False),
+                      build(OffsetFetchRequest, 10, groups=[{"group_id": group, "member_id": None, "member_epoch": -1,
+                                                              "topics": None}], require_stable=False))
+        names = {topic_id: "<topic>", unknown: "<unknown>"}
+
+        def rename(value):
+            if isinstance(value, dict):
+                return {k: (names.get(v, v) if k == "topic_id" else
+                            "<group>" if k == "group_id" else rename(v)) for k, v in value.items()}
+            if isinstance(value, list):
+                return [rename(v) for v in value]
+            return value
+        got[name] = [scrub(rename(a), None) for a in answers]
+    assert not differences(got["sluice"], got["kafka"], "by-id"), got
+    commit, fetch, fetch_all = got["sluice"]
+    codes = {(t["topic_id"], p["partition_index"]): p["error_code"] for t in commit["topics"] for p in t["partitions"]}
+    assert codes == {("<topic>", 0): NONE, ("<topic>", 7): UNKNOWN_TOPIC_OR_PARTITION, ("<unknown>", 0): 100}, codes
+    offsets = {(t["topic_id"], p["partition_index"]): (p["committed_offset"], p["error_code"])
+               for g in fetch["groups"] for t in g["topics"] for p in t["partitions"]}
+    assert offsets[("<topic>", 0)] == (5, NONE), offsets
+    assert [t["topic_id"] for g in fetch_all["groups"] for t in g["topics"]] == ["<topic>"], fetch_all

@@ -49,6 +49,7 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
+pub mod topic_ids;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
 
@@ -97,8 +98,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 4),
     // 4 adds TRANSACTION_ABORTABLE; 5 adds the group's partition to the transaction itself
     // (transaction version 2: no AddOffsetsToTxn); 6 names topics by id, past the codec's
-    // versions.
-    (ApiKey::TxnOffsetCommit, 0, 5),
+    // versions (`topic_ids`).
+    (ApiKey::TxnOffsetCommit, 0, 6),
     // 5 bumps the producer epoch at every end (transaction version 2).
     (ApiKey::EndTxn, 0, 5),
     // 2 lists fenced brokers when asked (KIP-1073).
@@ -113,11 +114,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     // 9 is the KIP-848 members' version (the request is 8's; a consumer-protocol member must
-    // use it); 10 names topics by id, past the codec's versions.
-    (ApiKey::OffsetCommit, 2, 9),
+    // use it); 10 names topics by id, past the codec's versions (`topic_ids`).
+    (ApiKey::OffsetCommit, 2, 10),
     // 9 adds the member id and epoch, checked for consumer groups (KIP-848); 10 names topics by
-    // id, past the codec's versions.
-    (ApiKey::OffsetFetch, 1, 9),
+    // id, past the codec's versions (`topic_ids`).
+    (ApiKey::OffsetFetch, 1, 10),
     // 5 adds the group type filter (KIP-848).
     (ApiKey::ListGroups, 0, 5),
     // 6 adds an error message per group (KIP-1043).
@@ -162,6 +163,10 @@ pub fn decode_request(key: ApiKey, version: i16, body: &mut Bytes) -> anyhow::Re
     if (key, version) == (ApiKey::ApiVersions, 5) {
         return api_versions::decode_v5(body).map(RequestKind::ApiVersions);
     }
+    if let Some(codec) = topic_ids::codec_version(key, version) {
+        let mut named = topic_ids::request_to_names(key, body)?;
+        return RequestKind::decode(key, &mut named, codec);
+    }
     RequestKind::decode(key, body, codec_version(key, version))
 }
 
@@ -169,6 +174,9 @@ pub fn decode_request(key: ApiKey, version: i16, body: &mut Bytes) -> anyhow::Re
 /// newer than the codec's whose request (and, but for DescribeLogDirs, response) schema is
 /// the previous version's unchanged, as Kafka's generated schemas show.
 pub fn codec_version(key: ApiKey, version: i16) -> i16 {
+    if let Some(codec) = topic_ids::codec_version(key, version) {
+        return codec;
+    }
     match (key, version) {
         (ApiKey::ListOffsets, 11) => 10,
         (ApiKey::DescribeLogDirs, 5) => 4,
@@ -421,6 +429,11 @@ pub fn encode_response(
         }
         ResponseKind::DeleteGroups(r) if version >= 3 => {
             groups_admin::encode_delete_v3(r, &mut buf);
+        }
+        _ if topic_ids::codec_version(key, version).is_some() => {
+            let mut named = BytesMut::new();
+            response.encode(&mut named, codec_version(key, version))?;
+            topic_ids::response_to_ids(key, named.freeze(), &mut buf)?;
         }
         _ => response.encode(&mut buf, codec_version(key, version))?,
     }

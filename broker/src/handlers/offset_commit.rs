@@ -14,11 +14,18 @@ use crate::shard::Shard;
 
 pub async fn handle(
     shard: &Rc<Shard>,
-    request: OffsetCommitRequest,
+    mut request: OffsetCommitRequest,
     version: i16,
 ) -> OffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
     let image = shard.image();
+    // Named by id (OffsetCommit 10, TxnOffsetCommit 6): the ids this image knows become names.
+    let by_id = version >= 10;
+    if by_id {
+        for t in &mut request.topics {
+            super::topic_ids::resolve(&image, &mut t.name);
+        }
+    }
     // A commit for a topic or a partition that does not exist is refused per partition, as
     // Kafka does; the other partitions of the request are committed.
     let known = |topic: &str, partition: i32| image.has_partition(topic, partition);
@@ -77,6 +84,8 @@ pub async fn handle(
             .map(|p| {
                 let code = if known(t.name.0.as_str(), p.partition_index) {
                     code
+                } else if by_id && super::topic_ids::is_unknown_id(&t.name.0) {
+                    ResponseError::UnknownTopicId.code()
                 } else {
                     ResponseError::UnknownTopicOrPartition.code()
                 };
@@ -90,6 +99,11 @@ pub async fn handle(
                 .with_name(t.name)
                 .with_partitions(partitions),
         );
+    }
+    if by_id {
+        for t in &mut response.topics {
+            super::topic_ids::to_placeholder(&image, &mut t.name);
+        }
     }
     response
 }

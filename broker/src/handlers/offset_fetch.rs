@@ -95,7 +95,16 @@ pub async fn handle(
 ) -> OffsetFetchResponse {
     let mut response = OffsetFetchResponse::default();
     if version >= 8 {
-        for g in request.groups {
+        // Version 10 names topics by id: the ids this image knows become names, and the answer
+        // names them by id again (`topic_ids`).
+        let by_id = version >= 10;
+        let image = shard.image();
+        for mut g in request.groups {
+            if by_id {
+                for t in g.topics.iter_mut().flatten() {
+                    super::topic_ids::resolve(&image, &mut t.name);
+                }
+            }
             let wanted = g.topics.map(|ts| {
                 ts.into_iter()
                     .map(|t| (t.name.0.to_string(), t.partition_indexes))
@@ -135,6 +144,16 @@ pub async fn handle(
                         .collect()
                 }
                 Err(code) => group.error_code = code,
+            }
+            if by_id {
+                for t in &mut group.topics {
+                    if super::topic_ids::is_unknown_id(&t.name.0) {
+                        for p in &mut t.partitions {
+                            p.error_code = ResponseError::UnknownTopicId.code();
+                        }
+                    }
+                    super::topic_ids::to_placeholder(&image, &mut t.name);
+                }
             }
             response.groups.push(group);
         }

@@ -49,11 +49,18 @@ fn verification_error(error: ResponseError, version: i16) -> ResponseError {
 
 pub async fn handle(
     shard: &Rc<Shard>,
-    request: TxnOffsetCommitRequest,
+    mut request: TxnOffsetCommitRequest,
     version: i16,
 ) -> TxnOffsetCommitResponse {
     let group_id = request.group_id.0.to_string();
     let image = shard.image();
+    // Named by id (OffsetCommit 10, TxnOffsetCommit 6): the ids this image knows become names.
+    let by_id = version >= 6;
+    if by_id {
+        for t in &mut request.topics {
+            super::topic_ids::resolve(&image, &mut t.name);
+        }
+    }
     // A partition that does not exist is refused on its own, as in OffsetCommit.
     let known = |topic: &str, partition: i32| image.has_partition(topic, partition);
     let mut commits = Vec::new();
@@ -162,6 +169,8 @@ pub async fn handle(
             .map(|p| {
                 let code = if known(t.name.0.as_str(), p.partition_index) {
                     code
+                } else if by_id && super::topic_ids::is_unknown_id(&t.name.0) {
+                    ResponseError::UnknownTopicId.code()
                 } else {
                     ResponseError::UnknownTopicOrPartition.code()
                 };
@@ -175,6 +184,11 @@ pub async fn handle(
                 .with_name(t.name)
                 .with_partitions(partitions),
         );
+    }
+    if by_id {
+        for t in &mut response.topics {
+            super::topic_ids::to_placeholder(&image, &mut t.name);
+        }
     }
     response
 }
