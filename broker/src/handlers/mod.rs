@@ -140,9 +140,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTransactions, 0, 0),
     // 1 adds the duration filter (KIP-994), 2 the transactional id pattern (KIP-1152).
     (ApiKey::ListTransactions, 0, 2),
-    // Version 1 only: 0 is gone from Kafka 4, and the codec has no 2 (KIP-890's transaction
-    // version field).
-    (ApiKey::WriteTxnMarkers, 1, 1),
+    // 0 is gone from Kafka 4; 2 adds each marker's transaction version (KIP-890), past the
+    // codec's versions (`write_txn_markers::v2_as_v1`).
+    (ApiKey::WriteTxnMarkers, 1, 2),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
@@ -167,6 +167,10 @@ pub fn decode_request(key: ApiKey, version: i16, body: &mut Bytes) -> anyhow::Re
         let mut named = topic_ids::request_to_names(key, body)?;
         return RequestKind::decode(key, &mut named, codec);
     }
+    if (key, version) == (ApiKey::WriteTxnMarkers, 2) {
+        let mut v1 = write_txn_markers::v2_as_v1(body)?;
+        return RequestKind::decode(key, &mut v1, 1);
+    }
     RequestKind::decode(key, body, codec_version(key, version))
 }
 
@@ -184,6 +188,8 @@ pub fn codec_version(key: ApiKey, version: i16) -> i16 {
         (ApiKey::ApiVersions, 5) => 4,
         // The request; the response is encoded by `groups_admin::encode_delete_v3`.
         (ApiKey::DeleteGroups, 3) => 2,
+        // The response; the request is read by `write_txn_markers::v2_as_v1`.
+        (ApiKey::WriteTxnMarkers, 2) => 1,
         _ => version,
     }
 }

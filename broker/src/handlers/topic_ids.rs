@@ -9,7 +9,7 @@
 //! names no topic stays a placeholder and is answered UNKNOWN_TOPIC_ID. The codec encodes the
 //! answer at the previous version, and [`response_to_ids`] turns its placeholders back into ids.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
@@ -62,80 +62,29 @@ pub fn is_unknown_id(name: &str) -> bool {
     placeholder_id(name).is_some()
 }
 
-/// Copies a message from `src` to `out`, rewriting where the two versions differ.
-struct Rewrite {
-    src: Bytes,
-    out: BytesMut,
+use super::compact::Rewrite;
+
+/// The by-id versions' steps of a [`Rewrite`].
+trait ById {
+    fn id_to_name(&mut self) -> anyhow::Result<()>;
+    fn name_to_id(&mut self) -> anyhow::Result<()>;
+    fn commit_topics(&mut self, id_to_name: bool) -> anyhow::Result<()>;
 }
 
-impl Rewrite {
-    fn need(&self, n: usize) -> anyhow::Result<()> {
-        anyhow::ensure!(self.src.remaining() >= n, "truncated request");
-        Ok(())
-    }
-
-    fn copy(&mut self, n: usize) -> anyhow::Result<()> {
-        self.need(n)?;
-        let bytes = self.src.split_to(n);
-        self.out.put_slice(&bytes);
-        Ok(())
-    }
-
-    fn read_uvarint(&mut self) -> anyhow::Result<u64> {
-        let mut value = 0u64;
-        for shift in (0..35).step_by(7) {
-            self.need(1)?;
-            let byte = self.src.get_u8();
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        anyhow::bail!("varint too long")
-    }
-
-    /// Copies a compact array's length; the element count, `None` for a null array.
-    fn array(&mut self) -> anyhow::Result<Option<usize>> {
-        let n = self.read_uvarint()?;
-        super::compact::uvarint(&mut self.out, n);
-        Ok(n.checked_sub(1).map(|n| n as usize))
-    }
-
-    /// Copies a compact (nullable) string.
-    fn string(&mut self) -> anyhow::Result<()> {
-        let n = self.read_uvarint()?;
-        super::compact::uvarint(&mut self.out, n);
-        self.copy(n.saturating_sub(1) as usize)
-    }
-
-    fn tagged_fields(&mut self) -> anyhow::Result<()> {
-        let count = self.read_uvarint()?;
-        super::compact::uvarint(&mut self.out, count);
-        for _ in 0..count {
-            let tag = self.read_uvarint()?;
-            super::compact::uvarint(&mut self.out, tag);
-            let size = self.read_uvarint()?;
-            super::compact::uvarint(&mut self.out, size);
-            self.copy(size as usize)?;
-        }
-        Ok(())
-    }
-
+impl ById for Rewrite {
     /// A topic id in `src` becomes its placeholder name in `out`.
     fn id_to_name(&mut self) -> anyhow::Result<()> {
-        self.need(16)?;
-        let id = uuid::Uuid::from_slice(&self.src.split_to(16))?;
-        super::compact::string(&mut self.out, &placeholder(id));
+        let id = uuid::Uuid::from_slice(&self.take(16)?)?;
+        self.put_string(&placeholder(id));
         Ok(())
     }
 
     /// A placeholder name in `src` becomes its topic id in `out`.
     fn name_to_id(&mut self) -> anyhow::Result<()> {
         let n = self.read_uvarint()?.saturating_sub(1) as usize;
-        self.need(n)?;
-        let name = std::str::from_utf8(&self.src.split_to(n))?.to_string();
+        let name = std::str::from_utf8(&self.take(n)?)?.to_string();
         let id = placeholder_id(&name).unwrap_or_default();
-        self.out.put_slice(id.as_bytes());
+        self.put(id.as_bytes());
         Ok(())
     }
 
@@ -157,20 +106,11 @@ impl Rewrite {
         }
         Ok(())
     }
-
-    fn finish(mut self) -> anyhow::Result<Bytes> {
-        self.tagged_fields()?;
-        anyhow::ensure!(!self.src.has_remaining(), "bytes after the request");
-        Ok(self.out.freeze())
-    }
 }
 
 /// A request body at a by-id version, as the previous version's bytes with placeholder names.
 pub fn request_to_names(key: ApiKey, body: &mut Bytes) -> anyhow::Result<Bytes> {
-    let mut r = Rewrite {
-        src: std::mem::take(body),
-        out: BytesMut::new(),
-    };
+    let mut r = Rewrite::new(std::mem::take(body));
     match key {
         ApiKey::OffsetCommit => {
             r.string()?; // group_id
@@ -210,10 +150,7 @@ pub fn request_to_names(key: ApiKey, body: &mut Bytes) -> anyhow::Result<Bytes> 
 /// A response encoded at the previous version with placeholder names, as the by-id version's
 /// bytes, appended to `out`.
 pub fn response_to_ids(key: ApiKey, encoded: Bytes, out: &mut BytesMut) -> anyhow::Result<()> {
-    let mut r = Rewrite {
-        src: encoded,
-        out: BytesMut::new(),
-    };
+    let mut r = Rewrite::new(encoded);
     r.copy(4)?; // throttle_time_ms
     match key {
         ApiKey::OffsetCommit | ApiKey::TxnOffsetCommit => {

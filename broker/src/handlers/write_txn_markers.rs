@@ -10,6 +10,11 @@
 //! the last stable offset moves past it, and an abort is remembered so that read-committed
 //! fetches list it. A marker from an older producer epoch than the partition knows is refused
 //! (INVALID_PRODUCER_EPOCH): it comes from a coordinator that has since been fenced.
+//!
+//! Version 2 adds each marker's transaction version (KIP-890), past the codec's versions: the
+//! request is read as version 1's without it (`v2_as_v1`), its answer is version 1's. A marker
+//! is checked the same at every transaction version here: the epoch it carries is the one its
+//! coordinator wrote the transaction's end at.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -24,6 +29,25 @@ use sluice_engine::Timestamp;
 
 use super::errors::log_error_code;
 use crate::shard::Shard;
+
+/// A version 2 request body as version 1's bytes: the same with each marker's
+/// `transaction_version` (an int8 after `coordinator_epoch`) left out.
+pub fn v2_as_v1(body: &mut bytes::Bytes) -> anyhow::Result<bytes::Bytes> {
+    let mut r = super::compact::Rewrite::new(std::mem::take(body));
+    for _ in 0..r.array()?.unwrap_or(0) {
+        r.copy(8 + 2 + 1)?; // producer_id, producer_epoch, transaction_result
+        for _ in 0..r.array()?.unwrap_or(0) {
+            r.string()?; // name
+            let partitions = r.array()?.unwrap_or(0);
+            r.copy(4 * partitions)?;
+            r.tagged_fields()?;
+        }
+        r.copy(4)?; // coordinator_epoch
+        r.take(1)?; // transaction_version
+        r.tagged_fields()?;
+    }
+    r.finish()
+}
 
 /// How long a marker waits for the in-sync replicas, as Kafka's `request.timeout.ms` default.
 const MARKER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -136,4 +160,53 @@ pub async fn handle(shard: &Rc<Shard>, request: WriteTxnMarkersRequest) -> Write
         response.markers.push(result);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BufMut;
+    use kafka_protocol::messages::write_txn_markers_request::{
+        WritableTxnMarker, WritableTxnMarkerTopic,
+    };
+    use kafka_protocol::messages::{ProducerId, TopicName};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+    #[test]
+    fn version_2_reads_as_version_1_without_the_transaction_version() {
+        let marker = |epoch: i32| {
+            WritableTxnMarker::default()
+                .with_producer_id(ProducerId(7))
+                .with_producer_epoch(3)
+                .with_transaction_result(true)
+                .with_topics(vec![WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("t")))
+                    .with_partition_indexes(vec![0, 2])])
+                .with_coordinator_epoch(epoch)
+        };
+        let v1 = WriteTxnMarkersRequest::default().with_markers(vec![marker(5), marker(6)]);
+        let mut encoded = BytesMut::new();
+        v1.encode(&mut encoded, 1).unwrap();
+        // Version 2's bytes: after each coordinator epoch (5, then 6), a transaction version.
+        let mut v2 = BytesMut::new();
+        let mut at = 0;
+        for epoch in [5i32, 6] {
+            let end = at
+                + encoded[at..]
+                    .windows(4)
+                    .position(|w| w == epoch.to_be_bytes())
+                    .expect("the coordinator epoch")
+                + 4;
+            v2.put_slice(&encoded[at..end]);
+            v2.put_u8(2);
+            at = end;
+        }
+        v2.put_slice(&encoded[at..]);
+        let whole = v2.freeze();
+        let mut read = v2_as_v1(&mut whole.clone()).unwrap();
+        assert_eq!(WriteTxnMarkersRequest::decode(&mut read, 1).unwrap(), v1);
+        for cut in 0..whole.len() {
+            assert!(v2_as_v1(&mut whole.slice(..cut)).is_err(), "{cut}");
+        }
+    }
 }
