@@ -26,7 +26,9 @@ use common::{request, Broker};
 const TOPIC: &str = "epochs";
 const PARTITIONS: usize = 6;
 const HEARTBEAT_VERSION: i16 = 1;
-const OFFSET_COMMIT_VERSION: i16 = 8;
+// Version 9 is the consumer protocol's (Kafka refuses older ones from its members with
+// UNSUPPORTED_VERSION, and so does Sluice).
+const OFFSET_COMMIT_VERSION: i16 = 9;
 const SESSION_TIMEOUT_MS: u64 = 6_000;
 const HEARTBEAT_INTERVAL_MS: u64 = 1_000;
 

@@ -522,7 +522,7 @@ fn transaction_version_2_adds_partitions_implicitly_and_bumps_the_epoch_at_every
         (ApiKey::InitProducerId, 5),
         (ApiKey::AddPartitionsToTxn, 5),
         (ApiKey::AddOffsetsToTxn, 4),
-        (ApiKey::TxnOffsetCommit, 5),
+        (ApiKey::TxnOffsetCommit, 6),
         (ApiKey::EndTxn, 5),
         (ApiKey::Produce, 13),
     ] {

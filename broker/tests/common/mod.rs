@@ -133,6 +133,7 @@ impl Broker {
                     .get(log_from..)
                     .is_some_and(|l| l.contains(READY_LINE))
             {
+                self.wait_for_coordinators(log_from);
                 return;
             }
             assert!(
@@ -141,6 +142,45 @@ impl Broker {
                 self.log_text()
             );
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until every `__consumer_offsets` partition's groups are loaded (each coordinator
+    /// logs `LOADED_LINE` then). A first load reads the other offsets partitions before it
+    /// serves (group/placement.rs), and tests send group requests right after the start: a
+    /// client retries COORDINATOR_LOAD_IN_PROGRESS, these raw requests do not.
+    fn wait_for_coordinators(&self, log_from: usize) {
+        const LOADED_LINE: &str = "coordinating the groups of __consumer_offsets partition";
+        let metadata =
+            kafka_protocol::messages::MetadataRequest::default().with_topics(Some(vec![
+                kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(kafka_protocol::messages::TopicName(
+                        StrBytes::from_static_str("__consumer_offsets"),
+                    ))),
+            ]));
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return;
+        };
+        let answer: kafka_protocol::messages::MetadataResponse =
+            request(&mut stream, ApiKey::Metadata, 12, &metadata);
+        let partitions = answer
+            .topics
+            .first()
+            .filter(|t| t.error_code == 0)
+            .map_or(0, |t| t.partitions.len());
+        let deadline = Instant::now() + START_TIMEOUT;
+        while self
+            .log_text()
+            .get(log_from..)
+            .map_or(0, |l| l.matches(LOADED_LINE).count())
+            < partitions
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the broker's {partitions} group coordinators did not load within {START_TIMEOUT:?}:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
