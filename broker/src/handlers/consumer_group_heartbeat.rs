@@ -10,7 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::group::consumer::HeartbeatRequest;
-use crate::group::{coordinator_shard, no_coordinator};
+use crate::shard::groups::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 pub async fn handle(

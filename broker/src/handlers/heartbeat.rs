@@ -4,7 +4,7 @@ use std::rc::Rc;
 
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
-use crate::group::{coordinator_shard, no_coordinator};
+use crate::shard::groups::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 pub async fn handle(shard: &Rc<Shard>, request: HeartbeatRequest) -> HeartbeatResponse {

@@ -6,7 +6,8 @@ use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::group::{coordinator_shard, no_coordinator, JoinRequest, JoinResult};
+use crate::group::{JoinRequest, JoinResult};
+use crate::shard::groups::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 pub async fn handle(

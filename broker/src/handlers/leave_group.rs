@@ -5,7 +5,7 @@ use std::rc::Rc;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
-use crate::group::{coordinator_shard, no_coordinator};
+use crate::shard::groups::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 pub async fn handle(

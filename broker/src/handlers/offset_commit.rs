@@ -9,7 +9,8 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 use kafka_protocol::ResponseError;
 
-use crate::group::{coordinator_shard, no_coordinator, Committed};
+use crate::group::Committed;
+use crate::shard::groups::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 pub async fn handle(
@@ -58,13 +59,13 @@ pub async fn handle(
             shard
                 .invoke_on(owner, move |s| async move {
                     let check =
-                        s.check_commit(&group_id, &member_id, instance_id.as_deref(), generation);
+                        s.groups.check_commit(&group_id, &member_id, instance_id.as_deref(), generation);
                     if check != 0 {
                         return check;
                     }
                     // A member of the consumer protocol commits with version 9 or above, as
                     // Kafka requires (its epoch is checked the same either way).
-                    if version < 9 && s.uses_consumer_protocol(&group_id, &member_id) {
+                    if version < 9 && s.groups.uses_consumer_protocol(&group_id, &member_id) {
                         tracing::info!(group = %group_id, version, "OffsetCommit below version 9 from a consumer-protocol member refused");
                         return ResponseError::UnsupportedVersion.code();
                     }

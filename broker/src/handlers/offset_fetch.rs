@@ -12,7 +12,7 @@ use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse,
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::group::{coordinator_shard, no_coordinator};
+use crate::shard::groups::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 /// (partition, offset, leader epoch, metadata, error code)
@@ -34,7 +34,9 @@ async fn fetch(
     };
     shard
         .invoke_on(owner, move |s| async move {
-            let check = s.check_fetch(&group_id, member.0.as_deref(), member.1);
+            let check = s
+                .groups
+                .check_fetch(&group_id, member.0.as_deref(), member.1);
             if check != 0 {
                 return Err(check);
             }

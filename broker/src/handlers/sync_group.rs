@@ -5,7 +5,8 @@ use std::rc::Rc;
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::group::{coordinator_shard, no_coordinator, SyncResult};
+use crate::group::SyncResult;
+use crate::shard::groups::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 
 pub async fn handle(

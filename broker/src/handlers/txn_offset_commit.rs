@@ -21,7 +21,8 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use kafka_protocol::ResponseError;
 
-use crate::group::{coordinator_shard, no_coordinator, offsets_topic, Committed};
+use crate::group::{offsets_topic, Committed};
+use crate::shard::groups::{coordinator_shard, no_coordinator};
 use crate::shard::Shard;
 use crate::txn::{verify, TopicPartition};
 
@@ -93,7 +94,7 @@ pub async fn handle(
             let transactional_id = request.transactional_id.0.to_string();
             shard
                 .invoke_on(owner, move |s| async move {
-                    let check = s.check_txn_commit(
+                    let check = s.groups.check_txn_commit(
                         &group_id,
                         &member_id,
                         instance_id.as_deref(),

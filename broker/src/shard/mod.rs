@@ -20,8 +20,10 @@ use crate::config::BrokerConfig;
 use crate::metadata::{log_config, MetadataImage, TopicMeta};
 
 pub mod apply;
+pub mod groups;
 pub mod housekeeping;
 pub mod partition;
+mod placement;
 pub mod read;
 pub mod replication;
 pub mod wake;
