@@ -195,7 +195,7 @@ mod tests {
         };
         let mut image = MetadataImage::default();
         assert_eq!(transaction_version(&image, &config), 1);
-        let mut view = crate::cluster::view::ClusterView::default();
+        let mut view = crate::metadata::view::ClusterView::default();
         // A level written without metadata.version is not the whole truth yet.
         view.features.insert(TRANSACTION_VERSION.into(), 2);
         image.cluster = Some(std::sync::Arc::new(view.clone()));

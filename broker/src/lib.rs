@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-mod broker_settings;
 mod cli;
 mod cluster;
 mod config;
 mod config_catalog;
+mod errors;
 mod features;
 mod group;
 mod handlers;
@@ -59,9 +59,9 @@ struct ServeArgs {
     /// flags win over it. Every setting is in broker/SETTINGS.md.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Every broker setting as a flag (`broker_settings.rs`).
+    /// Every broker setting as a flag (`config/settings.rs`).
     #[command(flatten)]
-    settings: broker_settings::SettingArgs,
+    settings: config::settings::SettingArgs,
 }
 
 fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {

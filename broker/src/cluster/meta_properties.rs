@@ -45,29 +45,6 @@ pub fn parse_kafka_uuid(text: &str) -> Option<uuid::Uuid> {
     uuid::Uuid::from_slice(&bytes).ok()
 }
 
-/// Kafka's rule for ids it did not make: printable, no whitespace, at most 100 characters.
-pub fn validate_cluster_id(id: &str) -> Result<(), String> {
-    if id.is_empty() {
-        return Err("the cluster id is empty".into());
-    }
-    if id.len() > 100 {
-        return Err(format!(
-            "the cluster id is {} characters; at most 100",
-            id.len()
-        ));
-    }
-    if let Some(c) = id
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
-    {
-        return Err(format!(
-            "the cluster id {id:?} contains {c:?}; use letters, digits, '-' and '_' \
-             (`sluice storage random-uuid` makes one)"
-        ));
-    }
-    Ok(())
-}
-
 impl MetaProperties {
     pub fn path(data_dir: &Path) -> PathBuf {
         data_dir.join(META_PROPERTIES)
@@ -140,7 +117,7 @@ pub fn format(
     node_id: i32,
     ignore_formatted: bool,
 ) -> anyhow::Result<MetaProperties> {
-    validate_cluster_id(cluster_id).map_err(anyhow::Error::msg)?;
+    crate::config::validate_cluster_id(cluster_id).map_err(anyhow::Error::msg)?;
     if node_id < 0 {
         anyhow::bail!("node.id must be 0 or more, not {node_id}");
     }
@@ -249,7 +226,7 @@ mod tests {
             let id = random_id();
             assert_eq!(id.len(), 22, "{id}");
             assert!(!id.starts_with('-'));
-            validate_cluster_id(&id).unwrap();
+            crate::config::validate_cluster_id(&id).unwrap();
         }
         // The known encoding of 16 zero bytes and of 0xff..: "AAAA...A" and "____...w".
         assert_eq!(base64url(&[0; 16]), "AAAAAAAAAAAAAAAAAAAAAA");

@@ -3,12 +3,12 @@
 //! `metadata_log` keeps `__cluster_metadata` in the engine; `transport` carries raft messages
 //! over the CONTROLLER listener; `driver` runs the metadata node on shard 0.
 
+pub mod broker_configs;
 pub mod controller_api;
 pub mod meta_properties;
 pub mod metadata_log;
 pub mod node;
 pub mod transport;
-pub mod view;
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -199,7 +199,7 @@ pub async fn incremental_alter_configs(
         .iter()
         .map(|r| {
             r.resource_type == RESOURCE_BROKER_LOGGER
-                || (r.resource_type == crate::handlers::configs::RESOURCE_BROKER
+                || (r.resource_type == broker_configs::RESOURCE_BROKER
                     && !r.resource_name.is_empty()
                     && r.resource_name.as_str() != node_id)
         })

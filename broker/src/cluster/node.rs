@@ -111,7 +111,7 @@ fn validate_config(
             .map_err(|m| (error_code::INVALID_CONFIG, m)),
         ConfigResourceType::Broker => configs
             .iter()
-            .try_for_each(|(k, v)| crate::handlers::configs::check_broker_config(k, v)),
+            .try_for_each(|(k, v)| super::broker_configs::check_broker_config(k, v)),
     }
 }
 
@@ -121,7 +121,7 @@ fn config_default(resource: ConfigResourceType, name: &str) -> Option<String> {
         ConfigResourceType::Topic => {
             crate::topic_config::setting(name).map(|s| s.default_value().to_string())
         }
-        ConfigResourceType::Broker => crate::handlers::configs::broker_config_default(name),
+        ConfigResourceType::Broker => super::broker_configs::broker_config_default(name),
     }
 }
 
@@ -385,7 +385,7 @@ impl ClusterNode {
                 continue;
             };
             let controller = self.controller_for_clients(&cluster);
-            let image = Arc::new(super::view::broker_image(
+            let image = Arc::new(crate::metadata::view::broker_image(
                 &cluster,
                 self.node_id,
                 self.shards,

@@ -8,8 +8,9 @@ use std::rc::Rc;
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 use kafka_protocol::ResponseError;
 
+use crate::shard::txn as txn_shard;
 use crate::shard::Shard;
-use crate::txn::{error_for_client, shard as txn_shard, TxnResponse};
+use crate::txn::{error_for_client, TxnResponse};
 
 /// The first version whose clients know PRODUCER_FENCED (KIP-588).
 const PRODUCER_FENCED_VERSION: i16 = 2;

@@ -17,10 +17,10 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse};
 use kafka_protocol::ResponseError;
 
+use crate::shard::txn as txn_shard;
+use crate::shard::txn_verify as verify;
 use crate::shard::Shard;
-use crate::txn::{
-    error_for_client, shard as txn_shard, verify, TopicPartition, TransactionVersion, TxnResponse,
-};
+use crate::txn::{error_for_client, TopicPartition, TransactionVersion, TxnResponse};
 
 /// The first version whose clients know PRODUCER_FENCED (KIP-588).
 const PRODUCER_FENCED_VERSION: i16 = 2;

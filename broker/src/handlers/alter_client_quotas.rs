@@ -10,7 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::describe_client_quotas::ENTITY_TYPES;
-use super::errors::Disabled;
+use crate::errors::Disabled;
 
 /// Quota keys of user and client-id entities, and whether their values are whole numbers.
 const CLIENT_KEYS: &[(&str, bool)] = &[

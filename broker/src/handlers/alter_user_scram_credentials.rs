@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::errors::Disabled;
+use crate::errors::Disabled;
 
 /// SCRAM-SHA-256 and SCRAM-SHA-512.
 const MECHANISMS: &[i8] = &[1, 2];

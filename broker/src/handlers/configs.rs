@@ -21,28 +21,22 @@ use kafka_protocol::ResponseError;
 
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsSynonym;
 
-use crate::broker_settings::BROKER_SETTINGS;
+use crate::config::settings::BROKER_SETTINGS;
 use crate::config::BrokerConfig;
 use crate::config_catalog::BROKER_CONFIGS;
-use crate::metadata::{log_config, MetadataImage, TopicMeta};
+use crate::metadata::{MetadataImage, TopicMeta};
 use crate::shard::Shard;
 use crate::topic_config::TOPIC_SETTINGS;
 
 pub const RESOURCE_TOPIC: i8 = 2;
-pub const RESOURCE_BROKER: i8 = 4;
+pub use crate::cluster::broker_configs::RESOURCE_BROKER;
+use crate::cluster::broker_configs::{RESTART_ONLY_IN_SLUICE, TYPE_STRING};
 // DescribeConfigs `config_source`, Kafka's values.
 const SOURCE_TOPIC_CONFIG: i8 = 1;
 const SOURCE_DYNAMIC_BROKER_CONFIG: i8 = 2;
 const SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG: i8 = 3;
 const SOURCE_STATIC_BROKER_CONFIG: i8 = 4;
 const SOURCE_DEFAULT_CONFIG: i8 = 5;
-// DescribeConfigs `config_type` (KIP-569).
-const TYPE_BOOLEAN: i8 = 1;
-const TYPE_STRING: i8 = 2;
-const TYPE_INT: i8 = 3;
-const TYPE_SHORT: i8 = 4;
-const TYPE_LONG: i8 = 5;
-const TYPE_DOUBLE: i8 = 6;
 
 /// What Sluice says of a Kafka broker setting it accepts but does not use.
 const ACCEPTED_ONLY: &str =
@@ -56,10 +50,6 @@ fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &
         .filter_map(|s| (s.get)(config).map(|v| (s.name, v, s.doc)))
         .collect()
 }
-
-/// Broker configs Kafka changes without a restart that Sluice reads only at start: refused,
-/// rather than stored and silently not applied.
-const RESTART_ONLY_IN_SLUICE: &[&str] = &["listeners"];
 
 /// One config as DescribeConfigs reports it.
 struct Described {
@@ -195,7 +185,7 @@ fn describe_broker(config: &BrokerConfig, image: &MetadataImage) -> Vec<Describe
             continue;
         }
         let config_type =
-            crate::broker_settings::find(name).map_or(TYPE_STRING, |s| s.kind.config_type());
+            crate::config::settings::find(name).map_or(TYPE_STRING, |s| s.kind.config_type());
         out.push(Described::new(
             name.to_string(),
             vec![(
@@ -204,7 +194,7 @@ fn describe_broker(config: &BrokerConfig, image: &MetadataImage) -> Vec<Describe
                 SOURCE_STATIC_BROKER_CONFIG,
             )],
             Traits {
-                read_only: !crate::broker_settings::find(name).is_some_and(|s| s.dynamic),
+                read_only: !crate::config::settings::find(name).is_some_and(|s| s.dynamic),
                 sensitive: false,
                 config_type,
                 documentation: doc,
@@ -390,48 +380,4 @@ pub async fn describe(
         response.results.push(result);
     }
     response
-}
-
-/// Checks one dynamic broker config value: a known name Kafka changes without a restart (and
-/// Sluice too), of the right type; a topic default also as the topic config it stands for.
-pub fn check_broker_config(name: &str, value: &str) -> Result<(), (i16, String)> {
-    // Kafka stores broker configs it does not know (plugins read their own), and so does Sluice.
-    let Some(def) = BROKER_CONFIGS.iter().find(|d| d.name == name) else {
-        return Ok(());
-    };
-    if def.read_only || RESTART_ONLY_IN_SLUICE.contains(&name) {
-        return Err((
-            ResponseError::InvalidRequest.code(),
-            format!("cannot update {name} dynamically; it is read at start-up"),
-        ));
-    }
-    let ok = match def.config_type {
-        TYPE_BOOLEAN => value == "true" || value == "false",
-        TYPE_INT => value.parse::<i32>().is_ok(),
-        TYPE_SHORT => value.parse::<i16>().is_ok(),
-        TYPE_LONG => value.parse::<i64>().is_ok(),
-        TYPE_DOUBLE => value.parse::<f64>().is_ok(),
-        _ => true,
-    };
-    // A bad value is an invalid request for Kafka here (INVALID_CONFIG is for topics).
-    if !ok {
-        return Err((
-            ResponseError::InvalidRequest.code(),
-            format!("invalid value {value:?} for {name}"),
-        ));
-    }
-    if let Some((topic_key, _)) = crate::topic_config::broker_synonyms().find(|(_, b)| *b == name) {
-        let one = BTreeMap::from([(topic_key.to_string(), value.to_string())]);
-        log_config(&one).map_err(|e| (ResponseError::InvalidRequest.code(), e))?;
-    }
-    Ok(())
-}
-
-/// A dynamic broker config's default, for APPEND and SUBTRACT on a broker without its own value.
-pub fn broker_config_default(name: &str) -> Option<String> {
-    BROKER_CONFIGS
-        .iter()
-        .find(|d| d.name == name)
-        .and_then(|d| d.default)
-        .map(str::to_string)
 }

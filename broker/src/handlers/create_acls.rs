@@ -5,7 +5,7 @@ use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::{CreateAclsRequest, CreateAclsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::Disabled;
+use crate::errors::Disabled;
 
 pub fn handle(request: CreateAclsRequest) -> CreateAclsResponse {
     let disabled = Disabled::Authorizer;

@@ -5,7 +5,7 @@ use kafka_protocol::messages::delete_acls_response::DeleteAclsFilterResult;
 use kafka_protocol::messages::{DeleteAclsRequest, DeleteAclsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::Disabled;
+use crate::errors::Disabled;
 
 pub fn handle(request: DeleteAclsRequest) -> DeleteAclsResponse {
     let disabled = Disabled::Authorizer;

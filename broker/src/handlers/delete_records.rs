@@ -10,7 +10,7 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use kafka_protocol::ResponseError;
 use sluice_engine::Offset;
 
-use super::errors::log_error_code;
+use crate::errors::log_error_code;
 use crate::shard::Shard;
 
 pub async fn handle(shard: &Rc<Shard>, request: DeleteRecordsRequest) -> DeleteRecordsResponse {

@@ -4,7 +4,7 @@
 use kafka_protocol::messages::{DescribeAclsRequest, DescribeAclsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::Disabled;
+use crate::errors::Disabled;
 
 pub fn handle(_request: DescribeAclsRequest) -> DescribeAclsResponse {
     let disabled = Disabled::AuthorizerDescribe;

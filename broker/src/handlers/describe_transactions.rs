@@ -14,8 +14,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::shard::txn as txn_shard;
 use crate::shard::Shard;
-use crate::txn::{shard as txn_shard, TxnDescription};
+use crate::txn::TxnDescription;
 
 async fn describe_one(
     shard: &Rc<Shard>,

@@ -9,10 +9,9 @@ use std::rc::Rc;
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
 use kafka_protocol::ResponseError;
 
+use crate::shard::txn as txn_shard;
 use crate::shard::Shard;
-use crate::txn::{
-    error_for_client, shard as txn_shard, TransactionVersion, TxnResponse, TxnResult,
-};
+use crate::txn::{error_for_client, TransactionVersion, TxnResponse, TxnResult};
 
 /// The first version whose clients know PRODUCER_FENCED (KIP-588).
 const PRODUCER_FENCED_VERSION: i16 = 2;

@@ -9,8 +9,9 @@ use std::rc::Rc;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
 
+use crate::shard::txn as txn_shard;
 use crate::shard::Shard;
-use crate::txn::{error_for_client, expected_producer, shard as txn_shard, TxnResponse};
+use crate::txn::{error_for_client, expected_producer, TxnResponse};
 
 /// The first version whose clients know PRODUCER_FENCED (KIP-588).
 const PRODUCER_FENCED_VERSION: i16 = 4;

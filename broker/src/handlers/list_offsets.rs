@@ -12,7 +12,7 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
 use sluice_engine::Timestamp;
 
-use super::errors::log_error_code;
+use crate::errors::log_error_code;
 use crate::shard::Shard;
 
 pub const LATEST: i64 = -1;

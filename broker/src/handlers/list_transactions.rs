@@ -14,8 +14,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use crate::shard::txn::{list_local, wall_ms};
 use crate::shard::Shard;
-use crate::txn::shard::{list_local, wall_ms};
 use crate::txn::TxnState;
 
 /// The `regex` crate's syntax is RE2's, which is what Kafka compiles the pattern with (RE2/J);

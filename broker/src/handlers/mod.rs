@@ -32,7 +32,6 @@ pub mod describe_topic_partitions;
 pub mod describe_transactions;
 pub mod describe_user_scram_credentials;
 pub mod end_txn;
-pub mod errors;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod groups_admin;

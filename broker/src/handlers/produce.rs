@@ -21,10 +21,10 @@ use kafka_protocol::ResponseError;
 
 use futures_channel::oneshot;
 
-use super::errors::{log_error_code, produce_error_reports_log_start_offset, record_errors};
+use crate::errors::{log_error_code, produce_error_reports_log_start_offset, record_errors};
 use crate::net::order::Turn;
+use crate::shard::txn_verify as verify;
 use crate::shard::{wake, Shard};
-use crate::txn::verify;
 
 struct Outcome {
     error_code: i16,

@@ -23,8 +23,9 @@ use kafka_protocol::ResponseError;
 
 use crate::group::{offsets_topic, Committed};
 use crate::shard::groups::{coordinator_shard, no_coordinator};
+use crate::shard::txn_verify as verify;
 use crate::shard::Shard;
-use crate::txn::{verify, TopicPartition};
+use crate::txn::TopicPartition;
 
 /// The first version whose clients know TRANSACTION_ABORTABLE (KIP-890).
 const ABORTABLE_VERSION: i16 = 4;

@@ -86,7 +86,7 @@ impl Shard {
                 self.on_offsets_leadership(index, &p);
             }
             if topic == crate::txn::TRANSACTION_STATE_TOPIC {
-                crate::txn::shard::on_leadership(self, index, &p);
+                crate::shard::txn::on_leadership(self, index, &p);
             }
             if registered && info.leader >= 0 && info.leader != me {
                 leaders.insert(info.leader);
@@ -109,7 +109,7 @@ impl Shard {
             self.unload_groups(index);
         }
         // And `__transaction_state` partitions their transaction coordinators.
-        crate::txn::shard::drop_gone(self);
+        crate::shard::txn::drop_gone(self);
         for leader in leaders {
             super::replication::ensure_fetcher(self, leader);
         }

@@ -284,7 +284,7 @@ impl Shard {
             Ok(info) => info,
             Err(e) => {
                 tracing::error!(group = %group_id, error = %e, "could not store committed offsets");
-                return Err(match crate::handlers::errors::log_error_code(&e) {
+                return Err(match crate::errors::log_error_code(&e) {
                     c if c == err(ResponseError::MessageTooLarge)
                         || c == err(ResponseError::RecordListTooLarge) =>
                     {

@@ -22,10 +22,13 @@ use crate::metadata::{log_config, MetadataImage, TopicMeta};
 pub mod apply;
 pub mod groups;
 pub mod housekeeping;
+pub mod markers;
 pub mod partition;
 mod placement;
 pub mod read;
 pub mod replication;
+pub mod txn;
+pub mod txn_verify;
 pub mod wake;
 
 pub use partition::Partition;
@@ -108,7 +111,7 @@ pub struct Shard {
     /// epoch whose load started (their groups may still be loading).
     pub coordinating: RefCell<HashMap<i32, i32>>,
     /// The transaction coordinators of the `__transaction_state` partitions this shard leads.
-    pub txns: crate::txn::TxnCoordinators,
+    pub txns: crate::shard::txn::TxnCoordinators,
     in_flight: std::cell::Cell<usize>,
     /// The metadata node; on shard 0 only.
     pub cluster: RefCell<Option<Rc<crate::cluster::node::ClusterNode>>>,

@@ -39,7 +39,7 @@ use kafka_protocol::ResponseError;
 use sluice_engine::{FileExtent, LogError, Offset};
 
 use super::Shard;
-use crate::handlers::errors::log_error_code;
+use crate::errors::log_error_code;
 use crate::net::response::placeholder_range;
 use sluice_replication::records::BrokerId;
 

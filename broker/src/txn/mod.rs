@@ -47,10 +47,8 @@
 mod coordinator;
 mod metadata;
 mod records;
-pub mod shard;
 #[cfg(test)]
 mod tests;
-pub mod verify;
 
 pub use coordinator::{
     error_for_client, expected_producer, AppendKind, Completion, LoadError, ProducerIds, Step,
@@ -66,4 +64,15 @@ pub use records::{
     decode_key, decode_record, decode_value, encode_key, DecodeError, TxnLogPartitions,
     TxnLogRecord, TxnLogValue, TRANSACTION_STATE_TOPIC,
 };
-pub use shard::{partition_for, TxnCoordinators};
+
+/// Kafka's placement of a transactional id on `__transaction_state`:
+/// `Utils.abs(transactionalId.hashCode()) % numPartitions`, with Java's `String.hashCode` over
+/// UTF-16 code units and `Utils.abs(Integer.MIN_VALUE) == 0`.
+pub fn partition_for(transactional_id: &str, partitions: i32) -> i32 {
+    let mut h: i32 = 0;
+    for unit in transactional_id.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % partitions.max(1)
+}

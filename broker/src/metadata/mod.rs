@@ -2,9 +2,11 @@
 //! each partition. Shard 0 owns the authoritative copy and persists it; every shard holds an
 //! immutable `Arc<MetadataImage>` replaced by message when it changes.
 //!
-//! Built from the metadata log's committed image (`cluster/view.rs`). A single-node broker from
+//! Built from the metadata log's committed image (`metadata/view.rs`). A single-node broker from
 //! before the metadata log kept it as JSON in `<data>/.sluice-metadata.json`; that file is read
 //! once, imported into the log, and retired (`server.rs`).
+
+pub mod view;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -50,7 +52,7 @@ pub struct MetadataImage {
     /// In a cluster: brokers, partition leaders and the controller, from the cluster's
     /// metadata image. `None` on the single-node default, which leads everything itself.
     #[serde(skip)]
-    pub cluster: Option<Arc<crate::cluster::view::ClusterView>>,
+    pub cluster: Option<Arc<crate::metadata::view::ClusterView>>,
 }
 
 /// An index from topic id to name, for an image that is no longer changed once published. It is
@@ -188,8 +190,8 @@ impl MetadataImage {
         topic: &str,
         partition: i32,
     ) -> Option<(
-        &crate::cluster::view::PartitionInfo,
-        Option<&crate::cluster::view::BrokerInfo>,
+        &crate::metadata::view::PartitionInfo,
+        Option<&crate::metadata::view::BrokerInfo>,
     )> {
         let cluster = self.cluster.as_ref()?;
         let p = cluster.partition(topic, partition)?;

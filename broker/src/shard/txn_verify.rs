@@ -28,9 +28,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::shard::{self as txn_shard, code_error};
-use super::{TopicPartition, TransactionVersion, TxnResponse, TRANSACTION_STATE_TOPIC};
-use crate::shard::Shard;
+use super::txn::{self as txn_shard, code_error};
+use super::Shard;
+use crate::txn::{TopicPartition, TransactionVersion, TxnResponse, TRANSACTION_STATE_TOPIC};
 
 /// How long the coordinator on another broker may take to answer (Kafka's
 /// `request.timeout.ms` default).
@@ -280,7 +280,7 @@ async fn remote(
     partition: TopicPartition,
     operation: Operation,
 ) -> Option<ResponseError> {
-    let index = super::partition_for(
+    let index = crate::txn::partition_for(
         &transactional_id,
         shard.config().transaction_state_log_partitions,
     );

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use sluice_replication::image::MetadataImage as ClusterImage;
 use sluice_replication::records::ConfigResourceType;
 
-use crate::metadata::{MetadataImage, TopicMeta, NOT_HOSTED};
+use super::{MetadataImage, TopicMeta, NOT_HOSTED};
 
 /// A broker as clients see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,10 +90,12 @@ pub fn broker_image(
     shards: usize,
     controller_id: i32,
 ) -> MetadataImage {
-    let mut image = MetadataImage::default();
-    image.version = cluster.offset().0.max(0) as u64;
-    image.shards = shards;
-    image.next_producer_id = cluster.next_producer_id();
+    let mut image = MetadataImage {
+        version: cluster.offset().0.max(0) as u64,
+        shards,
+        next_producer_id: cluster.next_producer_id(),
+        ..Default::default()
+    };
     let mut view = ClusterView {
         offset: cluster.offset().0,
         controller_id,

@@ -3,7 +3,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::broker_settings::{SettingArgs, BROKER_SETTINGS};
+pub mod settings;
+
+use settings::{SettingArgs, BROKER_SETTINGS};
 
 /// Settings the broker reads at start. Keys in the TOML file are Kafka's (`listeners`,
 /// `advertised.listeners`, `log.dirs`, `num.partitions`, `auto.create.topics.enable`, ...).
@@ -346,7 +348,7 @@ pub const SINGLE_NODE_CLUSTER_ID: &str = "sluice-single-node";
 
 impl BrokerConfig {
     /// Every field before the settings' defaults are applied: placeholders, not defaults (those
-    /// are in `broker_settings.rs`), apart from the fields no setting sets.
+    /// are in `config/settings.rs`), apart from the fields no setting sets.
     fn unset() -> Self {
         BrokerConfig {
             node_id: 0,
@@ -408,7 +410,7 @@ impl BrokerConfig {
 }
 
 impl Default for BrokerConfig {
-    /// Every setting at its default (`broker_settings::BROKER_SETTINGS`).
+    /// Every setting at its default (`settings::BROKER_SETTINGS`).
     fn default() -> Self {
         let mut config = BrokerConfig::unset();
         for s in BROKER_SETTINGS {
@@ -459,7 +461,7 @@ pub fn parse_listener(value: &str) -> anyhow::Result<(String, u16)> {
 }
 
 impl BrokerConfig {
-    /// Applies the TOML file at `path`: every key a setting's name (`broker_settings.rs`).
+    /// Applies the TOML file at `path`: every key a setting's name (`config/settings.rs`).
     /// TOML reads an unquoted `batch.cache.bytes = 1` as nested tables, so the file is
     /// flattened back to dotted names first: quoted names, dotted keys and `[batch.cache]`
     /// sections all work. A name that is no setting is an error, never silently ignored.
@@ -487,9 +489,9 @@ impl BrokerConfig {
         Ok(())
     }
 
-    /// Sets the setting `name` (Kafka's name, `broker_settings.rs`) from its text.
+    /// Sets the setting `name` (Kafka's name, `config/settings.rs`) from its text.
     pub fn set(&mut self, name: &str, value: &str) -> anyhow::Result<()> {
-        let setting = crate::broker_settings::find(name).ok_or_else(|| {
+        let setting = crate::config::settings::find(name).ok_or_else(|| {
             anyhow::anyhow!("{name:?} is not a Sluice broker setting (sluice --help lists them)")
         })?;
         (setting.set)(self, value).map_err(anyhow::Error::msg)
@@ -703,6 +705,29 @@ impl BrokerConfig {
             .iter()
             .find(|v| v.id == self.node_id)
     }
+}
+
+/// Kafka's rule for ids it did not make: printable, no whitespace, at most 100 characters.
+pub fn validate_cluster_id(id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err("the cluster id is empty".into());
+    }
+    if id.len() > 100 {
+        return Err(format!(
+            "the cluster id is {} characters; at most 100",
+            id.len()
+        ));
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(format!(
+            "the cluster id {id:?} contains {c:?}; use letters, digits, '-' and '_' \
+             (`sluice storage random-uuid` makes one)"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -36,13 +36,14 @@ use kafka_protocol::ResponseError;
 use sluice_engine::batch::{BatchBuilder, NewRecord, Records};
 use sluice_engine::Timestamp;
 
-use super::{
+use super::markers::{write_marker, Marker};
+use super::{Partition, Shard};
+use crate::config::BrokerConfig;
+pub use crate::txn::partition_for;
+use crate::txn::{
     ProducerIds, Step, TopicPartition, TransactionVersion, TxnAppend, TxnConfig, TxnCoordinator,
     TxnListing, TxnMarkers, TxnResponse, TxnResult, TRANSACTION_STATE_TOPIC,
 };
-use crate::config::BrokerConfig;
-use crate::handlers::write_txn_markers::{write_marker, Marker};
-use crate::shard::{Partition, Shard};
 
 /// How long an append to `__transaction_state` waits for the in-sync replicas (Kafka's
 /// `request.timeout.ms` default, which its coordinator's appends use).
@@ -58,18 +59,6 @@ const COMPLETE_RETRY: Duration = Duration::from_millis(200);
 const LOAD_READ_BYTES: usize = 4 << 20;
 
 const _: () = assert!(MARKER_RETRY_MIN.as_millis() < MARKER_RETRY_MAX.as_millis());
-
-/// Kafka's placement of a transactional id on `__transaction_state`:
-/// `Utils.abs(transactionalId.hashCode()) % numPartitions`, with Java's `String.hashCode` over
-/// UTF-16 code units and `Utils.abs(Integer.MIN_VALUE) == 0`.
-pub fn partition_for(transactional_id: &str, partitions: i32) -> i32 {
-    let mut h: i32 = 0;
-    for unit in transactional_id.encode_utf16() {
-        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
-    }
-    let abs = if h == i32::MIN { 0 } else { h.abs() };
-    abs % partitions.max(1)
-}
 
 /// The coordinator's settings from the broker's.
 pub fn txn_config(config: &BrokerConfig) -> TxnConfig {
@@ -105,7 +94,7 @@ pub struct TxnCoordinators {
     /// Partition leaders' adds (transaction version 2) waiting for the add in flight for the
     /// same transactional id, to go in one record after it (`verify::local`). An id is a key
     /// while an add for it is in flight.
-    pub(super) adds_waiting: RefCell<HashMap<String, Vec<super::verify::WaitingAdd>>>,
+    pub(super) adds_waiting: RefCell<HashMap<String, Vec<super::txn_verify::WaitingAdd>>>,
 }
 
 /// The error for a transactional request when this shard has no loaded coordinator for
@@ -344,7 +333,7 @@ async fn append_record(shard: &Shard, index: i32, append: &TxnAppend) -> Result<
         Ok(info) => info,
         Err(e) => {
             tracing::warn!(transactional_id = %append.transactional_id, error = %e, "could not append to __transaction_state");
-            return Err(code_error(crate::handlers::errors::log_error_code(&e)));
+            return Err(code_error(crate::errors::log_error_code(&e)));
         }
     };
     shard.notify_appended();

@@ -156,7 +156,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         doc: "Sluice: the cluster this node belongs to (Kafka keeps it in meta.properties alone); the formatted storage's (meta.properties) must \
               match it. Unset, the storage's id stands (a new single node makes a random one).",
         set: |c, v| {
-            crate::cluster::meta_properties::validate_cluster_id(v.trim())
+            crate::config::validate_cluster_id(v.trim())
                 .map_err(|e| format!("cluster.id: {e}"))?;
             c.cluster_id = v.trim().to_string();
             c.cluster_id_configured = true;
