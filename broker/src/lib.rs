@@ -8,16 +8,20 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 mod cluster;
+mod codec;
 mod config;
 mod config_catalog;
 mod errors;
 mod features;
 mod group;
 mod handlers;
+#[cfg(test)]
+mod layers;
 mod loggers;
 mod metadata;
 mod metrics;
 mod net;
+mod peer;
 mod server;
 mod shard;
 mod topic_config;
@@ -28,7 +32,7 @@ use config::BrokerConfig;
 /// Request decoding exactly as a connection does it (size prefix, header, body), for the fuzz
 /// targets in `fuzz/` and for tests.
 pub mod wire {
-    pub use crate::handlers::{decode_request, supported, SUPPORTED};
+    pub use crate::codec::{decode_request, supported, SUPPORTED};
     pub use crate::net::frame::{body_len, decode_frame, decode_header, Decoded, Header};
 }
 

@@ -7,8 +7,9 @@
 //! expansions, produced and fetched bytes) with relaxed atomic adds into [`Metrics`], and once a
 //! second each shard stores its partition gauges (partitions, leaders, under-replicated,
 //! under min ISR) into its own slot; shard 0 adds the controller's. The exporter is a thread
-//! of its own: per scrape it reads the atomics, and asks its own broker, over the Kafka
-//! protocol as any client would, for the lag of the groups this broker coordinates.
+//! of its own: per scrape it reads the atomics and the consumer lag of the groups this broker
+//! coordinates from the source `server.rs` gives it (today the broker asks itself over the
+//! Kafka protocol, as any client would).
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -178,15 +179,12 @@ fn label_value(s: &str) -> String {
     out
 }
 
-/// Serves `GET /metrics` on `listener` from a thread of its own until the process ends;
-/// `bootstrap` is this broker's own client listener (for consumer lag), `None` on a
-/// controller-only node.
-pub fn serve(
-    listener: &str,
-    metrics: Arc<Metrics>,
-    bootstrap: Option<String>,
-    node_id: i32,
-) -> anyhow::Result<()> {
+/// Consumer lag as (group, topic, partition, lag), read once per scrape.
+pub type LagSource = Box<dyn Fn() -> anyhow::Result<Vec<(String, String, i32, i64)>> + Send>;
+
+/// Serves `GET /metrics` on `listener` from a thread of its own until the process ends, with
+/// the lag `lags` reads (`None` on a controller-only node).
+pub fn serve(listener: &str, metrics: Arc<Metrics>, lags: Option<LagSource>) -> anyhow::Result<()> {
     let server = tiny_http::Server::http(listener)
         .map_err(|e| anyhow::anyhow!("cannot listen on {listener} (metrics): {e}"))?;
     tracing::info!(listener, "serving Prometheus metrics at /metrics");
@@ -202,8 +200,8 @@ pub fn serve(
                     );
                     continue;
                 }
-                let lags = match &bootstrap {
-                    Some(b) => crate::cli::group_lags(b, Some(node_id)).unwrap_or_else(|e| {
+                let lags = match &lags {
+                    Some(read) => read().unwrap_or_else(|e| {
                         tracing::warn!(error = %format!("{e:#}"), "consumer lag for the metrics could not be read");
                         Vec::new()
                     }),

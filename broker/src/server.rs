@@ -216,7 +216,11 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
             .process_roles
             .broker
             .then(|| format!("{}:{}", config.advertised_host, config.advertised_port));
-        crate::metrics::serve(listener, shared.metrics.clone(), bootstrap, config.node_id)?;
+        let node_id = config.node_id;
+        let lags = bootstrap.map(|b| -> crate::metrics::LagSource {
+            Box::new(move || crate::cli::group_lags(&b, Some(node_id)))
+        });
+        crate::metrics::serve(listener, shared.metrics.clone(), lags)?;
     }
     let meshes = mesh_builders(shards);
     tracing::info!(shards, node_id = config.node_id, roles = %config.process_roles, cluster_id = %config.cluster_id, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
@@ -266,7 +270,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 if id == 0 {
                     let ready = async {
                         let node = crate::cluster::node::ClusterNode::start(&shard).await?;
-                        *shard.cluster.borrow_mut() = Some(node.clone());
+                        shard.set_controller(node.clone());
                         if cluster {
                             // Every shard waits for the cluster's image below.
                             Ok(())
@@ -279,7 +283,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                         STOP.store(true, Ordering::SeqCst);
                         shared.metadata_ready.store(true, Ordering::SeqCst);
                         shard.close_all().await;
-                        if let Some(node) = shard.cluster_node() {
+                        if let Some(node) = crate::cluster::node_of(&shard) {
                             node.close().await;
                         }
                         return Err(e);
@@ -324,7 +328,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 // controlled shutdown): shard 0 asks the controller, the others keep serving.
                 // (A single node has nobody to hand them to.)
                 if cluster && shared.config.process_roles.broker {
-                    if let Some(node) = shard.cluster_node() {
+                    if let Some(node) = crate::cluster::node_of(&shard) {
                         node.controlled_shutdown().await;
                         shared.handed_over.store(true, Ordering::SeqCst);
                     }
@@ -352,7 +356,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                     glommio::timer::sleep(Duration::from_millis(10)).await;
                 }
                 shard.close_all().await;
-                if let Some(node) = shard.cluster_node() {
+                if let Some(node) = crate::cluster::node_of(&shard) {
                     node.close().await;
                 }
                 tracing::info!(shard = id, "shard stopped cleanly");

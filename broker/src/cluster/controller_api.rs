@@ -9,7 +9,7 @@
 
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -17,7 +17,7 @@ use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_quorum_response::{PartitionData, ReplicaState, TopicData};
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use kafka_protocol::ResponseError;
 use sluice_replication::controller as core;
 use sluice_replication::records::{BrokerEpoch, BrokerId, Endpoint, Offset, TopicId};
@@ -56,34 +56,6 @@ fn answered(table: &[(ApiKey, i16, i16)], key: ApiKey, version: i16) -> bool {
         .any(|&(k, min, max)| k == key && (min..=max).contains(&version))
 }
 
-/// Encodes a request frame: size, header (client id `sluice`), body.
-pub fn encode_request(
-    key: ApiKey,
-    version: i16,
-    correlation_id: i32,
-    request: &RequestKind,
-) -> anyhow::Result<Bytes> {
-    let mut buf = BytesMut::new();
-    buf.extend_from_slice(&[0; 4]);
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("sluice")));
-    header.encode(&mut buf, key.request_header_version(version))?;
-    request.encode(&mut buf, version)?;
-    let size = (buf.len() - 4) as u32;
-    buf[0..4].copy_from_slice(&size.to_be_bytes());
-    Ok(buf.freeze())
-}
-
-/// Decodes a response frame's body (after the size) for `key` at `version`.
-pub fn decode_response(key: ApiKey, version: i16, body: Vec<u8>) -> anyhow::Result<ResponseKind> {
-    let mut body = Bytes::from(body);
-    ResponseHeader::decode(&mut body, key.response_header_version(version))?;
-    ResponseKind::decode(key, &mut body, version)
-}
-
 /// A request frame's body (after the size) split into key, version, header and body.
 fn decode_request(mut body: Bytes) -> anyhow::Result<(ApiKey, i16, RequestHeader, RequestKind)> {
     if body.len() < 4 {
@@ -110,7 +82,7 @@ pub async fn answer(node: &Rc<ClusterNode>, frame: Bytes) -> Option<Bytes> {
             let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
             let mut response = api_versions();
             response.error_code = ResponseError::UnsupportedVersion.code();
-            return crate::handlers::encode_response(
+            return crate::codec::encode_response(
                 ApiKey::ApiVersions,
                 0,
                 correlation_id,
@@ -159,7 +131,7 @@ pub async fn answer(node: &Rc<ClusterNode>, frame: Bytes) -> Option<Bytes> {
             None => return None,
         },
     };
-    crate::handlers::encode_response(key, version, header.correlation_id, &response).ok()
+    crate::codec::encode_response(key, version, header.correlation_id, &response).ok()
 }
 
 fn api_versions() -> ApiVersionsResponse {
@@ -269,7 +241,7 @@ async fn envelope(node: &Rc<ClusterNode>, request: EnvelopeRequest) -> EnvelopeR
         return EnvelopeResponse::default().with_error_code(ResponseError::InvalidRequest.code());
     }
     let response = admin(node, request, version).await;
-    match crate::handlers::encode_response(key, version, header.correlation_id, &response) {
+    match crate::codec::encode_response(key, version, header.correlation_id, &response) {
         Ok(frame) => EnvelopeResponse::default().with_response_data(Some(frame.slice(4..))),
         Err(e) => {
             tracing::error!(error = %e, "encoding a forwarded response failed");

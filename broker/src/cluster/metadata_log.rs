@@ -27,7 +27,7 @@ use sluice_engine::{
 use sluice_replication::quorum::codec;
 use sluice_replication::quorum::{Entry, HardState, PersistedState, Ready, Snapshot};
 
-pub const METADATA_DIR: &str = "__cluster_metadata-0";
+pub use crate::config::METADATA_DIR;
 const LOG_DIR: &str = "log";
 const QUORUM_STATE: &str = "quorum-state";
 const SNAPSHOT_SUFFIX: &str = ".checkpoint";

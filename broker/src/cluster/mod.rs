@@ -29,11 +29,16 @@ fn applied_wait(timeout_ms: i32) -> Duration {
     Duration::from_millis(timeout_ms.max(0) as u64).max(APPLIED_WAIT)
 }
 
+/// Shard 0's metadata node (`None` on other shards, and before it starts).
+pub fn node_of(shard0: &Shard) -> Option<Rc<node::ClusterNode>> {
+    shard0.controller()?.into_any().downcast().ok()
+}
+
 /// Shard 0's metadata node, waiting for it during start-up (client listeners open on every
 /// shard while shard 0 may still be starting it).
 async fn metadata_node(shard0: &Rc<Shard>) -> Option<Rc<node::ClusterNode>> {
     for _ in 0..500 {
-        if let Some(node) = shard0.cluster_node() {
+        if let Some(node) = node_of(shard0) {
             return Some(node);
         }
         glommio::timer::sleep(Duration::from_millis(10)).await;
@@ -625,10 +630,10 @@ pub async fn describe_quorum(
             if !node.is_quorum_leader() {
                 let request = RequestKind::DescribeQuorum(request);
                 if let Ok(frame) =
-                    controller_api::encode_request(ApiKey::DescribeQuorum, version, 1, &request)
+                    crate::codec::encode_request(ApiKey::DescribeQuorum, version, 1, &request)
                 {
                     if let Some(answer) = node.ask_leader(&frame[4..]).await {
-                        if let Ok(ResponseKind::DescribeQuorum(r)) = controller_api::decode_response(
+                        if let Ok(ResponseKind::DescribeQuorum(r)) = crate::codec::decode_response(
                             ApiKey::DescribeQuorum,
                             version,
                             answer[4..].to_vec(),
@@ -639,16 +644,6 @@ pub async fn describe_quorum(
                 }
             }
             controller_api::describe_quorum(&node, version)
-        })
-        .await
-}
-
-/// The next idempotent producer id, from shard 0's block (`ClusterNode::next_producer_id`).
-pub async fn next_producer_id(shard: &Rc<Shard>) -> Option<i64> {
-    shard
-        .invoke_on(0, |s0| async move {
-            let node = metadata_node(&s0).await?;
-            node.next_producer_id().await
         })
         .await
 }

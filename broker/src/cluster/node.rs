@@ -17,11 +17,14 @@ use sluice_replication::image::MetadataImage as ClusterImage;
 use sluice_replication::quorum::{MetadataNode, QuorumConfig, QuorumStatus, RequestId};
 use sluice_replication::records::{BrokerEpoch, BrokerId, ConfigResourceType, Endpoint, Offset};
 
-use super::controller_api::{self, decode_response, encode_request};
+use super::controller_api;
 use super::metadata_log::MetadataStore;
-use super::transport::{self, Inbound, Transport};
+use super::transport::{Inbound, Transport};
+use crate::codec::{decode_response, encode_request};
 use crate::config::BrokerConfig;
-use crate::shard::Shard;
+use futures_lite::future::BoxedLocal;
+
+use crate::shard::{ControllerChannel, Shard};
 
 /// How long one inter-node request may take (Kafka's `controller.quorum.request.timeout.ms`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -273,7 +276,7 @@ impl ClusterNode {
         let mut frame = Vec::with_capacity(body.len() + 4);
         frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
         frame.extend_from_slice(body);
-        let response = transport::call(&addr, Bytes::from(frame), REQUEST_TIMEOUT)
+        let response = crate::peer::call(&addr, Bytes::from(frame), REQUEST_TIMEOUT)
             .await
             .ok()?;
         let mut out = Vec::with_capacity(response.len() + 4);
@@ -470,7 +473,7 @@ impl ClusterNode {
         let addr = self.controller_address()?;
         let (key, version, kafka) = controller_api::kafka_request(&request)?;
         let frame = encode_request(key, version, 1, &kafka).ok()?;
-        let body = match transport::call(&addr, frame, REQUEST_TIMEOUT).await {
+        let body = match crate::peer::call(&addr, frame, REQUEST_TIMEOUT).await {
             Ok(b) => b,
             Err(e) => {
                 tracing::debug!(%addr, error = %e, ?key, "controller call failed");
@@ -805,7 +808,9 @@ impl ClusterNode {
                 .with_client_host_address(Bytes::from_static(&[127, 0, 0, 1])),
         );
         let frame = encode_request(ApiKey::Envelope, 0, 1, &envelope).ok()?;
-        let body = transport::call(&addr, frame, REQUEST_TIMEOUT).await.ok()?;
+        let body = crate::peer::call(&addr, frame, REQUEST_TIMEOUT)
+            .await
+            .ok()?;
         let ResponseKind::Envelope(outer) = decode_response(ApiKey::Envelope, 0, body).ok()? else {
             return None;
         };
@@ -854,5 +859,26 @@ impl Inbound for ClusterNode {
 
     fn request(self: Rc<Self>, frame: Bytes) -> futures_lite::future::BoxedLocal<Option<Bytes>> {
         Box::pin(async move { controller_api::answer(&self, frame).await })
+    }
+}
+
+impl ControllerChannel for ClusterNode {
+    fn alter_partition(
+        self: Rc<Self>,
+        partitions: Vec<core::AlterPartitionItem>,
+    ) -> BoxedLocal<Option<core::AlterPartitionResponse>> {
+        Box::pin(async move { ClusterNode::alter_partition(&self, partitions).await })
+    }
+
+    fn next_producer_id(self: Rc<Self>) -> BoxedLocal<Option<i64>> {
+        Box::pin(async move { ClusterNode::next_producer_id(&self).await })
+    }
+
+    fn is_active_controller(&self) -> bool {
+        ClusterNode::is_active_controller(self)
+    }
+
+    fn into_any(self: Rc<Self>) -> Rc<dyn std::any::Any> {
+        self
     }
 }

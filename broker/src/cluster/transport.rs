@@ -21,30 +21,23 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::AsyncWriteExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::{TcpListener, TcpStream};
+
+use crate::peer::{connect, read_frame, set_user_timeout, INTERNODE_USER_TIMEOUT};
 use sluice_replication::quorum::{codec, node_id_of, raft_id, Message};
 
 /// Sluice's API key for raft messages between controllers: outside Kafka's range.
 pub const RAFT_API_KEY: i16 = 32_000;
-/// The largest frame accepted on the CONTROLLER listener (a snapshot travels in one message).
-pub const FRAME_MAX: usize = 256 << 20;
 /// Raft messages queued for one peer before new ones are dropped.
 const PEER_QUEUE: usize = 4_096;
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// TCP_USER_TIMEOUT on connections between nodes: one whose sent data the peer has not
-/// acknowledged for this long fails, so that a connection into a network partition is
-/// dropped and dialled again instead of waiting out TCP's retransmission backoff (which after a
-/// long partition resumes minutes after the network heals).
-const INTERNODE_USER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The `to` of a hello frame: raft's "no node".
 const HELLO_TO: u64 = 0;
 
@@ -205,67 +198,6 @@ impl Transport {
     }
 }
 
-pub(crate) async fn connect(addr: &str) -> std::io::Result<TcpStream> {
-    let addr: SocketAddr = match addr.parse() {
-        Ok(a) => a,
-        Err(_) => std::net::ToSocketAddrs::to_socket_addrs(addr)?
-            .next()
-            .ok_or_else(|| std::io::Error::other(format!("{addr} does not resolve")))?,
-    };
-    let stream = futures_lite::future::or(
-        async { TcpStream::connect(addr).await.map_err(std::io::Error::from) },
-        async {
-            glommio::timer::sleep(CONNECT_TIMEOUT).await;
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "connect timed out",
-            ))
-        },
-    )
-    .await?;
-    stream.set_nodelay(true).map_err(std::io::Error::from)?;
-    set_user_timeout(&stream, INTERNODE_USER_TIMEOUT)?;
-    Ok(stream)
-}
-
-/// Sets TCP_USER_TIMEOUT (Linux): unacknowledged data older than `timeout` fails the socket.
-fn set_user_timeout(stream: &TcpStream, timeout: Duration) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let ms = libc::c_uint::try_from(timeout.as_millis()).unwrap_or(libc::c_uint::MAX);
-    // SAFETY: a valid socket descriptor for the duration of the call, and a pointer to a
-    // c_uint with its size, as setsockopt(2) takes for TCP_USER_TIMEOUT.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_USER_TIMEOUT,
-            (&ms as *const libc::c_uint).cast(),
-            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Reads one frame's body (after its size).
-pub(crate) async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
-    reader: &mut R,
-) -> std::io::Result<Vec<u8>> {
-    let mut size = [0u8; 4];
-    reader.read_exact(&mut size).await?;
-    let size = i32::from_be_bytes(size);
-    let size = usize::try_from(size)
-        .ok()
-        .filter(|&s| s <= FRAME_MAX)
-        .ok_or_else(|| std::io::Error::other(format!("frame size {size} out of bounds")))?;
-    let mut body = vec![0u8; size];
-    reader.read_exact(&mut body).await?;
-    Ok(body)
-}
-
 /// One connection, either direction: a writer task drains `outbound` (a peer queue, for our
 /// own outbound connections) and the connection's own queue (responses, and raft messages to
 /// a non-voter that connected here); the reader steps raft messages and answers requests.
@@ -370,28 +302,6 @@ async fn run_connection<I: Inbound + 'static>(
     drop(tx);
     writer_task.await;
     why
-}
-
-/// Sends one Kafka request frame to `addr` on a fresh connection and returns the response
-/// frame's body (after the size), within `timeout`.
-pub async fn call(addr: &str, frame: Bytes, timeout: Duration) -> std::io::Result<Vec<u8>> {
-    futures_lite::future::or(
-        async {
-            let stream = connect(addr).await?;
-            let (mut reader, mut writer) = futures_lite::io::split(stream);
-            writer.write_all(&frame).await?;
-            writer.flush().await?;
-            read_frame(&mut reader).await
-        },
-        async {
-            glommio::timer::sleep(timeout).await;
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer from {addr} within {timeout:?}"),
-            ))
-        },
-    )
-    .await
 }
 
 #[cfg(test)]

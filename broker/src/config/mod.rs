@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 pub mod settings;
 
+/// The metadata log's directory under the data directory, named as Kafka's.
+pub const METADATA_DIR: &str = "__cluster_metadata-0";
+
 use settings::{SettingArgs, BROKER_SETTINGS};
 
 /// Settings the broker reads at start. Keys in the TOML file are Kafka's (`listeners`,

@@ -6,7 +6,6 @@
 //! no APIs listed, as Kafka answers. The codec stops at version 4, whose response is 5's; the
 //! request is read here (`decode_v5`).
 
-use bytes::{Buf, Bytes};
 use kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
@@ -14,65 +13,10 @@ use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::SUPPORTED;
+use crate::codec::versions::{CLUSTER_ID_TAG, NODE_ID_TAG};
+use crate::codec::SUPPORTED;
 use crate::config::BrokerConfig;
 use crate::metadata::MetadataImage;
-
-/// Where a version 5 request's cluster id and node id travel from `decode_v5` to `handle`: tag
-/// numbers the wire cannot carry (tags are unsigned there).
-const CLUSTER_ID_TAG: i32 = -1;
-const NODE_ID_TAG: i32 = -2;
-
-/// Reads an ApiVersions version 5 request body: version 4's fields, then the cluster id
-/// (compact nullable string) and node id (int32) the client means to reach, then tagged fields.
-pub fn decode_v5(body: &mut Bytes) -> anyhow::Result<ApiVersionsRequest> {
-    fn varint(b: &mut Bytes) -> anyhow::Result<u64> {
-        let mut value = 0u64;
-        for shift in (0..35).step_by(7) {
-            anyhow::ensure!(b.has_remaining(), "ApiVersions 5: truncated varint");
-            let byte = b.get_u8();
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        anyhow::bail!("ApiVersions 5: varint too long")
-    }
-    fn string(b: &mut Bytes) -> anyhow::Result<Option<Bytes>> {
-        let len = varint(b)?;
-        if len == 0 {
-            return Ok(None);
-        }
-        let len = usize::try_from(len - 1)?;
-        anyhow::ensure!(b.remaining() >= len, "ApiVersions 5: truncated string");
-        Ok(Some(b.split_to(len)))
-    }
-    let text = |bytes: Option<Bytes>| -> anyhow::Result<StrBytes> {
-        Ok(StrBytes::try_from(bytes.unwrap_or_default())?)
-    };
-    let mut request = ApiVersionsRequest::default()
-        .with_client_software_name(text(string(body)?)?)
-        .with_client_software_version(text(string(body)?)?);
-    let cluster_id = string(body)?;
-    anyhow::ensure!(body.remaining() >= 4, "ApiVersions 5: no node id");
-    let node_id = body.get_i32();
-    for _ in 0..varint(body)? {
-        let _tag = varint(body)?;
-        let size = usize::try_from(varint(body)?)?;
-        anyhow::ensure!(
-            body.remaining() >= size,
-            "ApiVersions 5: truncated tagged field"
-        );
-        body.advance(size);
-    }
-    if let Some(id) = cluster_id {
-        request.unknown_tagged_fields.insert(CLUSTER_ID_TAG, id);
-    }
-    request
-        .unknown_tagged_fields
-        .insert(NODE_ID_TAG, Bytes::copy_from_slice(&node_id.to_be_bytes()));
-    Ok(request)
-}
 
 /// Version 5's check of the cluster and node the client names (KIP-1242), as Kafka makes it.
 fn misrouted(request: &ApiVersionsRequest, config: &BrokerConfig) -> Option<ResponseError> {
@@ -146,6 +90,8 @@ pub fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::versions::decode_v5;
+    use bytes::Bytes;
 
     fn body(cluster: Option<&str>, node: i32) -> Bytes {
         let mut b = vec![3, b'c', b'l', 2, b'1'];

@@ -127,44 +127,10 @@ pub async fn handle(shard: &Rc<Shard>, request: DescribeLogDirsRequest) -> Descr
     response
 }
 
-/// Encodes `response` as DescribeLogDirs v5 (after the response header): v4's fields with
-/// KIP-1066's `IsCordoned` after each directory's usable bytes, always false here (no
-/// directory is cordoned). The codec stops at v4; Kafka's v5 schema is v4's plus that field.
-/// Unknown tagged fields are not carried (this broker sets none).
-pub fn encode_v5(response: &DescribeLogDirsResponse, buf: &mut bytes::BytesMut) {
-    use super::compact::{len as compact_len, no_tagged_fields, string as compact_string};
-    use bytes::BufMut;
-    buf.put_i32(response.throttle_time_ms);
-    buf.put_i16(response.error_code);
-    compact_len(buf, response.results.len());
-    for r in &response.results {
-        buf.put_i16(r.error_code);
-        compact_string(buf, &r.log_dir);
-        compact_len(buf, r.topics.len());
-        for t in &r.topics {
-            compact_string(buf, &t.name.0);
-            compact_len(buf, t.partitions.len());
-            for p in &t.partitions {
-                buf.put_i32(p.partition_index);
-                buf.put_i64(p.partition_size);
-                buf.put_i64(p.offset_lag);
-                buf.put_u8(u8::from(p.is_future_key));
-                no_tagged_fields(buf);
-            }
-            no_tagged_fields(buf);
-        }
-        buf.put_i64(r.total_bytes);
-        buf.put_i64(r.usable_bytes);
-        // IsCordoned.
-        buf.put_u8(0);
-        no_tagged_fields(buf);
-    }
-    no_tagged_fields(buf);
-}
-
 #[cfg(test)]
 mod v5_tests {
     use super::*;
+    use crate::codec::versions::encode_v5;
     use kafka_protocol::protocol::Encodable;
 
     /// v5 is v4 with one false byte after a directory's usable bytes: for a response of one

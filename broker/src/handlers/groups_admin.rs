@@ -175,24 +175,6 @@ pub async fn describe(
     response
 }
 
-/// DeleteGroups version 3's response (KIP-1043): version 2's with an error message per group,
-/// past the codec's versions.
-pub fn encode_delete_v3(response: &DeleteGroupsResponse, buf: &mut bytes::BytesMut) {
-    use super::compact;
-    use bytes::BufMut;
-    buf.put_i32(response.throttle_time_ms);
-    compact::len(buf, response.results.len());
-    for r in &response.results {
-        compact::string(buf, &r.group_id.0);
-        buf.put_i16(r.error_code);
-        // Kafka 4.4 leaves the message out for every error DeleteGroups gives here (GROUP_ID_NOT_FOUND,
-        // NON_EMPTY_GROUP, the coordinator's), as the differential test shows.
-        compact::nullable_string(buf, None);
-        compact::no_tagged_fields(buf);
-    }
-    compact::no_tagged_fields(buf);
-}
-
 pub async fn delete(shard: &Rc<Shard>, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let mut response = DeleteGroupsResponse::default();
     for group_id in request.groups_names {

@@ -45,7 +45,8 @@ pub async fn handle(
         response.producer_epoch = request.producer_epoch + 1;
         return response;
     }
-    let allocated = crate::cluster::next_producer_id(shard)
+    let allocated = shard
+        .next_producer_id()
         .await
         .ok_or_else(|| "no producer-id block from the controller".to_string());
     match allocated {

@@ -24,7 +24,7 @@ pub async fn handle(
     let by_id = version >= 10;
     if by_id {
         for t in &mut request.topics {
-            super::topic_ids::resolve(&image, &mut t.name);
+            crate::codec::topic_ids::resolve(&image, &mut t.name);
         }
     }
     // A commit for a topic or a partition that does not exist is refused per partition, as
@@ -85,7 +85,7 @@ pub async fn handle(
             .map(|p| {
                 let code = if known(t.name.0.as_str(), p.partition_index) {
                     code
-                } else if by_id && super::topic_ids::is_unknown_id(&t.name.0) {
+                } else if by_id && crate::codec::topic_ids::is_unknown_id(&t.name.0) {
                     ResponseError::UnknownTopicId.code()
                 } else {
                     ResponseError::UnknownTopicOrPartition.code()
@@ -103,7 +103,7 @@ pub async fn handle(
     }
     if by_id {
         for t in &mut response.topics {
-            super::topic_ids::to_placeholder(&image, &mut t.name);
+            crate::codec::topic_ids::to_placeholder(&image, &mut t.name);
         }
     }
     response

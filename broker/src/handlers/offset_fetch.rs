@@ -104,7 +104,7 @@ pub async fn handle(
         for mut g in request.groups {
             if by_id {
                 for t in g.topics.iter_mut().flatten() {
-                    super::topic_ids::resolve(&image, &mut t.name);
+                    crate::codec::topic_ids::resolve(&image, &mut t.name);
                 }
             }
             let wanted = g.topics.map(|ts| {
@@ -149,12 +149,12 @@ pub async fn handle(
             }
             if by_id {
                 for t in &mut group.topics {
-                    if super::topic_ids::is_unknown_id(&t.name.0) {
+                    if crate::codec::topic_ids::is_unknown_id(&t.name.0) {
                         for p in &mut t.partitions {
                             p.error_code = ResponseError::UnknownTopicId.code();
                         }
                     }
-                    super::topic_ids::to_placeholder(&image, &mut t.name);
+                    crate::codec::topic_ids::to_placeholder(&image, &mut t.name);
                 }
             }
             response.groups.push(group);

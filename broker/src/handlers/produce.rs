@@ -22,7 +22,7 @@ use kafka_protocol::ResponseError;
 use futures_channel::oneshot;
 
 use crate::errors::{log_error_code, produce_error_reports_log_start_offset, record_errors};
-use crate::net::order::Turn;
+use crate::handlers::order::Turn;
 use crate::shard::txn_verify as verify;
 use crate::shard::{wake, Shard};
 

@@ -26,25 +26,6 @@ use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use crate::shard::markers::{write_marker, Marker};
 use crate::shard::Shard;
 
-/// A version 2 request body as version 1's bytes: the same with each marker's
-/// `transaction_version` (an int8 after `coordinator_epoch`) left out.
-pub fn v2_as_v1(body: &mut bytes::Bytes) -> anyhow::Result<bytes::Bytes> {
-    let mut r = super::compact::Rewrite::new(std::mem::take(body));
-    for _ in 0..r.array()?.unwrap_or(0) {
-        r.copy(8 + 2 + 1)?; // producer_id, producer_epoch, transaction_result
-        for _ in 0..r.array()?.unwrap_or(0) {
-            r.string()?; // name
-            let partitions = r.array()?.unwrap_or(0);
-            r.copy(4 * partitions)?;
-            r.tagged_fields()?;
-        }
-        r.copy(4)?; // coordinator_epoch
-        r.take(1)?; // transaction_version
-        r.tagged_fields()?;
-    }
-    r.finish()
-}
-
 pub async fn handle(shard: &Rc<Shard>, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
     let mut response = WriteTxnMarkersResponse::default();
     for m in request.markers {
@@ -95,6 +76,7 @@ pub async fn handle(shard: &Rc<Shard>, request: WriteTxnMarkersRequest) -> Write
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::versions::v2_as_v1;
     use bytes::{BufMut, BytesMut};
     use kafka_protocol::messages::write_txn_markers_request::{
         WritableTxnMarker, WritableTxnMarkerTopic,

@@ -7,8 +7,6 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind};
 use kafka_protocol::protocol::Decodable;
 
-use crate::handlers;
-
 /// Bytes before the header's client id: api key, api version, correlation id.
 const HEADER_FIXED: usize = 8;
 
@@ -48,7 +46,7 @@ pub fn decode_header(body: &mut Bytes) -> anyhow::Result<Header> {
     let correlation_id = i32::from_be_bytes([body[4], body[5], body[6], body[7]]);
     let key =
         ApiKey::try_from(raw_key).map_err(|_| anyhow::anyhow!("unknown API key {raw_key}"))?;
-    if !handlers::supported(key, version) {
+    if !crate::codec::supported(key, version) {
         if key == ApiKey::ApiVersions {
             return Ok(Header::UnsupportedApiVersions { correlation_id });
         }
@@ -56,7 +54,7 @@ pub fn decode_header(body: &mut Bytes) -> anyhow::Result<Header> {
     }
     let header = RequestHeader::decode(
         body,
-        key.request_header_version(handlers::codec_version(key, version)),
+        key.request_header_version(crate::codec::codec_version(key, version)),
     )?;
     Ok(Header::Request {
         key,
@@ -99,7 +97,7 @@ pub fn decode_frame(frame: &[u8], max: u32) -> anyhow::Result<Decoded> {
             version,
             header,
         } => {
-            let request = handlers::decode_request(key, version, &mut body)?;
+            let request = crate::codec::decode_request(key, version, &mut body)?;
             Ok(Decoded::Request {
                 header,
                 version,

@@ -24,8 +24,6 @@
 
 pub mod alloc;
 pub mod frame;
-pub mod order;
-pub mod response;
 pub mod splice;
 
 use std::cell::Cell;
@@ -44,9 +42,9 @@ use glommio::net::{TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseKind};
 use kafka_protocol::ResponseError;
 
+use crate::codec::response::{Frame, FramePart};
 use crate::handlers;
 use crate::shard::Shard;
-use response::{Frame, FramePart};
 
 /// The shortest time between two log lines about refused connections.
 pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
@@ -377,7 +375,7 @@ async fn connection(
         Ok::<_, std::io::Error>(())
     }));
     let mut requests = 0u64;
-    let mut chain = order::Chain::default();
+    let mut chain = crate::handlers::order::Chain::default();
     let mut idle_at: Option<&'static str> = None;
     let result: anyhow::Result<&'static str> = loop {
         let mut size = [0u8; 4];
@@ -466,7 +464,7 @@ fn prepare(
     shard: &Rc<Shard>,
     mut body: Bytes,
     peer: Option<SocketAddr>,
-    mut turn: order::Turn,
+    mut turn: crate::handlers::order::Turn,
 ) -> anyhow::Result<Pending> {
     let (key, version, header) = match frame::decode_header(&mut body)? {
         frame::Header::Request {
@@ -485,7 +483,7 @@ fn prepare(
                 shard.config(),
             ));
             let frame =
-                handlers::encode_response(ApiKey::ApiVersions, 0, correlation_id, &response)?;
+                crate::codec::encode_response(ApiKey::ApiVersions, 0, correlation_id, &response)?;
             return Ok(glommio::spawn_local(async move {
                 turn.finish().await;
                 Ok(Some(Frame::Bytes(frame)))
@@ -508,7 +506,7 @@ fn prepare(
         let result = handlers::dispatch(&shard, key, version, &mut body, client, &mut turn).await;
         turn.finish().await;
         match result {
-            Ok(Some(answer)) => match handlers::encode_answer(key, header.correlation_id, &answer) {
+            Ok(Some(answer)) => match crate::codec::encode_answer(key, header.correlation_id, &answer) {
                 Ok(frame) => Ok(Some(frame)),
                 Err(e) => {
                     let version = answer.version;

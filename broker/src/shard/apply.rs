@@ -133,7 +133,7 @@ impl Shard {
             let Some((topic, index)) = name.rsplit_once('-') else {
                 continue;
             };
-            if name == crate::cluster::metadata_log::METADATA_DIR {
+            if name == crate::config::METADATA_DIR {
                 continue;
             }
             let Ok(index) = index.parse::<usize>() else {

@@ -46,9 +46,7 @@ impl Shard {
         gauges.under_replicated.store(under_replicated, Relaxed);
         gauges.under_min_isr.store(under_min_isr, Relaxed);
         if self.id == 0 {
-            let active = self
-                .cluster_node()
-                .is_some_and(|n| n.is_active_controller());
+            let active = self.controller().is_some_and(|c| c.is_active_controller());
             let offline = match (active, &self.image().cluster) {
                 (true, Some(view)) => view
                     .partitions

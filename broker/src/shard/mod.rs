@@ -13,13 +13,16 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use futures_lite::future::BoxedLocal;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 use sluice_engine::{BatchCache, Clock, DmaStorage, Log};
+use sluice_replication::controller::{AlterPartitionItem, AlterPartitionResponse};
 
 use crate::config::BrokerConfig;
 use crate::metadata::{log_config, MetadataImage, TopicMeta};
 
 pub mod apply;
+pub mod fetch_sessions;
 pub mod groups;
 pub mod housekeeping;
 pub mod markers;
@@ -83,6 +86,21 @@ impl Shared {
     }
 }
 
+/// What the partitions and the coordinators ask of the controller, through shard 0's metadata
+/// node (`cluster/node.rs`), as Kafka's brokers ask through their channel to the controller.
+pub trait ControllerChannel {
+    /// A leader's ISR change (AlterPartition); `None` when no controller answered.
+    fn alter_partition(
+        self: Rc<Self>,
+        partitions: Vec<AlterPartitionItem>,
+    ) -> BoxedLocal<Option<AlterPartitionResponse>>;
+    /// The next idempotent producer id from this broker's block; `None` when none can be had.
+    fn next_producer_id(self: Rc<Self>) -> BoxedLocal<Option<i64>>;
+    fn is_active_controller(&self) -> bool;
+    /// The channel as what implements it (the metadata node, for the layers above).
+    fn into_any(self: Rc<Self>) -> Rc<dyn std::any::Any>;
+}
+
 pub struct RequestGuard {
     shard: Rc<Shard>,
 }
@@ -100,7 +118,7 @@ pub struct Shard {
     pub partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     pub cache: Rc<BatchCache>,
     pub groups: crate::group::GroupCoordinator,
-    pub fetch_sessions: RefCell<crate::handlers::fetch::FetchSessions>,
+    pub fetch_sessions: RefCell<fetch_sessions::FetchSessions>,
     /// The leaders this shard's replica fetchers copy from (one fetcher each).
     pub fetchers: RefCell<std::collections::HashSet<i32>>,
     /// Whether shard 0 looked for replicas removed while this node was down (once per run).
@@ -113,8 +131,8 @@ pub struct Shard {
     /// The transaction coordinators of the `__transaction_state` partitions this shard leads.
     pub txns: crate::shard::txn::TxnCoordinators,
     in_flight: std::cell::Cell<usize>,
-    /// The metadata node; on shard 0 only.
-    pub cluster: RefCell<Option<Rc<crate::cluster::node::ClusterNode>>>,
+    /// The controller channel (the metadata node); on shard 0 only.
+    controller: RefCell<Option<Rc<dyn ControllerChannel>>>,
     senders: Senders<Job>,
 }
 
@@ -139,7 +157,7 @@ impl Shard {
             strays_checked: Default::default(),
             coordinating: Default::default(),
             txns: Default::default(),
-            cluster: RefCell::new(None),
+            controller: RefCell::new(None),
             in_flight: std::cell::Cell::new(0),
             senders,
         })
@@ -158,9 +176,29 @@ impl Shard {
         crate::features::transaction_version(&self.image.borrow(), self.config())
     }
 
-    /// The metadata node (shard 0 of a cluster node only).
-    pub fn cluster_node(&self) -> Option<Rc<crate::cluster::node::ClusterNode>> {
-        self.cluster.borrow().clone()
+    /// The controller channel (shard 0 only, once its metadata node has started).
+    pub fn controller(&self) -> Option<Rc<dyn ControllerChannel>> {
+        self.controller.borrow().clone()
+    }
+
+    /// Shard 0's metadata node starts: requests for the controller go through it.
+    pub fn set_controller(&self, controller: Rc<dyn ControllerChannel>) {
+        *self.controller.borrow_mut() = Some(controller);
+    }
+
+    /// The next idempotent producer id, from shard 0's block; `None` when there is none to be
+    /// had (shard 0's metadata node still starting after five seconds, or no controller).
+    pub async fn next_producer_id(self: &Rc<Self>) -> Option<i64> {
+        self.invoke_on(0, |s0| async move {
+            for _ in 0..500 {
+                if let Some(controller) = s0.controller() {
+                    return controller.next_producer_id().await;
+                }
+                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            None
+        })
+        .await
     }
 
     /// Runs every job other shards send here.

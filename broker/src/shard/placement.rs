@@ -87,12 +87,12 @@ async fn call(
     version: i16,
     request: RequestKind,
 ) -> Result<ResponseKind, String> {
-    let frame = crate::cluster::controller_api::encode_request(key, version, 1, &request)
+    let frame = crate::codec::encode_request(key, version, 1, &request)
         .map_err(|e| format!("encoding {key:?}: {e}"))?;
-    let body = crate::cluster::transport::call(addr, frame, CALL_TIMEOUT)
+    let body = crate::peer::call(addr, frame, CALL_TIMEOUT)
         .await
         .map_err(|e| format!("{key:?} to {addr}: {e}"))?;
-    crate::cluster::controller_api::decode_response(key, version, body)
+    crate::codec::decode_response(key, version, body)
         .map_err(|e| format!("decoding {key:?} from {addr}: {e}"))
 }
 

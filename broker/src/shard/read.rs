@@ -39,8 +39,8 @@ use kafka_protocol::ResponseError;
 use sluice_engine::{FileExtent, LogError, Offset};
 
 use super::Shard;
+use crate::codec::response::placeholder_range;
 use crate::errors::log_error_code;
-use crate::net::response::placeholder_range;
 use sluice_replication::records::BrokerId;
 
 /// A shard yields to its other tasks (produces, other connections) after reading this many

@@ -28,8 +28,8 @@ use sluice_replication::replica::{self, truncation_offset, IsrAnswer, IsrChange,
 
 use super::partition::Partition;
 use super::Shard;
-use crate::cluster::controller_api::{decode_response, encode_request};
-use crate::cluster::transport;
+use crate::codec::{decode_response, encode_request};
+use crate::peer;
 
 /// The Fetch version followers send: topic ids and the replica state (KIP-903).
 const FETCH_VERSION: i16 = 15;
@@ -176,14 +176,14 @@ impl Connection {
         let frame = encode_request(ApiKey::Fetch, FETCH_VERSION, self.correlation_id, request)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         if self.stream.is_none() {
-            let stream = transport::connect(addr).await?;
+            let stream = peer::connect(addr).await?;
             stream.set_nodelay(true)?;
             self.stream = Some(stream);
         }
         let stream = self.stream.as_mut().expect("connected");
         stream.write_all(&frame).await?;
         stream.flush().await?;
-        let body = transport::read_frame(stream).await?;
+        let body = peer::read_frame(stream).await?;
         if body.len() < 4
             || i32::from_be_bytes(body[..4].try_into().expect("4 bytes")) != self.correlation_id
         {
@@ -551,8 +551,8 @@ pub fn send_isr_change(
             };
             let answer = shard
                 .invoke_on(0, move |s0| async move {
-                    let node = s0.cluster_node()?;
-                    node.alter_partition(vec![item]).await
+                    let controller = s0.controller()?;
+                    controller.alter_partition(vec![item]).await
                 })
                 .await;
             let result = answer

@@ -375,7 +375,8 @@ pub async fn run_request(
         })?;
         if needed && attempt == 1 {
             allocated = Some(
-                crate::cluster::next_producer_id(shard)
+                shard
+                    .next_producer_id()
                     .await
                     .ok_or(ResponseError::CoordinatorLoadInProgress)?,
             );
@@ -521,7 +522,7 @@ async fn write_remote(addr: &str, tp: &TopicPartition, marker: Marker) -> i16 {
                 .with_name(TopicName(StrBytes::from_string(tp.topic.clone())))
                 .with_partition_indexes(vec![tp.partition])])]);
     const VERSION: i16 = 1;
-    let frame = match crate::cluster::controller_api::encode_request(
+    let frame = match crate::codec::encode_request(
         ApiKey::WriteTxnMarkers,
         VERSION,
         1,
@@ -533,15 +534,14 @@ async fn write_remote(addr: &str, tp: &TopicPartition, marker: Marker) -> i16 {
             return ResponseError::UnknownServerError.code();
         }
     };
-    let answer = match crate::cluster::transport::call(addr, frame, REMOTE_MARKER_TIMEOUT).await {
+    let answer = match crate::peer::call(addr, frame, REMOTE_MARKER_TIMEOUT).await {
         Ok(answer) => answer,
         Err(e) => {
             tracing::debug!(addr, error = %e, "WriteTxnMarkers to the partition's leader failed");
             return ResponseError::NotLeaderOrFollower.code();
         }
     };
-    match crate::cluster::controller_api::decode_response(ApiKey::WriteTxnMarkers, VERSION, answer)
-    {
+    match crate::codec::decode_response(ApiKey::WriteTxnMarkers, VERSION, answer) {
         Ok(ResponseKind::WriteTxnMarkers(r)) => r
             .markers
             .first()

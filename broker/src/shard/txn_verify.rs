@@ -309,7 +309,7 @@ async fn remote(
                 .with_name(TopicName(StrBytes::from_string(partition.topic.clone())))
                 .with_partitions(vec![partition.partition])]),
     ]);
-    let frame = match crate::cluster::controller_api::encode_request(
+    let frame = match crate::codec::encode_request(
         ApiKey::AddPartitionsToTxn,
         BROKER_VERSION,
         1,
@@ -321,21 +321,18 @@ async fn remote(
             return Some(ResponseError::UnknownServerError);
         }
     };
-    let body = match crate::cluster::transport::call(&addr, frame, REMOTE_TIMEOUT).await {
+    let body = match crate::peer::call(&addr, frame, REMOTE_TIMEOUT).await {
         Ok(body) => body,
         Err(e) => {
             tracing::debug!(%addr, error = %e, "AddPartitionsToTxn to the transaction coordinator failed");
             return Some(ResponseError::NetworkException);
         }
     };
-    let response = match crate::cluster::controller_api::decode_response(
-        ApiKey::AddPartitionsToTxn,
-        BROKER_VERSION,
-        body,
-    ) {
-        Ok(ResponseKind::AddPartitionsToTxn(r)) => r,
-        _ => return Some(ResponseError::UnknownServerError),
-    };
+    let response =
+        match crate::codec::decode_response(ApiKey::AddPartitionsToTxn, BROKER_VERSION, body) {
+            Ok(ResponseKind::AddPartitionsToTxn(r)) => r,
+            _ => return Some(ResponseError::UnknownServerError),
+        };
     if response.error_code != 0 {
         return Some(code_error(response.error_code));
     }
