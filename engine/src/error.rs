@@ -1,5 +1,5 @@
 //! The engine's one error type. The broker maps each variant to a Kafka error code in exactly
-//! one place (`broker/src/handlers/errors.rs`).
+//! one place (`broker/src/errors.rs`).
 
 use std::io;
 

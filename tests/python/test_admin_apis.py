@@ -45,7 +45,7 @@ from wire import Pipeline, batch, build
 KAFKA_PROPS = {"auto.create.topics.enable": "false"}
 
 # Every API and version range Sluice implements (api key: (min, max)); a change to the table in
-# broker/src/handlers/mod.rs must come with a test of what it adds (ListGroups 5, its type filter:
+# broker/src/codec/mod.rs must come with a test of what it adds (ListGroups 5, its type filter:
 # test_group_kafka.py; ElectLeaders: test_replication.py; Alter/ListPartitionReassignments:
 # test_reassignment.py; the transaction APIs: test_transactions.py; TxnOffsetCommit:
 # test_exactly_once.py; the KIP-890 versions (InitProducerId 5, AddPartitionsToTxn 4-5,

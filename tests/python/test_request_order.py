@@ -3,7 +3,7 @@
 Kafka handles one request of a connection at a time, so a ListOffsets sent right behind a
 DeleteRecords, without waiting for its answer, sees the new log start offset; clients depend on
 it. Sluice runs a connection's requests concurrently (pipelined produces share fdatasyncs), but
-each request starts only once the earlier ones took effect (`broker/src/net/order.rs`). The same
+each request starts only once the earlier ones took effect (`broker/src/handlers/order.rs`). The same
 sequence of mixed requests, written to the socket in one go, goes to Sluice and to Apache Kafka
 4.x; both must answer what a one-at-a-time broker answers.
 """

@@ -923,7 +923,7 @@ impl clap::Args for SettingArgs {
 fn settings_markdown() -> String {
     let mut out = String::from(
         "# Broker settings\n\n\
-         Generated from `broker/src/broker_settings.rs` (the unit test \
+         Generated from `broker/src/config/settings.rs` (the unit test \
          `settings_md_is_generated_from_the_table` checks it; `SLUICE_WRITE_SETTINGS_MD=1 cargo \
          test -p sluice-broker settings_md` writes it). Each is a key of the TOML file \
          (`--config`), a flag, and a DescribeConfigs entry of the broker; flags win over the \

@@ -42,7 +42,7 @@ const SOURCE_DEFAULT_CONFIG: i8 = 5;
 const ACCEPTED_ONLY: &str =
     "A Kafka broker setting that Sluice accepts and reports with Kafka's default; it has no effect in Sluice.";
 
-/// Broker settings Sluice reads (`broker_settings.rs`), under Kafka's names and Sluice's own,
+/// Broker settings Sluice reads (`config/settings.rs`), under Kafka's names and Sluice's own,
 /// with their value in this process and what they do here; unset ones are left out.
 fn sluice_broker_settings(config: &BrokerConfig) -> Vec<(&'static str, String, &'static str)> {
     BROKER_SETTINGS
