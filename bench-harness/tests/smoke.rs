@@ -92,6 +92,7 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
+        // SAFETY: a signal to the child this value started; no memory is passed.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
     }

@@ -168,6 +168,7 @@ fn segment_files(broker: &Broker, topic: &str, partition: i32) -> Vec<PathBuf> {
 fn evict(files: &[PathBuf]) {
     for path in files {
         let f = std::fs::File::open(path).unwrap();
+        // SAFETY: advice on an open file of this function's; no memory is passed.
         let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(rc, 0);
     }
@@ -175,6 +176,7 @@ fn evict(files: &[PathBuf]) {
 
 /// Bytes of the files in the page cache (mincore).
 fn resident_bytes(files: &[PathBuf]) -> usize {
+    // SAFETY: sysconf reads a constant of the system.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
     let mut resident = 0;
     for path in files {
@@ -183,6 +185,9 @@ fn resident_bytes(files: &[PathBuf]) -> usize {
         if len == 0 {
             continue;
         }
+        // SAFETY: a read-only private mapping of an open file, of its length; mincore writes one
+        // byte per page into a vector of that many; the mapping is unmapped before the file
+        // closes and no reference into it outlives this block.
         unsafe {
             let map = libc::mmap(
                 std::ptr::null_mut(),
@@ -283,6 +288,8 @@ fn read_fetch(s: &mut TcpStream) -> FetchResponse {
 /// A connection with a small receive buffer that sends `n` fetches of 2 MiB each and reads
 /// nothing: the broker's splice to it blocks once the socket buffers are full.
 fn stalled_client(port: u16, topic: &str, n: i32) -> TcpStream {
+    // SAFETY: a new socket whose descriptor only the returned stream owns; setsockopt and
+    // connect get pointers to locals of the right sizes.
     let mut s = unsafe {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         assert!(fd >= 0);

@@ -37,6 +37,8 @@ const PLACEHOLDER_BYTES: usize = 4 << 30;
 pub fn placeholder_range() -> Option<usize> {
     static RANGE: OnceLock<Option<usize>> = OnceLock::new();
     *RANGE.get_or_init(|| {
+        // SAFETY: a new anonymous private read-only mapping at an address the kernel picks; it
+        // aliases no Rust object and is never unmapped.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -132,12 +134,16 @@ impl<'a> SplicedBuf<'a> {
     }
 }
 
+// SAFETY: `remaining_mut`, `chunk_mut` and `advance_mut` are `current`'s (a `BytesMut`), so
+// they keep its contract; the other methods write only through `BytesMut`'s safe API.
 unsafe impl BufMut for SplicedBuf<'_> {
     fn remaining_mut(&self) -> usize {
         self.current.remaining_mut()
     }
 
     unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: the caller's promise (`cnt` bytes of `chunk_mut` initialized) is about
+        // `self.current`'s chunk, which `chunk_mut` returned.
         unsafe { self.current.advance_mut(cnt) }
     }
 

@@ -62,15 +62,19 @@ struct Pipe {
 impl Pipe {
     fn new() -> io::Result<Pipe> {
         let mut fds = [0 as RawFd; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             return Err(io::Error::last_os_error());
         }
+        // SAFETY: pipe2 succeeded: both descriptors are open and owned by nothing else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // A smaller pipe (the system's limit may be lower) only means more, smaller splices.
+        // SAFETY: fcntl on a descriptor this function owns; no memory is passed.
         let bytes = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
         let bytes = if bytes > 0 {
             bytes
         } else {
+            // SAFETY: as above.
             unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) }
         };
         if bytes <= 0 {
@@ -107,10 +111,12 @@ pub fn splicer() -> io::Result<Rc<Splicer>> {
 /// A socket descriptor of a connection's own, for splicing: a duplicate, so the number stays
 /// valid for operations in flight even after the connection's stream is closed.
 pub fn socket_for_splice(fd: RawFd) -> io::Result<Rc<OwnedFd>> {
+    // SAFETY: fcntl with no memory argument; a bad `fd` is an error return, not undefined.
     let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
     if dup < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: `dup` is a new open descriptor that nothing else owns.
     Ok(Rc::new(unsafe { OwnedFd::from_raw_fd(dup) }))
 }
 
@@ -278,6 +284,7 @@ impl Transfer<'_> {
 impl Drop for Transfer<'_> {
     fn drop(&mut self) {
         if !self.pending.is_empty() {
+            // SAFETY: shutdown on the connection's own open descriptor; no memory is passed.
             unsafe { libc::shutdown(self.socket.as_raw_fd(), libc::SHUT_RDWR) };
         }
         for &id in &self.pending {

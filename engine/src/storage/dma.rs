@@ -165,6 +165,7 @@ impl StorageFile for DmaStorageFile {
                 // pages after them, which the O_DIRECT writer may still rewrite.
                 let opened = std::fs::File::open(&self.path).and_then(|f| {
                     use std::os::fd::AsRawFd;
+                    // SAFETY: advice on the file just opened; no memory is passed.
                     let rc = unsafe {
                         libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM)
                     };
