@@ -14,6 +14,7 @@
 
 pub mod controller;
 pub mod error_code;
+pub mod follower;
 pub mod image;
 pub mod placement;
 pub mod quorum;

@@ -16,15 +16,14 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_lite::{AsyncWriteExt, FutureExt};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, RequestKind, ResponseKind};
-use kafka_protocol::ResponseError;
-use sluice_engine::{LogError, Offset};
 use sluice_replication::controller::AlterPartitionItem;
+use sluice_replication::follower::{self, Applied, FetchedPartition};
 use sluice_replication::records::{LeaderEpoch, TopicId};
-use sluice_replication::replica::{self, truncation_offset, IsrAnswer, IsrChange, StartOver};
+use sluice_replication::replica::{self, IsrAnswer, IsrChange};
 
 use super::partition::Partition;
 use super::Shard;
@@ -407,12 +406,12 @@ async fn apply_response(
     healthy
 }
 
-/// One partition of a fetch response. `Ok(true)` when records were appended.
+/// One partition of a fetch response, applied by the follower component the simulator drives
+/// too (`sluice_replication::follower`). `Ok(true)` when records were appended.
 async fn apply_partition(
     f: &Followed,
     pd: kafka_protocol::messages::fetch_response::PartitionData,
 ) -> Result<bool, ()> {
-    let log = &f.replica.log;
     // The leadership may have changed while the fetch was out.
     if f.replica
         .following()
@@ -420,82 +419,52 @@ async fn apply_partition(
     {
         return Ok(false);
     }
-    if pd.error_code == ResponseError::OffsetOutOfRange.code() {
-        return start_over(f, pd.log_start_offset, pd.high_watermark).await;
-    }
-    if pd.error_code != 0 {
-        tracing::debug!(topic = %f.topic, partition = f.partition, error_code = pd.error_code, "the leader refused a partition of the replica fetch");
-        return Err(());
-    }
-    if pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0 {
-        let epochs: Vec<(LeaderEpoch, i64)> = log
-            .leader_epochs()
-            .into_iter()
-            .map(|(e, o)| (LeaderEpoch(e.0), o.0))
-            .collect();
-        let to = truncation_offset(
-            &epochs,
-            log.log_end_offset().0,
-            LeaderEpoch(pd.diverging_epoch.epoch),
-            pd.diverging_epoch.end_offset,
-        );
-        let to = to.max(log.log_start_offset().0);
-        tracing::info!(topic = %f.topic, partition = f.partition, diverging_epoch = pd.diverging_epoch.epoch, leader_end_offset = pd.diverging_epoch.end_offset, truncate_to = to, "follower log diverged from its leader's; truncating");
-        return match log.truncate_to(Offset(to)).await {
-            Ok(_) => Ok(false),
-            Err(e) => {
-                tracing::error!(topic = %f.topic, partition = f.partition, error = %e, "truncation failed");
-                Err(())
-            }
-        };
-    }
-    f.replica.set_follower_high_watermark(pd.high_watermark);
-    let Some(records) = pd.records.filter(|r| !r.is_empty()) else {
-        return Ok(false);
-    };
-    let mut any = false;
-    for batch in whole_batches(records) {
-        match log.append_as_follower(BytesMut::from(&batch[..])).await {
-            Ok(_) => any = true,
-            Err(LogError::UnexpectedAppendOffset {
-                base_offset,
-                log_end_offset,
-            }) => {
-                // The fetch asked from this log's end and only this fetcher appends: a batch
-                // below it means the log changed meanwhile. Skipping it could keep records
-                // the leader does not have under the ones it does; fetch again from the end.
-                tracing::warn!(topic = %f.topic, partition = f.partition, base_offset = base_offset.0, log_end_offset = log_end_offset.0, "a replicated batch starts below the log end; fetching again from there");
-                return Ok(any);
-            }
-            Err(e) => {
-                tracing::error!(topic = %f.topic, partition = f.partition, error = %e, "appending replicated records failed");
-                return Err(());
-            }
-        }
-    }
-    Ok(any)
-}
-
-/// The leader no longer has the records at this follower's log end: when its log starts past
-/// ours, ours starts over there (Kafka's `truncateFullyAndStartAt`); when ours runs past its
-/// end, back to its high watermark.
-async fn start_over(f: &Followed, leader_start: i64, leader_hw: i64) -> Result<bool, ()> {
     let log = &f.replica.log;
     let end = log.log_end_offset().0;
-    let result = match replica::start_over(end, leader_start, leader_hw) {
-        StartOver::At(start) => {
-            tracing::info!(topic = %f.topic, partition = f.partition, log_end_offset = end, leader_log_start_offset = start, "follower behind the leader's log start; starting over there");
-            log.truncate_fully_and_start_at(Offset(start)).await
-        }
-        StartOver::TruncateTo(hw) => {
-            tracing::info!(topic = %f.topic, partition = f.partition, log_end_offset = end, leader_high_watermark = hw, "follower ahead of its leader; truncating to the leader's high watermark");
-            log.truncate_to(Offset(hw)).await.map(|_| ())
-        }
-        StartOver::Retry => return Err(()),
+    let diverging = (pd.diverging_epoch.epoch >= 0 || pd.diverging_epoch.end_offset >= 0)
+        .then_some((
+            LeaderEpoch(pd.diverging_epoch.epoch),
+            pd.diverging_epoch.end_offset,
+        ));
+    let answer = FetchedPartition {
+        error_code: pd.error_code,
+        high_watermark: pd.high_watermark,
+        log_start_offset: pd.log_start_offset,
+        diverging,
+        batches: pd.records.map(whole_batches).unwrap_or_default(),
     };
-    result.map(|_| false).map_err(|e| {
-        tracing::error!(topic = %f.topic, partition = f.partition, error = %e, "starting over failed");
-    })
+    let (topic, partition) = (&f.topic, f.partition);
+    let applied = match follower::apply(log, answer).await {
+        Ok(applied) => applied,
+        Err(e) => {
+            tracing::error!(%topic, partition, error = %e, "applying replicated records failed");
+            return Err(());
+        }
+    };
+    if applied.takes_high_watermark() {
+        f.replica.set_follower_high_watermark(pd.high_watermark);
+    }
+    match applied {
+        Applied::Appended | Applied::Nothing => {}
+        Applied::StoppedBelowLogEnd { base_offset, .. } => {
+            tracing::warn!(%topic, partition, base_offset, log_end_offset = end, "a replicated batch starts below the log end; fetching again from there");
+        }
+        Applied::Truncated { to } => {
+            tracing::info!(%topic, partition, diverging_epoch = pd.diverging_epoch.epoch, leader_end_offset = pd.diverging_epoch.end_offset, truncate_to = to, "follower log diverged from its leader's; truncating");
+        }
+        Applied::StartedOver { at } => {
+            tracing::info!(%topic, partition, log_end_offset = end, leader_log_start_offset = at, "follower behind the leader's log start; starting over there");
+        }
+        Applied::TruncatedToHighWatermark { to } => {
+            tracing::info!(%topic, partition, log_end_offset = end, leader_high_watermark = to, "follower ahead of its leader; truncating to the leader's high watermark");
+        }
+        Applied::Retry => return Err(()),
+        Applied::Refused(error_code) => {
+            tracing::debug!(%topic, partition, error_code, "the leader refused a partition of the replica fetch");
+            return Err(());
+        }
+    }
+    Ok(applied.appended())
 }
 
 /// The whole record batches of a fetched records section; a partial batch at the end (the
@@ -618,6 +587,7 @@ pub async fn expire_lagging_followers(shard: Rc<Shard>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
 
     #[test]
     fn whole_batches_leave_a_partial_one_for_the_next_fetch() {

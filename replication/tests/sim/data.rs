@@ -3,11 +3,11 @@
 //! was not fdatasync'd, or keeps a random part of it as torn sectors; a write or an fdatasync
 //! can be made to fail), led and followed by the same sans-IO code the broker runs:
 //! `ReplicaRole::update` for what the image makes a replica, `LeaderState` for followers'
-//! progress, the ISR, the high watermark and acks=all, `diverging_epoch` and
-//! `truncation_offset` for KIP-320 truncation, `start_over` for a follower outside the
-//! leader's log. Around them the broker's glue, as short as the broker's own: a follower
-//! fetches from its log end, appends what comes back as the leader stored it
-//! (`Log::append_as_follower`), makes it durable (`Log::flush_for_replica`, after a simulated
+//! progress, the ISR, the high watermark and acks=all, `diverging_epoch` for KIP-320 at the
+//! leader, and the broker's own follower component (`follower::apply`: truncation, starting
+//! over, appending what comes back as the leader stored it). Around them the broker's glue, as
+//! short as the broker's own: a follower fetches from its log end, has `follower::apply` take
+//! the answer, makes what it appended durable (`Log::flush_for_replica`, after a simulated
 //! fdatasync latency; a slow disk's is long) and only then fetches again; a leader answers
 //! fetches (a follower up to its log end, a consumer up to the high watermark), takes acks=all
 //! produces and sends AlterPartition to the controller. A failed write or fdatasync stops the
@@ -38,10 +38,11 @@ use sluice_engine::{
     BatchCache, Clock, CrashMode, LeaderEpoch as LogEpoch, Log, LogConfig, LogError, MemStorage,
     Offset as LogOffset, Storage, Timestamp,
 };
+use sluice_replication::follower::{self, Applied, FetchedPartition};
 use sluice_replication::image::{MetadataImage, PartitionRegistration};
 use sluice_replication::replica::{
-    diverging_epoch, fetch_position, start_over, truncation_offset, FetchPosition, IsrAnswer,
-    IsrChange, ReplicaConfig, ReplicaRole, RoleChange, RoleUpdate, StartOver,
+    diverging_epoch, fetch_position, FetchPosition, IsrAnswer, IsrChange, ReplicaConfig,
+    ReplicaRole, RoleChange, RoleUpdate,
 };
 
 use super::*;
@@ -733,57 +734,37 @@ impl DataPlane {
         let ReplicaRole::Follower(f) = &mut r.role else {
             return Ok(());
         };
-        let log = &r.log;
-        let end = log.log_end_offset().0;
-        if error_code == OFFSET_OUT_OF_RANGE {
-            self.truncations += 1;
-            match start_over(end, log_start_offset, high_watermark) {
-                StartOver::At(start) => {
-                    block_on(log.truncate_fully_and_start_at(LogOffset(start)))?
+        // The broker's own follower component (`sluice_replication::follower`).
+        let answer = FetchedPartition {
+            error_code,
+            high_watermark,
+            log_start_offset,
+            diverging,
+            batches,
+        };
+        let applied = block_on(follower::apply(&r.log, answer))?;
+        if applied.takes_high_watermark() {
+            f.high_watermark = high_watermark;
+        }
+        match applied {
+            Applied::Truncated { .. }
+            | Applied::StartedOver { .. }
+            | Applied::TruncatedToHighWatermark { .. } => self.truncations += 1,
+            Applied::Retry | Applied::Refused(_) => r.fetch_after = now + 100,
+            Applied::Appended | Applied::Nothing | Applied::StoppedBelowLogEnd { .. } => {
+                if applied.appended() {
+                    let delay = if slow {
+                        rng.gen_range(200..1_500)
+                    } else {
+                        rng.gen_range(lo..=hi)
+                    };
+                    r.flush_at = Some(now + delay);
+                } else {
+                    // Nothing new: the next fetch a moment later (a real one waits at the
+                    // leader).
+                    r.fetch_after = now + 20;
                 }
-                StartOver::TruncateTo(hw) => {
-                    block_on(log.truncate_to(LogOffset(hw)))?;
-                }
-                StartOver::Retry => r.fetch_after = now + 100,
             }
-            return Ok(());
-        }
-        if error_code != error_code::NONE {
-            r.fetch_after = now + 100;
-            return Ok(());
-        }
-        if let Some((epoch, leader_end)) = diverging {
-            let epochs: Vec<(LeaderEpoch, i64)> = log
-                .leader_epochs()
-                .into_iter()
-                .map(|(e, o)| (LeaderEpoch(e.0), o.0))
-                .collect();
-            let to =
-                truncation_offset(&epochs, end, epoch, leader_end).max(log.log_start_offset().0);
-            self.truncations += 1;
-            block_on(log.truncate_to(LogOffset(to)))?;
-            return Ok(());
-        }
-        f.high_watermark = high_watermark;
-        let mut appended = false;
-        for batch in batches {
-            match block_on(log.append_as_follower(BytesMut::from(&batch[..]))) {
-                Ok(_) => appended = true,
-                // As the broker: never skip over records this log holds.
-                Err(LogError::UnexpectedAppendOffset { .. }) => break,
-                Err(e) => return Err(e),
-            }
-        }
-        if appended {
-            let delay = if slow {
-                rng.gen_range(200..1_500)
-            } else {
-                rng.gen_range(lo..=hi)
-            };
-            r.flush_at = Some(now + delay);
-        } else {
-            // Nothing new: the next fetch a moment later (a real one waits at the leader).
-            r.fetch_after = now + 20;
         }
         Ok(())
     }
