@@ -215,28 +215,9 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Kafka's topic name rules.
-pub fn validate_topic_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("topic name is empty".into());
-    }
-    if name == "." || name == ".." {
-        return Err(format!("topic name {name:?} is not allowed"));
-    }
-    if name.len() > 249 {
-        return Err(format!(
-            "topic name is {} characters, the limit is 249",
-            name.len()
-        ));
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '.' || *c == '_' || *c == '-'))
-    {
-        return Err(format!("topic name {name:?} contains {c:?}; allowed are ASCII letters, digits, '.', '_' and '-'"));
-    }
-    Ok(())
-}
+/// Kafka's topic name rules, with Kafka's messages: the controller's, so a name is judged the
+/// same wherever it arrives.
+pub use sluice_replication::controller::validate_topic_name;
 
 /// Builds the engine's config from topic overrides, checking every value.
 pub fn log_config(configs: &BTreeMap<String, String>) -> Result<LogConfig, String> {
