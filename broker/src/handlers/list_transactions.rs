@@ -14,7 +14,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::shard::txn::{list_local, wall_ms};
+use crate::shard::txn::list_local;
+use crate::shard::wall_ms;
 use crate::shard::Shard;
 use crate::txn::TxnState;
 

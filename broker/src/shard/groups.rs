@@ -216,10 +216,7 @@ impl Shard {
     ) -> Result<(), i16> {
         let partitions = self.config().offsets_topic_partitions;
         let p = offsets_topic::partition_for(group_id, partitions);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let now = super::wall_ms();
         let records = commits
             .iter()
             .map(|((topic, partition), committed)| {
@@ -389,10 +386,7 @@ impl Shard {
         if !still_leading() {
             return Ok(taken);
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let now = super::wall_ms();
         let record = NewRecord {
             key: Some(offsets_topic::encode_placement_key().to_vec()),
             // Never null: a tombstone would be compacted away, and with it the record.

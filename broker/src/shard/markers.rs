@@ -47,7 +47,7 @@ pub async fn write_marker(shard: &Rc<Shard>, topic: String, partition: i32, mark
                 // Wall-clock time, as Kafka stamps markers: DescribeProducers reports it as the
                 // producer's last timestamp, and `kafka-transactions find-hanging` ages
                 // transactions by it.
-                Timestamp(super::txn::wall_ms()),
+                Timestamp(super::wall_ms()),
             );
             // A transactional batch verified against the transaction this marker ends must not
             // land after it (KIP-890's verification guard).

@@ -36,6 +36,15 @@ pub mod wake;
 
 pub use partition::Partition;
 
+/// Wall-clock milliseconds: the timestamps of records the shard writes itself
+/// (transaction state, markers, commits) are stored and compared after restarts, so the shard's monotonic clock will not do.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 /// Jobs queued between two shards before senders wait.
 pub const MESH_QUEUE_DEPTH: usize = 1024;
 

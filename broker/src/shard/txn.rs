@@ -37,7 +37,7 @@ use sluice_engine::batch::{BatchBuilder, NewRecord, Records};
 use sluice_engine::Timestamp;
 
 use super::markers::{write_marker, Marker};
-use super::{Partition, Shard};
+use super::{wall_ms, Partition, Shard};
 use crate::config::BrokerConfig;
 pub use crate::txn::partition_for;
 use crate::txn::{
@@ -69,15 +69,6 @@ pub fn txn_config(config: &BrokerConfig) -> TxnConfig {
         // own aborts bump epochs, are Kafka's at that level.
         transaction_version_level: TransactionVersion(config.transaction_version),
     }
-}
-
-/// Wall-clock milliseconds: transaction timestamps are stored in `__transaction_state` and
-/// compared after restarts, so the shard's monotonic clock will not do.
-pub fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// One `__transaction_state` partition this shard leads.
