@@ -1,103 +1,10 @@
 //! The one place where engine and domain errors become Kafka error codes.
 
 use kafka_protocol::ResponseError;
-use sluice_engine::producer_state::ProducerError;
-use sluice_engine::{BatchError, LogError};
 
-/// Kafka error code for an engine error, as Apache Kafka would answer a client.
-pub fn log_error_code(error: &LogError) -> i16 {
-    let e = match error {
-        LogError::InvalidBatch(BatchError::TooLarge { .. }) => ResponseError::MessageTooLarge,
-        LogError::InvalidBatch(BatchError::MissingKey { .. }) => ResponseError::InvalidRecord,
-        LogError::InvalidBatch(BatchError::BadMagic { .. }) => {
-            ResponseError::UnsupportedForMessageFormat
-        }
-        LogError::InvalidBatch(_) => ResponseError::CorruptMessage,
-        LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        // A full disk: the produce is refused and may be retried once space returns.
-        LogError::DiskFull(_) => ResponseError::KafkaStorageError,
-        // Shutting down: the client looks for the partition again, as after a leader change.
-        LogError::Closed => ResponseError::NotLeaderOrFollower,
-        LogError::Poisoned { .. } | LogError::Corrupt { .. } | LogError::Io { .. } => {
-            ResponseError::KafkaStorageError
-        }
-        LogError::Truncated { .. } => ResponseError::NotLeaderOrFollower,
-        // Only a follower's append meets it; its fetcher refetches from its own log end.
-        LogError::UnexpectedAppendOffset { .. } => ResponseError::UnknownServerError,
-        LogError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
-            ResponseError::OutOfOrderSequenceNumber
-        }
-        LogError::Producer(ProducerError::InvalidEpoch { .. }) => {
-            ResponseError::InvalidProducerEpoch
-        }
-        LogError::Producer(ProducerError::CoordinatorFenced { .. }) => {
-            ResponseError::TransactionCoordinatorFenced
-        }
-    };
-    e.code()
-}
-
-/// Whether Kafka's Produce answer for `error` carries the partition's log start offset. Kafka
-/// leaves it at -1 for a missing partition, a too large or corrupt batch and a storage error,
-/// and reports it for every other refusal (records refused by validation, producer state
-/// errors).
-pub fn produce_error_reports_log_start_offset(error: &LogError) -> bool {
-    let code = log_error_code(error);
-    ![
-        ResponseError::MessageTooLarge,
-        ResponseError::CorruptMessage,
-        ResponseError::KafkaStorageError,
-        ResponseError::NotLeaderOrFollower,
-        ResponseError::UnknownTopicOrPartition,
-    ]
-    .iter()
-    .any(|e| e.code() == code)
-}
-
-/// Kafka's cap on the record errors its partition error message spells out.
-const RECORD_ERRORS_IN_MESSAGE_MAX: usize = 3;
-
-/// A batch refused because of some of its records (KIP-467): each one's `batch_index` and
-/// message, and the partition's error message that sums them up, worded as Kafka's
-/// `LogValidator` words them so that clients and people see what they would from Kafka.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordErrors {
-    pub records: Vec<(i32, String)>,
-    pub message: String,
-}
-
-/// The per-record errors of `error`, refused on `topic`-`partition`; `None` when the error is
-/// about the batch as a whole.
-pub fn record_errors(error: &LogError, topic: &str, partition: i32) -> Option<RecordErrors> {
-    let LogError::InvalidBatch(BatchError::MissingKey { batch_indexes }) = error else {
-        return None;
-    };
-    let records: Vec<(i32, String)> = batch_indexes
-        .iter()
-        .map(|&index| {
-            (
-                index,
-                format!(
-                    "Compacted topic cannot accept message without key in topic partition \
-                     {topic}-{partition}"
-                ),
-            )
-        })
-        .collect();
-    // Java's `List.toString` of Kafka's `RecordError`s.
-    let shown: Vec<String> = records
-        .iter()
-        .take(RECORD_ERRORS_IN_MESSAGE_MAX)
-        .map(|(index, message)| format!("RecordError(batchIndex={index}, message='{message}')"))
-        .collect();
-    let message = format!(
-        "One or more records have been rejected due to {} record errors in total, and only \
-         showing the first three errors at most: [{}]",
-        records.len(),
-        shown.join(", ")
-    );
-    Some(RecordErrors { records, message })
-}
+/// Kafka error code for an engine error, as Apache Kafka would answer a client (the mapping
+/// lives with the partition replica's code, which the simulator runs too).
+pub use sluice_replication::error_code::of_log_error as log_error_code;
 
 /// Features this broker does not have, and how Kafka answers requests for them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,31 +50,50 @@ impl Disabled {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use kafka_protocol::ResponseError;
+    use sluice_replication::error_code as code;
 
+    /// The replication crate keeps Kafka's codes as plain numbers; they are Kafka's.
     #[test]
-    fn keyless_records_become_kafkas_record_errors() {
-        let error = LogError::InvalidBatch(BatchError::MissingKey {
-            batch_indexes: vec![0, 2, 3, 9],
-        });
-        assert_eq!(log_error_code(&error), ResponseError::InvalidRecord.code());
-        let errors = record_errors(&error, "orders", 4).unwrap();
-        assert_eq!(
-            errors.records.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-            vec![0, 2, 3, 9]
-        );
-        let one = "Compacted topic cannot accept message without key in topic partition orders-4";
-        assert!(errors.records.iter().all(|(_, m)| m == one));
-        assert_eq!(
-            errors.message,
-            format!(
-                "One or more records have been rejected due to 4 record errors in total, and \
-                 only showing the first three errors at most: [RecordError(batchIndex=0, \
-                 message='{one}'), RecordError(batchIndex=2, message='{one}'), \
-                 RecordError(batchIndex=3, message='{one}')]"
-            )
-        );
-        let whole = LogError::InvalidBatch(BatchError::TooLarge { size: 9, max: 1 });
-        assert_eq!(record_errors(&whole, "orders", 4), None);
+    fn the_replication_crates_codes_are_kafkas() {
+        for (ours, kafka) in [
+            (code::OFFSET_OUT_OF_RANGE, ResponseError::OffsetOutOfRange),
+            (code::CORRUPT_MESSAGE, ResponseError::CorruptMessage),
+            (code::MESSAGE_TOO_LARGE, ResponseError::MessageTooLarge),
+            (
+                code::NOT_LEADER_OR_FOLLOWER,
+                ResponseError::NotLeaderOrFollower,
+            ),
+            (code::REQUEST_TIMED_OUT, ResponseError::RequestTimedOut),
+            (code::NOT_ENOUGH_REPLICAS, ResponseError::NotEnoughReplicas),
+            (
+                code::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                ResponseError::NotEnoughReplicasAfterAppend,
+            ),
+            (
+                code::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                ResponseError::UnsupportedForMessageFormat,
+            ),
+            (
+                code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                ResponseError::OutOfOrderSequenceNumber,
+            ),
+            (
+                code::INVALID_PRODUCER_EPOCH,
+                ResponseError::InvalidProducerEpoch,
+            ),
+            (
+                code::TRANSACTION_COORDINATOR_FENCED,
+                ResponseError::TransactionCoordinatorFenced,
+            ),
+            (code::KAFKA_STORAGE_ERROR, ResponseError::KafkaStorageError),
+            (
+                code::UNKNOWN_LEADER_EPOCH,
+                ResponseError::UnknownLeaderEpoch,
+            ),
+            (code::INVALID_RECORD, ResponseError::InvalidRecord),
+        ] {
+            assert_eq!(ours, kafka.code(), "{kafka:?}");
+        }
     }
 }

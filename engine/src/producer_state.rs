@@ -1,9 +1,9 @@
 //! Idempotent producer state of one partition (KIP-98): for every producer id, its epoch and
-//! the sequence ranges and offsets of its last five batches.
+//! the sequence ranges and offsets of its last [`PRODUCER_BATCHES_MAX`] batches.
 //!
 //! A batch from a known producer and epoch must continue its sequence exactly; a batch equal to
-//! one of the last five is a retry and is answered with the original offsets instead of being
-//! appended again; an older epoch is fenced. The state is snapshotted when a segment is sealed and
+//! one of the remembered ones is a retry and is answered with the original offsets instead of
+//! being appended again; an older epoch is fenced. The state is snapshotted when a segment is sealed and
 //! at clean shutdown (`<offset:020>.snapshot`, format in `FORMAT.md`) and rebuilt on open from the
 //! latest snapshot plus the batches after it.
 //!
@@ -21,8 +21,18 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use crate::batch::BatchHeader;
 use crate::types::{Offset, Timestamp};
 
-/// Batches remembered per producer for duplicate detection, as Kafka does.
-pub const PRODUCER_BATCHES_MAX: usize = 5;
+/// Batches remembered per producer for duplicate detection. Kafka keeps 5, the most a client
+/// has in flight on one connection, and answers a retry of anything older
+/// OUT_OF_ORDER_SEQUENCE_NUMBER, which the Java client retries (the batch is not the next one it
+/// waits for) until `delivery.timeout.ms`. More than 5 batches can land behind a batch the
+/// client still has to resend: a connection's pipelined produces append behind an earlier one
+/// that is still waiting for acks=all here (Kafka reads a connection's next request only once
+/// the earlier one is answered) and still append after the client gave up on that connection,
+/// and after a leader change the client sends new batches to the new leader while the old one
+/// holds an earlier batch's request. Remembering more turns such a retry into the duplicate it
+/// is, answered with its original offsets. 24 bytes a batch; a snapshot stores the count in one
+/// byte, and every version reads any count.
+pub const PRODUCER_BATCHES_MAX: usize = 32;
 /// Producers one partition remembers; beyond it the least recently active are forgotten (they
 /// then start over as unknown producers, which Kafka also accepts).
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 100_000;
@@ -938,9 +948,10 @@ mod tests {
     }
 
     #[test]
-    fn only_the_last_five_batches_are_remembered_and_snapshots_round_trip() {
+    fn only_the_last_batches_are_remembered_and_snapshots_round_trip() {
         let mut s = ProducerStateManager::default();
-        for i in 0..8 {
+        let n = PRODUCER_BATCHES_MAX as i32 + 3;
+        for i in 0..n {
             let b = batch(1, 2, i, 1);
             s.record(
                 &BatchHeader::parse(&b).unwrap(),
@@ -952,11 +963,22 @@ mod tests {
         let old = batch(1, 2, 1, 1);
         assert!(
             s.check(&BatchHeader::parse(&old).unwrap()).is_err(),
-            "a batch older than the last five is not a duplicate"
+            "a batch older than the remembered ones is not a duplicate"
         );
-        let bytes = s.encode(Offset(8));
+        // A retry from more than Kafka's five batches back (pipelined produces appended behind
+        // it, or a new leader took later batches) is still answered as the duplicate it is.
+        let seq = n - 20;
+        let retry = batch(1, 2, seq, 1);
+        assert_eq!(
+            s.check(&BatchHeader::parse(&retry).unwrap()),
+            Ok(SequenceCheck::Duplicate {
+                base_offset: Offset(seq as i64),
+                last_offset: Offset(seq as i64)
+            })
+        );
+        let bytes = s.encode(Offset(n as i64));
         let (back, offset) = ProducerStateManager::decode(&bytes).unwrap();
-        assert_eq!((back, offset), (s.clone(), Offset(8)));
+        assert_eq!((back, offset), (s.clone(), Offset(n as i64)));
         let mut bad = bytes.clone();
         bad[20] ^= 1;
         assert!(ProducerStateManager::decode(&bad).is_none());

@@ -15,12 +15,9 @@
 use bytes::{Bytes, BytesMut};
 use sluice_engine::{LeaderEpoch as LogEpoch, Log, LogError, Offset, Storage};
 
-use crate::error_code;
+use crate::error_code::{self, OFFSET_OUT_OF_RANGE};
 use crate::records::LeaderEpoch;
 use crate::replica::{start_over, truncation_offset, StartOver};
-
-/// Kafka's OFFSET_OUT_OF_RANGE.
-pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 
 /// The leader's answer for one partition of a follower's fetch.
 #[derive(Clone, Debug, Default)]

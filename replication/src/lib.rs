@@ -5,6 +5,8 @@
 //! - `controller`: the controller state machine (Kafka's QuorumController): requests and time
 //!   in, records to commit and responses out.
 //! - `placement`: rack-aware replica placement for new partitions.
+//! - `replica`, `produce`, `follower`: a partition replica's part in replication: the leader's
+//!   state (ISR, high watermark), its side of a produce, a follower's side of a fetch.
 //! - `quorum`: the raft-rs driver and the metadata node that ties raft, controller and image
 //!   together; the broker feeds it messages, time and persistence acknowledgements.
 //!
@@ -17,6 +19,7 @@ pub mod error_code;
 pub mod follower;
 pub mod image;
 pub mod placement;
+pub mod produce;
 pub mod quorum;
 pub mod records;
 pub mod replica;

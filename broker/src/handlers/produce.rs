@@ -10,7 +10,7 @@
 
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
     TopicProduceResponse,
@@ -20,9 +20,12 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use futures_channel::oneshot;
+use sluice_engine::batch::BatchHeader;
+use sluice_engine::AppendInfo;
+use sluice_replication::produce::{self, Refusal};
 
-use crate::errors::{log_error_code, produce_error_reports_log_start_offset, record_errors};
 use crate::handlers::order::Turn;
+use crate::shard::partition::Partition;
 use crate::shard::txn_verify as verify;
 use crate::shard::{wake, Shard};
 
@@ -38,13 +41,32 @@ struct Outcome {
 
 impl Outcome {
     fn error(code: i16, message: Option<String>) -> Outcome {
+        Outcome::from(Refusal::new(code, message))
+    }
+}
+
+impl From<Refusal> for Outcome {
+    fn from(r: Refusal) -> Outcome {
         Outcome {
-            error_code: code,
-            error_message: message,
-            record_errors: Vec::new(),
+            error_code: r.error_code,
+            error_message: r.message,
+            record_errors: r.record_errors,
             base_offset: -1,
             log_append_time_ms: -1,
-            log_start_offset: -1,
+            log_start_offset: r.log_start_offset.unwrap_or(-1),
+        }
+    }
+}
+
+impl From<AppendInfo> for Outcome {
+    fn from(info: AppendInfo) -> Outcome {
+        Outcome {
+            error_code: 0,
+            error_message: None,
+            record_errors: Vec::new(),
+            base_offset: info.base_offset.0,
+            log_append_time_ms: info.log_append_time.0,
+            log_start_offset: info.log_start_offset.0,
         }
     }
 }
@@ -87,158 +109,208 @@ async fn append_on_owner(
     };
     shard
         .invoke_on(owner, move |shard| async move {
-            let Some(p) = shard.partition(&topic, partition) else {
-                return Outcome::error(ResponseError::UnknownTopicOrPartition.code(), None);
+            let produce = Produce {
+                topic,
+                partition,
+                records,
+                acks,
+                timeout,
+                txn,
             };
-            let mut leader_epoch = match p.check_leader(-1) {
-                Ok(epoch) => epoch,
-                Err(code) => return Outcome::error(code, None),
-            };
-            let header = sluice_engine::batch::BatchHeader::parse(&records).ok();
-            // Markers are the transaction coordinator's to write (WriteTxnMarkers), as in Kafka.
-            if header.as_ref().is_some_and(|h| h.is_control()) {
-                tracing::warn!(topic = %topic, partition, "produce refused: a client sent a control batch");
-                return Outcome::error(
-                    ResponseError::InvalidRecord.code(),
-                    Some("Clients are not allowed to write control records".into()),
-                );
-            }
-            // A transaction's first batch here: the coordinator verifies (or, at transaction
-            // version 2, adds) the partition before the batch may open a transaction. Only a
-            // request that names its transactional id can be verified, as in Kafka.
-            let mut verified = None;
-            let add = txn.version >= verify::PRODUCE_ADD_VERSION
-                && shard.transaction_version() >= 2;
-            let verifying = add || shard.config().transaction_partition_verification_enable;
-            if let (Some((producer_id, producer_epoch)), Some(transactional_id), true) = (
-                header
-                    .as_ref()
-                    .filter(|h| h.is_transactional() && h.producer_id() >= 0)
-                    .map(|h| (h.producer_id(), h.producer_epoch()))
-                    .filter(|&(id, epoch)| {
-                        !p.log.producer_in_transaction(id, epoch) && !p.txn_verified(id, epoch)
-                    }),
-                txn.transactional_id.clone(),
-                verifying,
-            ) {
-                let operation = if add {
-                    verify::Operation::Add
-                } else {
-                    verify::Operation::Verify
-                };
-                let guard = p.start_txn_verification(producer_id, producer_epoch);
-                let tp = crate::txn::TopicPartition::new(&topic, partition);
-                let started = std::time::Instant::now();
-                let answer = verify::verify_or_add(
-                    &shard,
-                    transactional_id.clone(),
-                    producer_id,
-                    producer_epoch,
-                    tp,
-                    operation,
-                )
-                .await;
-                // The coordinator answers from memory: a slow answer holds the connection's
-                // later produces and is worth a line.
-                let elapsed = started.elapsed();
-                if elapsed > SLOW_VERIFICATION {
-                    tracing::warn!(topic = %topic, partition, transactional_id, elapsed_ms = elapsed.as_millis() as u64, "a transaction's partition took long to verify with its coordinator");
-                }
-                if let Some(e) = answer {
-                    let code = verify::error_for_produce(
-                        e,
-                        txn.version >= verify::PRODUCE_ABORTABLE_VERSION,
-                    );
-                    tracing::debug!(topic = %topic, partition, transactional_id, producer_id, producer_epoch, error = ?e, answered = ?code, "transactional produce not verified");
-                    return Outcome::error(
-                        code.code(),
-                        Some(format!(
-                            "the partition could not be verified in the transaction: {e:?}"
-                        )),
-                    );
-                }
-                // The leadership may have moved while the coordinator was asked.
-                leader_epoch = match p.check_leader(-1) {
-                    Ok(epoch) => epoch,
-                    Err(code) => return Outcome::error(code, None),
-                };
-                verified = Some((producer_id, guard));
-            }
-            if acks == -1 {
-                if let Err(code) = p.check_acks_all() {
-                    tracing::debug!(topic = %topic, partition, "acks=all refused: the ISR is below min.insync.replicas");
-                    return Outcome::error(
-                        code,
-                        Some("the in-sync replicas are fewer than min.insync.replicas".into()),
-                    );
-                }
-            }
-            // Checked with no await before the append: a marker written since the verification
-            // started ended the transaction the batch was verified against.
-            if let Some((producer_id, guard)) = verified {
-                if let Err(e) = p.finish_txn_verification(producer_id, guard) {
-                    tracing::debug!(topic = %topic, partition, producer_id, error = ?e, "transactional produce refused: its transaction ended while it was verified");
-                    return Outcome::error(
-                        e.code(),
-                        Some("the transaction ended while the partition was verified".into()),
-                    );
-                }
-            }
-            // One copy: the log stamps offsets into its own buffer, the request frame is shared.
-            let signal = move || {
-                let _ = in_order.send(());
-            };
-            // Fetches waiting on this shard look again as soon as the batch is readable: a
-            // follower copies it while this log makes it durable.
-            let waiting = shard.clone();
-            let buffered = move || waiting.notify_appended();
-            match p
-                .log
-                .append_signalling(BytesMut::from(&records[..]), leader_epoch, signal, buffered)
-                .await
-            {
-                Ok(info) => {
-                    shard.notify_appended();
-                    let metrics = &shard.shared.metrics;
-                    let records_in = info.last_offset.0 - info.base_offset.0 + 1;
-                    crate::metrics::Metrics::count(&metrics.messages_in, records_in.max(0) as u64);
-                    crate::metrics::Metrics::count(&metrics.bytes_in, records.len() as u64);
-                    if acks == -1 {
-                        let code = p.wait_acks_all(info.last_offset.next(), timeout).await;
-                        if code != 0 {
-                            tracing::debug!(topic = %topic, partition, code, "acks=all produce not acknowledged by the ISR");
-                            return Outcome {
-                                log_start_offset: info.log_start_offset.0,
-                                ..Outcome::error(code, None)
-                            };
-                        }
-                    }
-                    Outcome {
-                        error_code: 0,
-                        error_message: None,
-                        record_errors: Vec::new(),
-                        base_offset: info.base_offset.0,
-                        log_append_time_ms: info.log_append_time.0,
-                        log_start_offset: info.log_start_offset.0,
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(topic = %topic, partition, error = %e, "produce refused");
-                    let mut outcome = match record_errors(&e, &topic, partition) {
-                        Some(errors) => Outcome {
-                            record_errors: errors.records,
-                            ..Outcome::error(log_error_code(&e), Some(errors.message))
-                        },
-                        None => Outcome::error(log_error_code(&e), Some(e.to_string())),
-                    };
-                    if produce_error_reports_log_start_offset(&e) {
-                        outcome.log_start_offset = p.log.log_start_offset().0;
-                    }
-                    outcome
-                }
+            match produce.append_here(&shard, in_order).await {
+                Ok(info) => Outcome::from(info),
+                Err(refusal) => Outcome::from(refusal),
             }
         })
         .await
+}
+
+/// One partition's part of a produce request, on the partition's owner shard.
+struct Produce {
+    topic: String,
+    partition: i32,
+    records: Bytes,
+    acks: i16,
+    timeout: std::time::Duration,
+    txn: Txn,
+}
+
+impl Produce {
+    /// The leader's side of the produce (`sluice_replication::produce`, which the simulator
+    /// runs too), with KIP-890's verification between the checks and the append.
+    async fn append_here(
+        self,
+        shard: &Rc<Shard>,
+        in_order: oneshot::Sender<()>,
+    ) -> Result<AppendInfo, Refusal> {
+        let Produce {
+            topic,
+            partition,
+            records,
+            acks,
+            timeout,
+            ref txn,
+        } = self;
+        let Some(p) = shard.partition(&topic, partition) else {
+            return Err(Refusal::new(
+                ResponseError::UnknownTopicOrPartition.code(),
+                None,
+            ));
+        };
+        produce::leader_epoch(&p.replica.borrow())?;
+        let header = BatchHeader::parse(&records).ok();
+        if let Err(refused) = produce::check_batch(header.as_ref()) {
+            tracing::warn!(topic = %topic, partition, "produce refused: a client sent a control batch");
+            return Err(refused);
+        }
+        let verified = match header
+            .as_ref()
+            .and_then(|h| needs_verification(shard, &p, h, txn))
+        {
+            Some((producer_id, producer_epoch, transactional_id, operation)) => {
+                let guard = p.start_txn_verification(producer_id, producer_epoch);
+                verify_in_transaction(
+                    shard,
+                    (&topic, partition),
+                    transactional_id,
+                    (producer_id, producer_epoch),
+                    operation,
+                    txn.version,
+                )
+                .await?;
+                Some((producer_id, guard))
+            }
+            None => None,
+        };
+        // The leadership may have moved while the coordinator was asked.
+        let leader_epoch = produce::admit(&p.replica.borrow(), acks).inspect_err(|r| {
+            if r.error_code == ResponseError::NotEnoughReplicas.code() {
+                tracing::debug!(topic = %topic, partition, "acks=all refused: the ISR is below min.insync.replicas");
+            }
+        })?;
+        // Checked with no await before the append: a marker written since the verification
+        // started ended the transaction the batch was verified against.
+        if let Some((producer_id, guard)) = verified {
+            if let Err(e) = p.finish_txn_verification(producer_id, guard) {
+                tracing::debug!(topic = %topic, partition, producer_id, error = ?e, "transactional produce refused: its transaction ended while it was verified");
+                return Err(Refusal::new(
+                    e.code(),
+                    Some("the transaction ended while the partition was verified".into()),
+                ));
+            }
+        }
+        let signal = move || {
+            let _ = in_order.send(());
+        };
+        // Fetches waiting on this shard look again as soon as the batch is readable: a
+        // follower copies it while this log makes it durable.
+        let waiting = shard.clone();
+        let buffered = move || waiting.notify_appended();
+        let info = match produce::append(&p.log, &records, leader_epoch, signal, buffered).await {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::warn!(topic = %topic, partition, error = %e, "produce refused");
+                return Err(Refusal::of(
+                    &e,
+                    &topic,
+                    partition,
+                    p.log.log_start_offset().0,
+                ));
+            }
+        };
+        shard.notify_appended();
+        let metrics = &shard.shared.metrics;
+        let records_in = info.last_offset.0 - info.base_offset.0 + 1;
+        crate::metrics::Metrics::count(&metrics.messages_in, records_in.max(0) as u64);
+        crate::metrics::Metrics::count(&metrics.bytes_in, records.len() as u64);
+        if acks == produce::ACKS_ALL {
+            let code = p.wait_acks_all(info.last_offset.next(), timeout).await;
+            if code != 0 {
+                tracing::debug!(topic = %topic, partition, code, "acks=all produce not acknowledged by the ISR");
+                return Err(Refusal {
+                    log_start_offset: Some(info.log_start_offset.0),
+                    ..Refusal::new(code, None)
+                });
+            }
+        }
+        Ok(info)
+    }
+}
+
+/// Whether a batch must be verified with its transaction coordinator before it is appended
+/// (KIP-890): a transaction's first batch here, of a request that names its transactional id
+/// (only those can be verified, as in Kafka), when verification is on or the transaction
+/// version lets the leader add the partition. Returns the producer, the transactional id and
+/// whether to verify or add.
+fn needs_verification(
+    shard: &Shard,
+    p: &Partition,
+    header: &BatchHeader<'_>,
+    txn: &Txn,
+) -> Option<(i64, i16, String, verify::Operation)> {
+    let add = txn.version >= verify::PRODUCE_ADD_VERSION && shard.transaction_version() >= 2;
+    if !(add || shard.config().transaction_partition_verification_enable) {
+        return None;
+    }
+    let (producer_id, producer_epoch) = (header.producer_id(), header.producer_epoch());
+    if !header.is_transactional()
+        || producer_id < 0
+        || p.log.producer_in_transaction(producer_id, producer_epoch)
+        || p.txn_verified(producer_id, producer_epoch)
+    {
+        return None;
+    }
+    let operation = if add {
+        verify::Operation::Add
+    } else {
+        verify::Operation::Verify
+    };
+    Some((
+        producer_id,
+        producer_epoch,
+        txn.transactional_id.clone()?,
+        operation,
+    ))
+}
+
+/// Asks the transaction coordinator whether the partition is in the producer's transaction (or
+/// to add it); the refusal the producer gets when it is not.
+async fn verify_in_transaction(
+    shard: &Rc<Shard>,
+    (topic, partition): (&str, i32),
+    transactional_id: String,
+    (producer_id, producer_epoch): (i64, i16),
+    operation: verify::Operation,
+    version: i16,
+) -> Result<(), Refusal> {
+    let tp = crate::txn::TopicPartition::new(topic, partition);
+    let started = std::time::Instant::now();
+    let answer = verify::verify_or_add(
+        shard,
+        transactional_id.clone(),
+        producer_id,
+        producer_epoch,
+        tp,
+        operation,
+    )
+    .await;
+    // The coordinator answers from memory: a slow answer holds the connection's later
+    // produces and is worth a line.
+    let elapsed = started.elapsed();
+    if elapsed > SLOW_VERIFICATION {
+        tracing::warn!(topic = %topic, partition, transactional_id, elapsed_ms = elapsed.as_millis() as u64, "a transaction's partition took long to verify with its coordinator");
+    }
+    let Some(e) = answer else {
+        return Ok(());
+    };
+    let code = verify::error_for_produce(e, version >= verify::PRODUCE_ABORTABLE_VERSION);
+    tracing::debug!(topic = %topic, partition, transactional_id, producer_id, producer_epoch, error = ?e, answered = ?code, "transactional produce not verified");
+    Err(Refusal::new(
+        code.code(),
+        Some(format!(
+            "the partition could not be verified in the transaction: {e:?}"
+        )),
+    ))
 }
 
 /// The first version that names topics by id (KIP-516), not by name.

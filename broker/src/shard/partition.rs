@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
 use sluice_engine::{DmaStorage, LeaderEpoch, Log, Offset};
+use sluice_replication::produce::acks_all_answer;
 use sluice_replication::records::{BrokerEpoch, BrokerId};
 use sluice_replication::replica::{IsrAnswer, IsrChange, RoleChange};
 
@@ -261,8 +262,9 @@ impl Partition {
         }
     }
 
-    /// Waits until an acks=all produce ending at `end` (exclusive) is on every ISR member, and
-    /// returns its error code: 0, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below
+    /// Waits until an acks=all produce ending at `end` (exclusive) is answered
+    /// (`sluice_replication::produce::acks_all_answer`, as the simulator's leaders answer it):
+    /// 0 once on every ISR member, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below
     /// the minimum meanwhile, NOT_LEADER_OR_FOLLOWER when the leadership ended, or
     /// REQUEST_TIMED_OUT after `timeout` (Kafka's produce `timeout_ms`).
     pub async fn wait_acks_all(&self, end: Offset, timeout: Duration) -> i16 {
@@ -270,16 +272,10 @@ impl Partition {
         loop {
             let listener = self.changed.listen();
             self.high_watermark();
-            let done = match &*self.replica.borrow() {
-                Replica::Leader(l) => l.acks_all_done(end.0),
-                _ => Some(ResponseError::NotLeaderOrFollower.code()),
-            };
-            if let Some(code) = done {
-                return code;
-            }
             let now = Instant::now();
-            if now >= deadline {
-                return ResponseError::RequestTimedOut.code();
+            let answer = acks_all_answer(&self.replica.borrow(), end.0, now >= deadline);
+            if let Some(code) = answer {
+                return code;
             }
             futures_lite::future::or(listener, glommio::timer::sleep(deadline - now)).await;
         }

@@ -4,8 +4,10 @@
 //! can be made to fail), led and followed by the same sans-IO code the broker runs:
 //! `ReplicaRole::update` for what the image makes a replica, `LeaderState` for followers'
 //! progress, the ISR, the high watermark and acks=all, `diverging_epoch` for KIP-320 at the
-//! leader, and the broker's own follower component (`follower::apply`: truncation, starting
-//! over, appending what comes back as the leader stored it). Around them the broker's glue, as
+//! leader, the broker's own follower component (`follower::apply`: truncation, starting
+//! over, appending what comes back as the leader stored it) and its produce component
+//! (`produce`: the leader and acks=all checks, the error a refused append answers, when an
+//! acks=all produce is answered). Around them the broker's glue, as
 //! short as the broker's own: a follower fetches from its log end, has `follower::apply` take
 //! the answer, makes what it appended durable (`Log::flush_for_replica`, after a simulated
 //! fdatasync latency; a slow disk's is long) and only then fetches again; a leader answers
@@ -33,13 +35,13 @@ use std::rc::Rc;
 use bytes::{Bytes, BytesMut};
 use futures_lite::future::block_on;
 use sluice_engine::batch::{BatchBuilder, BatchHeader, NewRecord, Records};
-use sluice_engine::producer_state::ProducerError;
 use sluice_engine::{
     BatchCache, Clock, CrashMode, LeaderEpoch as LogEpoch, Log, LogConfig, LogError, MemStorage,
     Offset as LogOffset, Storage, Timestamp,
 };
 use sluice_replication::follower::{self, Applied, FetchedPartition};
 use sluice_replication::image::{MetadataImage, PartitionRegistration};
+use sluice_replication::produce::{self, Refusal};
 use sluice_replication::replica::{
     diverging_epoch, fetch_position, FetchPosition, IsrAnswer, IsrChange, ReplicaConfig,
     ReplicaRole, RoleChange, RoleUpdate,
@@ -65,10 +67,7 @@ const FETCH_TIMEOUT_MS: u64 = 1_000;
 const FETCH_MAX_BYTES: usize = 2_048;
 /// The broker's pause before sending an unanswered ISR change again.
 const ISR_RETRY_BACKOFF_MS: u64 = 200;
-const OFFSET_OUT_OF_RANGE: i16 = 1;
-const UNKNOWN_LEADER_EPOCH: i16 = 59;
-const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-const INVALID_PRODUCER_EPOCH: i16 = 47;
+use sluice_replication::error_code::{OFFSET_OUT_OF_RANGE, UNKNOWN_LEADER_EPOCH};
 
 /// A fetch, of a follower or a consumer, as far as replication needs it.
 #[derive(Clone, Debug)]
@@ -564,13 +563,11 @@ impl DataPlane {
                     let mut i = 0;
                     while i < r.pending_acks.len() {
                         let a = &r.pending_acks[i];
-                        let code = match l.acks_all_done(a.end_offset) {
-                            Some(code) => code,
-                            None if now >= a.deadline => error_code::REQUEST_TIMED_OUT,
-                            None => {
-                                i += 1;
-                                continue;
-                            }
+                        let timed_out = now >= a.deadline;
+                        let Some(code) = produce::acks_all_answer(&r.role, a.end_offset, timed_out)
+                        else {
+                            i += 1;
+                            continue;
                         };
                         let a = r.pending_acks.remove(i);
                         let base_offset = if code == 0 { a.base_offset } else { -1 };
@@ -800,17 +797,22 @@ impl DataPlane {
             out.push(reply(error_code::NOT_LEADER_OR_FOLLOWER));
             return Ok(());
         };
-        let ReplicaRole::Leader(l) = &mut r.role else {
-            out.push(reply(error_code::NOT_LEADER_OR_FOLLOWER));
-            return Ok(());
+        // The broker's own checks, in its order.
+        let header = BatchHeader::parse(&batch).ok();
+        let admitted = produce::check_batch(header.as_ref())
+            .and_then(|()| produce::admit(&r.role, produce::ACKS_ALL));
+        let epoch = match admitted {
+            Ok(epoch) => epoch,
+            Err(refused) => {
+                out.push(reply(refused.error_code));
+                return Ok(());
+            }
         };
-        if let Err(code) = l.check_acks_all() {
-            out.push(reply(code));
-            return Ok(());
-        }
-        match append_until_buffered(&r.log, &batch, LogEpoch(l.leader_epoch.0)) {
+        match append_until_buffered(&r.log, &batch, epoch) {
             Ok(Appended::Durable(info)) => {
-                l.on_log_end(r.log.high_watermark().0);
+                if let ReplicaRole::Leader(l) = &mut r.role {
+                    l.on_log_end(r.log.high_watermark().0);
+                }
                 r.pending_acks.push(PendingAck {
                     client,
                     seq,
@@ -840,11 +842,10 @@ impl DataPlane {
                     deadline: now + PRODUCE_TIMEOUT_MS,
                 });
             }
-            Err(LogError::Producer(ProducerError::OutOfOrderSequence { .. })) => {
-                out.push(reply(OUT_OF_ORDER_SEQUENCE_NUMBER))
-            }
-            Err(LogError::Producer(ProducerError::InvalidEpoch { .. })) => {
-                out.push(reply(INVALID_PRODUCER_EPOCH))
+            // A producer's error is the client's; any other stops the broker (storage).
+            Err(e @ LogError::Producer(_)) => {
+                let refused = Refusal::of(&e, DATA_TOPIC, partition, r.log.log_start_offset().0);
+                out.push(reply(refused.error_code))
             }
             Err(e) => return Err(e),
         }
