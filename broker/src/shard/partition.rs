@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
 use sluice_engine::{DmaStorage, LeaderEpoch, Log, Offset};
-use sluice_replication::produce::acks_all_answer;
+use sluice_replication::produce::{self, acks_all_answer};
 use sluice_replication::records::{BrokerEpoch, BrokerId};
 use sluice_replication::replica::{IsrAnswer, IsrChange, RoleChange};
 
@@ -256,10 +256,9 @@ impl Partition {
     /// NOT_ENOUGH_REPLICAS when an acks=all produce may not be appended (the ISR is below
     /// `min.insync.replicas`).
     pub fn check_acks_all(&self) -> Result<(), i16> {
-        match &*self.replica.borrow() {
-            Replica::Leader(l) => l.check_acks_all(),
-            _ => Err(ResponseError::NotLeaderOrFollower.code()),
-        }
+        produce::admit(&self.replica.borrow(), produce::ACKS_ALL)
+            .map(|_| ())
+            .map_err(|refused| refused.error_code)
     }
 
     /// Waits until an acks=all produce ending at `end` (exclusive) is answered
