@@ -168,14 +168,21 @@ pub async fn append<S: Storage>(
         .await
 }
 
-/// The answer to an acks=all produce whose records end at `end_offset` (exclusive), or `None`
-/// while it waits: 0 once the high watermark passed it with enough replicas in the ISR,
-/// NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the minimum meanwhile,
-/// NOT_LEADER_OR_FOLLOWER once the replica stopped leading, REQUEST_TIMED_OUT once the
-/// produce's `timeout_ms` passed (`timed_out`).
-pub fn acks_all_answer(role: &ReplicaRole, end_offset: i64, timed_out: bool) -> Option<i16> {
+/// The answer to an acks=all produce appended at leader epoch `epoch` whose records end at
+/// `end_offset` (exclusive), or `None` while it waits: 0 once the high watermark passed it with
+/// enough replicas in the ISR, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below the
+/// minimum meanwhile, NOT_LEADER_OR_FOLLOWER once the leadership it was appended under ended
+/// (even if this replica leads again at a later epoch: its records may have been truncated
+/// away and the offsets taken by others), REQUEST_TIMED_OUT once the produce's `timeout_ms`
+/// passed (`timed_out`).
+pub fn acks_all_answer(
+    role: &ReplicaRole,
+    epoch: LogEpoch,
+    end_offset: i64,
+    timed_out: bool,
+) -> Option<i16> {
     let answer = match role {
-        ReplicaRole::Leader(l) => l.acks_all_done(end_offset),
+        ReplicaRole::Leader(l) if l.leader_epoch.0 == epoch.0 => l.acks_all_done(end_offset),
         _ => Some(error_code::NOT_LEADER_OR_FOLLOWER),
     };
     match answer {
@@ -250,21 +257,58 @@ mod tests {
     #[test]
     fn acks_all_is_answered_by_the_high_watermark_the_isr_or_the_clock() {
         let l = leader(&[BrokerId(1), BrokerId(2)], 2);
+        let at = LogEpoch(4);
         let hw = l.known_high_watermark();
-        assert_eq!(acks_all_answer(&l, hw + 1, false), None);
+        assert_eq!(acks_all_answer(&l, at, hw + 1, false), None);
         assert_eq!(
-            acks_all_answer(&l, hw + 1, true),
+            acks_all_answer(&l, at, hw + 1, true),
             Some(error_code::REQUEST_TIMED_OUT)
         );
-        assert_eq!(acks_all_answer(&l, hw, false), Some(error_code::NONE));
+        assert_eq!(acks_all_answer(&l, at, hw, false), Some(error_code::NONE));
         // Passed by the high watermark, but the ISR is below the minimum now.
         let shrunk = leader(&[BrokerId(1)], 2);
         assert_eq!(
-            acks_all_answer(&shrunk, shrunk.known_high_watermark(), true),
+            acks_all_answer(&shrunk, at, shrunk.known_high_watermark(), true),
             Some(error_code::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
         );
         assert_eq!(
-            acks_all_answer(&ReplicaRole::Unknown, 0, false),
+            acks_all_answer(&ReplicaRole::Unknown, at, 0, false),
+            Some(error_code::NOT_LEADER_OR_FOLLOWER)
+        );
+    }
+
+    #[test]
+    fn acks_all_is_answered_only_by_the_leadership_it_was_appended_under() {
+        // Appended at epoch 3; the replica lost the leadership and leads again at 4. The high
+        // watermark at 4 says nothing of records a new leader may have truncated meanwhile.
+        let l = leader(&[BrokerId(1), BrokerId(2)], 2);
+        let hw = l.known_high_watermark();
+        assert_eq!(
+            acks_all_answer(&l, LogEpoch(4), hw, false),
+            Some(error_code::NONE)
+        );
+        assert_eq!(
+            acks_all_answer(&l, LogEpoch(3), hw, false),
+            Some(error_code::NOT_LEADER_OR_FOLLOWER)
+        );
+        let mut following = ReplicaRole::Unknown;
+        following.update(
+            RoleUpdate {
+                me: ME,
+                leader: BrokerId(2),
+                leader_epoch: LeaderEpoch(5),
+                partition_epoch: PartitionEpoch(8),
+                replicas: &[BrokerId(1), BrokerId(2), BrokerId(3)],
+                isr: &[BrokerId(1), BrokerId(2)],
+                config: ReplicaConfig::default(),
+            },
+            10,
+            0,
+            0,
+        );
+        assert!(matches!(following, ReplicaRole::Follower(Follower { .. })));
+        assert_eq!(
+            acks_all_answer(&following, LogEpoch(4), 0, false),
             Some(error_code::NOT_LEADER_OR_FOLLOWER)
         );
     }

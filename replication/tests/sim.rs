@@ -1096,7 +1096,7 @@ fn five_controllers_three_brokers() {
 /// The first two were found before the leaders' fdatasyncs ran on after an append and before
 /// two producers shared a partition, so they no longer replay the histories that found their
 /// bugs (unit tests in `replica::tests` keep those); they stay as seeds.
-const REGRESSION_SEEDS: [(u64, u64); 8] = [
+const REGRESSION_SEEDS: [(u64, u64); 12] = [
     // Acknowledged writes lost after an unanswered AlterPartition.
     (3, 3),
     // An acknowledged write lost after a late AlterPartition refusal cleared a newer change.
@@ -1116,6 +1116,16 @@ const REGRESSION_SEEDS: [(u64, u64); 8] = [
     // differ byte for byte (tests/README.md).
     (187, 3),
     (613, 5),
+    // Those two no longer replay once acks=all waiters ran late (`waiter_delay`); with the
+    // same bug put back, these seeds find it again.
+    (928, 3),
+    (1200, 5),
+    // A produce's acks=all wait answered by a later leadership of the same replica (its
+    // records truncated away while it followed, the offsets written again by another
+    // leader): `produce::acks_all_answer` with its epoch check taken out loses an
+    // acknowledged write at these seeds.
+    (315, 3),
+    (1446, 5),
 ];
 
 #[test]

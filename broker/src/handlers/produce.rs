@@ -224,7 +224,9 @@ impl Produce {
         crate::metrics::Metrics::count(&metrics.messages_in, records_in.max(0) as u64);
         crate::metrics::Metrics::count(&metrics.bytes_in, records.len() as u64);
         if acks == produce::ACKS_ALL {
-            let code = p.wait_acks_all(info.last_offset.next(), timeout).await;
+            let code = p
+                .wait_acks_all(leader_epoch, info.last_offset.next(), timeout)
+                .await;
             if code != 0 {
                 tracing::debug!(topic = %topic, partition, code, "acks=all produce not acknowledged by the ISR");
                 return Err(Refusal {

@@ -296,7 +296,7 @@ impl Shard {
         };
         self.notify_appended();
         let code = log
-            .wait_acks_all(info.last_offset.next(), OFFSETS_COMMIT_TIMEOUT)
+            .wait_acks_all(epoch, info.last_offset.next(), OFFSETS_COMMIT_TIMEOUT)
             .await;
         if code != 0 {
             tracing::debug!(group = %group_id, code, "committed offsets not acknowledged by the in-sync replicas");

@@ -56,7 +56,7 @@ pub async fn write_marker(shard: &Rc<Shard>, topic: String, partition: i32, mark
                 Ok(info) => {
                     // Read-committed fetches waiting here may read further now.
                     shard.notify_appended();
-                    let code = p.wait_acks_all(info.last_offset.next(), MARKER_TIMEOUT).await;
+                    let code = p.wait_acks_all(leader_epoch, info.last_offset.next(), MARKER_TIMEOUT).await;
                     if code != 0 {
                         tracing::warn!(%topic, partition, code, producer_id = marker.producer_id, "transaction marker not acknowledged by the in-sync replicas");
                     } else {

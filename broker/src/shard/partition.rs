@@ -261,18 +261,19 @@ impl Partition {
             .map_err(|refused| refused.error_code)
     }
 
-    /// Waits until an acks=all produce ending at `end` (exclusive) is answered
+    /// Waits until an acks=all produce appended at leader epoch `epoch` and ending at `end`
+    /// (exclusive) is answered
     /// (`sluice_replication::produce::acks_all_answer`, as the simulator's leaders answer it):
     /// 0 once on every ISR member, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below
     /// the minimum meanwhile, NOT_LEADER_OR_FOLLOWER when the leadership ended, or
     /// REQUEST_TIMED_OUT after `timeout` (Kafka's produce `timeout_ms`).
-    pub async fn wait_acks_all(&self, end: Offset, timeout: Duration) -> i16 {
+    pub async fn wait_acks_all(&self, epoch: LeaderEpoch, end: Offset, timeout: Duration) -> i16 {
         let deadline = Instant::now() + timeout;
         loop {
             let listener = self.changed.listen();
             self.high_watermark();
             let now = Instant::now();
-            let answer = acks_all_answer(&self.replica.borrow(), end.0, now >= deadline);
+            let answer = acks_all_answer(&self.replica.borrow(), epoch, end.0, now >= deadline);
             if let Some(code) = answer {
                 return code;
             }

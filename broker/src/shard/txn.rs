@@ -329,7 +329,7 @@ async fn append_record(shard: &Shard, index: i32, append: &TxnAppend) -> Result<
     };
     shard.notify_appended();
     match p
-        .wait_acks_all(info.last_offset.next(), APPEND_TIMEOUT)
+        .wait_acks_all(epoch, info.last_offset.next(), APPEND_TIMEOUT)
         .await
     {
         0 => Ok(()),

@@ -115,6 +115,12 @@ pub enum DataMsg {
 struct PendingAck {
     client: u64,
     seq: u64,
+    /// The leader epoch it was appended at.
+    epoch: LogEpoch,
+    /// The waiting task looks at its partition again no earlier than this: in the broker it is
+    /// woken by a change and runs when its shard gets to it, so a replica may lose and regain
+    /// its leadership before the produce is answered.
+    look_at: u64,
     base_offset: i64,
     end_offset: i64,
     deadline: u64,
@@ -498,9 +504,6 @@ impl DataPlane {
                 }
                 RoleChange::SameLeadership { .. } | RoleChange::Unchanged => {}
             }
-            if !matches!(r.role, ReplicaRole::Leader(_)) {
-                fail_acks(id, std::mem::take(&mut r.pending_acks), out);
-            }
         }
         Ok(())
     }
@@ -548,6 +551,35 @@ impl DataPlane {
                 "broker {id} partition {}: leader epochs out of order: {epochs:?}",
                 key.1
             );
+            // Waiting acks=all produces are answered as the broker's `wait_acks_all` answers
+            // them, whatever this replica is now.
+            let mut i = 0;
+            while i < r.pending_acks.len() {
+                let a = &mut r.pending_acks[i];
+                if now < a.look_at {
+                    i += 1;
+                    continue;
+                }
+                a.look_at = now + waiter_delay(a.seq ^ now);
+                let timed_out = now >= a.deadline;
+                let Some(code) =
+                    produce::acks_all_answer(&r.role, a.epoch, a.end_offset, timed_out)
+                else {
+                    i += 1;
+                    continue;
+                };
+                let a = r.pending_acks.remove(i);
+                let base_offset = if code == 0 { a.base_offset } else { -1 };
+                out.push((
+                    id,
+                    a.client,
+                    DataMsg::ProduceResponse {
+                        seq: a.seq,
+                        error_code: code,
+                        base_offset,
+                    },
+                ));
+            }
             match &mut r.role {
                 ReplicaRole::Leader(l) => {
                     assert!(
@@ -559,27 +591,6 @@ impl DataPlane {
                     r.last_high_watermark = hw;
                     if let Some(change) = l.tick(local_now) {
                         b.alter_queue.push((key.0, key.1, change));
-                    }
-                    let mut i = 0;
-                    while i < r.pending_acks.len() {
-                        let a = &r.pending_acks[i];
-                        let timed_out = now >= a.deadline;
-                        let Some(code) = produce::acks_all_answer(&r.role, a.end_offset, timed_out)
-                        else {
-                            i += 1;
-                            continue;
-                        };
-                        let a = r.pending_acks.remove(i);
-                        let base_offset = if code == 0 { a.base_offset } else { -1 };
-                        out.push((
-                            id,
-                            a.client,
-                            DataMsg::ProduceResponse {
-                                seq: a.seq,
-                                error_code: code,
-                                base_offset,
-                            },
-                        ));
                     }
                 }
                 ReplicaRole::Follower(f) => {
@@ -816,6 +827,8 @@ impl DataPlane {
                 r.pending_acks.push(PendingAck {
                     client,
                     seq,
+                    epoch,
+                    look_at: now + waiter_delay(seq),
                     base_offset: info.base_offset.0,
                     end_offset: info.last_offset.0 + 1,
                     deadline: now + PRODUCE_TIMEOUT_MS,
@@ -837,6 +850,8 @@ impl DataPlane {
                 r.pending_acks.push(PendingAck {
                     client,
                     seq,
+                    epoch,
+                    look_at: now + waiter_delay(seq),
                     base_offset,
                     end_offset,
                     deadline: now + PRODUCE_TIMEOUT_MS,
@@ -976,6 +991,12 @@ impl DataPlane {
             }
         }
     }
+}
+
+/// How long a waiting produce's task takes to run again, 0-255 ms, drawn from its sequence
+/// number and the time rather than the simulation's generator.
+fn waiter_delay(x: u64) -> u64 {
+    x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56
 }
 
 fn fail_acks(id: u64, acks: Vec<PendingAck>, out: &mut Outbox) {
