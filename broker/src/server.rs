@@ -193,6 +193,19 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
         check_port_free(config.listener)
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listener))?;
     }
+    // An SSL listener's key material is loaded once here, so that a missing or bad file stops
+    // the start with a clear error rather than every shard's handshakes.
+    let protocol = config.client_security_protocol()?;
+    if config.process_roles.broker && protocol.tls() {
+        crate::net::tls::server_config(&config.ssl).map_err(|e| {
+            anyhow::anyhow!("listener {} ({protocol}): {e:#}", config.listener_name)
+        })?;
+        if crate::net::tls::kernel_tls_available() {
+            tracing::info!("fetches over SSL copy records through the broker: handing TLS to the kernel (kTLS) is not built yet");
+        } else {
+            tracing::info!("fetches over SSL copy records through the broker: this kernel has no kernel TLS (kTLS) to splice them through");
+        }
+    }
     if let Some(addr) = config.controller_listener.filter(|_| config.is_cluster()) {
         check_port_free(addr)
             .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (CONTROLLER): {e}"))?;
@@ -315,7 +328,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 let server = if shared.config.process_roles.broker && !STOP.load(Ordering::SeqCst) {
                     let listener = TcpListener::bind(shared.config.listener).map_err(|e| anyhow::anyhow!("shard {id}: binding: {e}"))?;
                     if id == 0 {
-                        tracing::info!(listener = %shared.config.listener, "serving the Kafka protocol");
+                        tracing::info!(listener = %shared.config.listener, name = %shared.config.listener_name, security_protocol = %protocol, "serving the Kafka protocol");
                     }
                     Some(glommio::spawn_local(crate::net::serve(shard.clone(), listener)))
                 } else {

@@ -53,9 +53,12 @@ class Broker:
     port. `prefix` goes before the command, e.g. `ip netns exec NS` to run it in a network
     namespace."""
 
-    def __init__(self, cores: int = 2, num_partitions: int = 1, name: str = "broker", extra_args=()):
+    def __init__(self, cores: int = 2, num_partitions: int = 1, name: str = "broker", extra_args=(),
+                 listener_name: str = "PLAINTEXT", client_config: dict | None = None):
         """`extra_args` go on the command line after the harness's own flags, e.g.
-        `["--group-initial-rebalance-delay-ms", "300"]`."""
+        `["--group-initial-rebalance-delay-ms", "300"]`. `listener_name` names the client
+        listener (its protocol comes from `listener.security.protocol.map`) and
+        `client_config` is what a librdkafka client needs to talk to it (e.g. SSL settings)."""
         TEST_DIR.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix=f"pytest-{name}-", dir=TEST_DIR))
         self.data_dir = self.root / "data"
@@ -63,6 +66,8 @@ class Broker:
         self.cores = cores
         self.num_partitions = num_partitions
         self.extra_args = [str(a) for a in extra_args]
+        self.listener_name = listener_name
+        self.client_config = dict(client_config or {})
         self.port = free_port()
         self.host = "127.0.0.1"
         self.prefix: list[str] = []
@@ -80,7 +85,7 @@ class Broker:
 
     def listeners(self) -> str:
         """The `--listeners` flag's value (a cluster node adds its CONTROLLER listener)."""
-        return f"PLAINTEXT://{self.bootstrap}"
+        return f"{self.listener_name}://{self.bootstrap}"
 
     def start(self, new_port: bool = False, wait_for_partitions: bool = True, wait: bool = True) -> None:
         """Starts the broker on its data directory; `new_port` moves it to another free port.
@@ -135,7 +140,7 @@ class Broker:
                 continue
             break
         # The port answers; now the protocol must too.
-        client = admin(self.bootstrap)
+        client = admin(self.bootstrap, **self.client_config)
         while True:
             try:
                 md = client.list_topics(timeout=1.0)
@@ -239,8 +244,8 @@ LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
 CLIENT_DEFAULTS = {"logger": LIBRDKAFKA_LOG, "log.connection.close": False}
 
 
-def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS})
+def admin(bootstrap: str, **extra) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, **CLIENT_DEFAULTS, **extra})
 
 
 def unanswered_partitions(client: AdminClient) -> list:

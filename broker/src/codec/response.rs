@@ -63,11 +63,29 @@ pub fn placeholder_range() -> Option<usize> {
 pub struct Splices {
     by_address: HashMap<usize, FileExtent>,
     used: usize,
+    /// The connection cannot take splices (TLS): records are read into memory instead.
+    copying: bool,
 }
 
 impl Splices {
+    /// For a connection whose responses must go out through user space (TLS).
+    pub fn copying() -> Splices {
+        Splices {
+            copying: true,
+            ..Splices::default()
+        }
+    }
+
+    /// Whether reads for this response may leave records on disk to be spliced.
+    pub fn possible(&self) -> bool {
+        !self.copying && placeholder_range().is_some()
+    }
+
     /// A placeholder for the extent's bytes, or `None` when the response has no room left.
     pub fn placeholder(&mut self, extent: FileExtent) -> Option<Bytes> {
+        if self.copying {
+            return None;
+        }
         let base = placeholder_range()?;
         let len = extent.len as usize;
         if len == 0 || self.used + len > PLACEHOLDER_BYTES {

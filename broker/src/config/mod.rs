@@ -3,11 +3,13 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+pub mod security;
 pub mod settings;
 
 /// The metadata log's directory under the data directory, named as Kafka's.
 pub const METADATA_DIR: &str = "__cluster_metadata-0";
 
+use security::{SecurityProtocol, SslConfig};
 use settings::{SettingArgs, BROKER_SETTINGS};
 
 /// Settings the broker reads at start. Keys in the TOML file are Kafka's (`listeners`,
@@ -45,6 +47,13 @@ pub struct BrokerConfig {
     pub listener: SocketAddr,
     /// `listeners` as given, sorted again if `controller.listener.names` comes after it.
     pub listeners_text: Option<String>,
+    /// The name of the client listener (the first of `listeners` not named by
+    /// `controller.listener.names`).
+    pub listener_name: String,
+    /// `listener.security.protocol.map`: each listener name's security protocol.
+    pub security_protocol_map: Vec<(String, SecurityProtocol)>,
+    /// `ssl.*`: the key material and TLS policy of SSL listeners.
+    pub ssl: SslConfig,
     /// `advertised.listeners`: host and port clients are told to connect to.
     pub advertised_host: String,
     pub advertised_port: u16,
@@ -367,6 +376,9 @@ impl BrokerConfig {
             broker_heartbeat_interval_ms: 0,
             listener: SocketAddr::from(([0, 0, 0, 0], 0)),
             listeners_text: None,
+            listener_name: String::new(),
+            security_protocol_map: Vec::new(),
+            ssl: SslConfig::default(),
             advertised_host: String::new(),
             advertised_port: 0,
             data_dir: PathBuf::new(),
@@ -512,6 +524,7 @@ impl BrokerConfig {
     /// Checks settings that depend on each other, once the file and flags are applied.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.validate_cluster()?;
+        self.validate_security()?;
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
             anyhow::bail!(
                 "group.min.session.timeout.ms ({}) is above group.max.session.timeout.ms ({})",
@@ -561,6 +574,7 @@ impl BrokerConfig {
         }
         if let Some(l) = client {
             self.listener = socket(&l)?;
+            self.listener_name = l.name.clone();
             if l.host != "0.0.0.0" {
                 self.advertised_host = l.host;
             }
@@ -592,6 +606,53 @@ impl BrokerConfig {
             .unwrap_or(&listeners[0]);
         self.advertised_host = l.host.clone();
         self.advertised_port = l.port;
+        Ok(())
+    }
+
+    /// The client listener's security protocol: its name's entry in
+    /// `listener.security.protocol.map`.
+    pub fn client_security_protocol(&self) -> anyhow::Result<SecurityProtocol> {
+        self.security_protocol_map
+            .iter()
+            .find(|(name, _)| *name == self.listener_name)
+            .map(|&(_, p)| p)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "listener {} has no security protocol: name it in \
+                     listener.security.protocol.map (e.g. {}:SSL)",
+                    self.listener_name,
+                    self.listener_name
+                )
+            })
+    }
+
+    fn validate_security(&self) -> anyhow::Result<()> {
+        let protocol = self.client_security_protocol()?;
+        match protocol {
+            SecurityProtocol::Plaintext => {}
+            SecurityProtocol::Ssl => {
+                if self.is_cluster() {
+                    anyhow::bail!(
+                        "listener {} is SSL: TLS between the nodes of a cluster is not built \
+                         yet, so a cluster's client listener must be PLAINTEXT",
+                        self.listener_name
+                    );
+                }
+                if self.ssl.keystore_location.is_none()
+                    && self.ssl.keystore_certificate_chain.is_none()
+                {
+                    anyhow::bail!(
+                        "listener {} is SSL: set ssl.keystore.location (or \
+                         ssl.keystore.certificate.chain and ssl.keystore.key)",
+                        self.listener_name
+                    );
+                }
+            }
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl => anyhow::bail!(
+                "listener {} is {protocol}: SASL is not built yet; use PLAINTEXT or SSL",
+                self.listener_name
+            ),
+        }
         Ok(())
     }
 

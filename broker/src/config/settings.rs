@@ -12,6 +12,7 @@ use std::fmt::Display;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use crate::config::security::{self, ClientAuth};
 use crate::config::{
     parse_voters, BrokerConfig, MigrationPolicy, LEADER_SELECTOR, RACK_AWARE_REPLICA_SELECTOR,
 };
@@ -25,6 +26,8 @@ pub enum Kind {
     Short,
     Long,
     List,
+    /// A secret: DescribeConfigs reports it as sensitive, with no value.
+    Password,
 }
 
 impl Kind {
@@ -37,6 +40,7 @@ impl Kind {
             Kind::Short => 4,
             Kind::Long => 5,
             Kind::List => 7,
+            Kind::Password => 9,
         }
     }
 
@@ -46,6 +50,7 @@ impl Kind {
             Kind::String => "TEXT",
             Kind::Int | Kind::Short | Kind::Long => "N",
             Kind::List => "A,B,...",
+            Kind::Password => "SECRET",
         }
     }
 }
@@ -257,7 +262,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
               PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093; changing it needs a \
               restart.",
         set: |c, v| c.set_listeners(v).map_err(|e| e.to_string()),
-        get: |c| show(format!("PLAINTEXT://{}", c.listener)),
+        get: |c| show(format!("{}://{}", c.listener_name, c.listener)),
     },
     Setting {
         name: "advertised.listeners",
@@ -269,6 +274,225 @@ pub static BROKER_SETTINGS: &[Setting] = &[
               the client listener's.",
         set: |c, v| c.set_advertised(v).map_err(|e| e.to_string()),
         get: |c| show(format!("PLAINTEXT://{}:{}", c.advertised_host, c.advertised_port)),
+    },
+    Setting {
+        name: "listener.security.protocol.map",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some(security::DEFAULT_PROTOCOL_MAP),
+        doc: "Each listener name's security protocol, NAME:PROTOCOL entries (PLAINTEXT, SSL; \
+              SASL_PLAINTEXT and SASL_SSL are refused until SASL is built), e.g. \
+              CLIENT:SSL,CONTROLLER:PLAINTEXT.",
+        set: |c, v| {
+            c.security_protocol_map = security::parse_protocol_map(v)?;
+            Ok(())
+        },
+        get: |c| {
+            show(
+                c.security_protocol_map
+                    .iter()
+                    .map(|(n, p)| format!("{n}:{p}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        },
+    },
+    Setting {
+        name: "ssl.keystore.type",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some("PEM"),
+        doc: "The format of the SSL listener's keystore: PEM (KIP-651: a private key and its \
+              certificate chain in one file, or inline). Kafka's default is JKS, which Sluice \
+              does not read.",
+        set: |c, v| {
+            let t = v.trim().to_ascii_uppercase();
+            if t != "PEM" {
+                return Err(format!(
+                    "ssl.keystore.type: {t} keystores are not read; use PEM"
+                ));
+            }
+            c.ssl.keystore_type = t;
+            Ok(())
+        },
+        get: |c| show(&c.ssl.keystore_type),
+    },
+    Setting {
+        name: "ssl.keystore.location",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: None,
+        doc: "The SSL listener's keystore file: its private key (PKCS#8, PKCS#1 or SEC1, not \
+              encrypted) and certificate chain, PEM. Read again when the file changes, without \
+              a restart.",
+        set: |c, v| {
+            c.ssl.keystore_location = optional(v).map(PathBuf::from);
+            Ok(())
+        },
+        get: |c| c.ssl.keystore_location.as_ref().map(|p| p.display().to_string()),
+    },
+    Setting {
+        name: "ssl.keystore.password",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Password,
+        default: None,
+        doc: "The keystore's password (a PEM keystore has none: accepted and unused).",
+        set: |c, v| {
+            c.ssl.keystore_password = optional(v);
+            Ok(())
+        },
+        get: |c| c.ssl.keystore_password.as_ref().map(|_| "[hidden]".into()),
+    },
+    Setting {
+        name: "ssl.key.password",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Password,
+        default: None,
+        doc: "The password of an encrypted private key; encrypted PEM keys are refused at start \
+              for now, with a clear error.",
+        set: |c, v| {
+            c.ssl.key_password = optional(v);
+            Ok(())
+        },
+        get: |c| c.ssl.key_password.as_ref().map(|_| "[hidden]".into()),
+    },
+    Setting {
+        name: "ssl.keystore.certificate.chain",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Password,
+        default: None,
+        doc: "The SSL listener's certificate chain as PEM text, instead of a keystore file.",
+        set: |c, v| {
+            c.ssl.keystore_certificate_chain = optional(v);
+            Ok(())
+        },
+        get: |c| c.ssl.keystore_certificate_chain.as_ref().map(|_| "[hidden]".into()),
+    },
+    Setting {
+        name: "ssl.keystore.key",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Password,
+        default: None,
+        doc: "The SSL listener's private key as PEM text, instead of a keystore file.",
+        set: |c, v| {
+            c.ssl.keystore_key = optional(v);
+            Ok(())
+        },
+        get: |c| c.ssl.keystore_key.as_ref().map(|_| "[hidden]".into()),
+    },
+    Setting {
+        name: "ssl.truststore.type",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some("PEM"),
+        doc: "The format of the truststore client certificates are checked against: PEM.",
+        set: |c, v| {
+            let t = v.trim().to_ascii_uppercase();
+            if t != "PEM" {
+                return Err(format!(
+                    "ssl.truststore.type: {t} truststores are not read; use PEM"
+                ));
+            }
+            c.ssl.truststore_type = t;
+            Ok(())
+        },
+        get: |c| show(&c.ssl.truststore_type),
+    },
+    Setting {
+        name: "ssl.truststore.location",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: None,
+        doc: "PEM certificates of the authorities that sign client certificates (mutual TLS, \
+              ssl.client.auth). Read again when the file changes.",
+        set: |c, v| {
+            c.ssl.truststore_location = optional(v).map(PathBuf::from);
+            Ok(())
+        },
+        get: |c| c.ssl.truststore_location.as_ref().map(|p| p.display().to_string()),
+    },
+    Setting {
+        name: "ssl.truststore.password",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Password,
+        default: None,
+        doc: "The truststore's password (a PEM truststore has none: accepted and unused).",
+        set: |_, _| Ok(()),
+        get: |_| None,
+    },
+    Setting {
+        name: "ssl.truststore.certificates",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Password,
+        default: None,
+        doc: "The truststore's certificates as PEM text, instead of a file.",
+        set: |c, v| {
+            c.ssl.truststore_certificates = optional(v);
+            Ok(())
+        },
+        get: |c| c.ssl.truststore_certificates.as_ref().map(|_| "[hidden]".into()),
+    },
+    Setting {
+        name: "ssl.client.auth",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some("none"),
+        doc: "Whether SSL clients show a certificate: none, requested (checked if shown) or \
+              required (mutual TLS); checked against the truststore.",
+        set: |c, v| {
+            c.ssl.client_auth = ClientAuth::parse(v)?;
+            Ok(())
+        },
+        get: |c| show(c.ssl.client_auth.name()),
+    },
+    Setting {
+        name: "ssl.enabled.protocols",
+        flag: None,
+        dynamic: false,
+        kind: Kind::List,
+        default: Some("TLSv1.2,TLSv1.3"),
+        doc: "The TLS versions SSL listeners speak: TLSv1.2, TLSv1.3.",
+        set: |c, v| {
+            let list = security::list(v);
+            if let Some(bad) = list.iter().find(|p| !matches!(p.as_str(), "TLSv1.2" | "TLSv1.3")) {
+                return Err(format!(
+                    "ssl.enabled.protocols: {bad:?} is not TLSv1.2 or TLSv1.3"
+                ));
+            }
+            if list.is_empty() {
+                return Err("ssl.enabled.protocols is empty".into());
+            }
+            c.ssl.enabled_protocols = list;
+            Ok(())
+        },
+        get: |c| show(c.ssl.enabled_protocols.join(",")),
+    },
+    Setting {
+        name: "ssl.cipher.suites",
+        flag: None,
+        dynamic: false,
+        kind: Kind::List,
+        default: Some(""),
+        doc: "The cipher suites SSL listeners offer, by IANA name \
+              (TLS_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, ...); empty for \
+              every suite of the enabled versions.",
+        set: |c, v| {
+            c.ssl.cipher_suites = security::list(v);
+            Ok(())
+        },
+        get: |c| show(c.ssl.cipher_suites.join(",")),
     },
     Setting {
         name: "socket.request.max.bytes",

@@ -342,7 +342,8 @@ pub async fn handle(
             .filter(|(_, &owns)| owns)
             .map(|(o, _)| Box::pin(shard.shared.appended[o].listen()))
             .collect();
-        let results = read_partitions(shard, &reads, response_max, &mut work).await;
+        let results =
+            read_partitions(shard, &reads, response_max, splices.possible(), &mut work).await;
         let total: usize = results.iter().map(|r| r.records.len()).sum();
         // A diverging epoch goes back at once too: the follower truncates before it can fetch.
         let errors = results

@@ -56,6 +56,9 @@ pub mod write_txn_markers;
 pub struct Client {
     pub client_id: String,
     pub host: String,
+    /// Whether fetched records on disk may be spliced to this connection's socket (plain TCP);
+    /// over TLS they are copied, to be encrypted.
+    pub zero_copy: bool,
 }
 
 /// Runs one request. `Ok(None)` means the API sends no response (produce with acks=0).
@@ -68,7 +71,11 @@ pub async fn dispatch(
     turn: &mut Turn,
 ) -> anyhow::Result<Option<Answer>> {
     let request = decode_request(key, version, body)?;
-    let mut splices = Splices::default();
+    let mut splices = if client.zero_copy {
+        Splices::default()
+    } else {
+        Splices::copying()
+    };
     let response = match request {
         // Metadata changes are the controller's (on the single-node default, its own).
         RequestKind::CreateTopics(r) => {

@@ -25,10 +25,12 @@
 pub mod alloc;
 pub mod frame;
 pub mod splice;
+pub mod tls;
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -36,7 +38,7 @@ use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_lite::{AsyncReadExt, AsyncWriteExt, Future};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Future};
 use glommio::channels::local_channel;
 use glommio::net::{TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseKind};
@@ -200,6 +202,17 @@ fn descriptor_limit() -> Option<u64> {
 }
 
 pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
+    let config = shard.config();
+    let tls = match config.client_security_protocol() {
+        Ok(p) if p.tls() => match tls::Tls::new(&config.ssl) {
+            Ok(tls) => Some(Rc::new(tls)),
+            Err(e) => {
+                tracing::error!(shard = shard.id, error = %format!("{e:#}"), "the SSL listener's key material does not load; this shard serves no connection");
+                return;
+            }
+        },
+        _ => None,
+    };
     let mut reserve = reserve_descriptor();
     let mut failing = 0u64;
     loop {
@@ -242,9 +255,23 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
                     }
                 };
                 let shard = shard.clone();
+                let acceptor = tls.as_ref().map(|t| t.acceptor(shard.id));
                 glommio::spawn_local(async move {
                     let _slot = slot;
-                    match connection(shard, stream, peer).await {
+                    let served = match acceptor {
+                        None => match stream.set_nodelay(true) {
+                            Ok(()) => {
+                                let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+                                connection(shard, stream, Some(fd), peer).await
+                            }
+                            Err(e) => Err(anyhow::anyhow!("{e}")),
+                        },
+                        Some(acceptor) => match handshake(&shard, acceptor, stream, peer).await {
+                            Some(stream) => connection(shard, stream, None, peer).await,
+                            None => return,
+                        },
+                    };
+                    match served {
                         Ok(end) => tracing::debug!(target: TARGET, ?peer, requests = end.requests, "connection closed: {}", end.why),
                         Err(e) => tracing::debug!(target: TARGET, ?peer, error = %e, "connection closed"),
                     }
@@ -315,23 +342,60 @@ async fn unless_idle<F: Future>(
     }
 }
 
+/// The TLS handshake of a connection accepted on an SSL listener, bounded by
+/// `connections.max.idle.ms` (a client that starts one and stops holds its slot no longer).
+/// `None` when it failed or took too long, with a log line naming the client's address.
+async fn handshake(
+    shard: &Shard,
+    acceptor: futures_rustls::TlsAcceptor,
+    stream: TcpStream,
+    peer: Option<SocketAddr>,
+) -> Option<futures_rustls::server::TlsStream<TcpStream>> {
+    let idle = Duration::from_millis(shard.config().connections_max_idle_ms);
+    let _ = stream.set_nodelay(true);
+    let done = futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
+        glommio::timer::sleep(idle).await;
+        None
+    })
+    .await;
+    match done {
+        Some(Ok(stream)) => Some(stream),
+        Some(Err(e)) => {
+            // Kafka logs a failed SSL handshake with the client's address at INFO.
+            tracing::info!(?peer, error = %e, "SSL handshake failed; closing the connection");
+            None
+        }
+        None => {
+            tracing::info!(
+                ?peer,
+                idle_ms = idle.as_millis() as u64,
+                "SSL handshake not done within connections.max.idle.ms; closing the connection"
+            );
+            None
+        }
+    }
+}
+
 /// A request being processed: its response frame, none (acks=0), or `Err` when the request was
 /// malformed and the connection must close.
 type Pending = glommio::task::JoinHandle<Result<Option<Frame>, ()>>;
 
-async fn connection(
+/// Serves one connection over `stream`: the socket itself, or a TLS session over it.
+/// `splice_fd` is the socket's descriptor when fetched records may be spliced into it (plain
+/// TCP); over TLS they are copied, so that they are encrypted.
+async fn connection<S>(
     shard: Rc<Shard>,
-    stream: TcpStream,
+    stream: S,
+    splice_fd: Option<RawFd>,
     peer: Option<SocketAddr>,
-) -> anyhow::Result<End> {
-    stream
-        .set_nodelay(true)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+) -> anyhow::Result<End>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     let config = shard.config();
     let idle = Duration::from_millis(config.connections_max_idle_ms);
     let max = config.socket_request_max_bytes;
     let progress = Rc::new(Cell::new(Instant::now()));
-    let raw_fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     let (tx, rx) =
         local_channel::new_bounded::<Pending>(config.max_in_flight_requests_per_connection.max(1));
@@ -350,6 +414,11 @@ async fn connection(
                         match part {
                             FramePart::Bytes(bytes) => writer.write_all(&bytes).await?,
                             FramePart::File(extent) => {
+                                let Some(raw_fd) = splice_fd else {
+                                    // Fetches on a TLS connection are read without splices.
+                                    tracing::error!(target: TARGET, ?peer, "a spliced response on a connection that cannot splice; closing it");
+                                    return Err(std::io::Error::other("splice over TLS"));
+                                };
                                 let socket = match &splice_socket {
                                     Some(s) => s,
                                     None => {
@@ -416,7 +485,7 @@ async fn connection(
         progress.set(Instant::now());
         requests += 1;
         let body = Bytes::from(body);
-        match prepare(&shard, body, peer, chain.next()) {
+        match prepare(&shard, body, peer, splice_fd.is_some(), chain.next()) {
             Ok(task) => match unless_idle(tx.send(task), &progress, idle).await {
                 Some(Ok(())) => {}
                 Some(Err(_)) => break Ok("response writer stopped"),
@@ -464,6 +533,7 @@ fn prepare(
     shard: &Rc<Shard>,
     mut body: Bytes,
     peer: Option<SocketAddr>,
+    zero_copy: bool,
     mut turn: crate::handlers::order::Turn,
 ) -> anyhow::Result<Pending> {
     let (key, version, header) = match frame::decode_header(&mut body)? {
@@ -502,6 +572,7 @@ fn prepare(
         let client = handlers::Client {
             client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
             host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
+            zero_copy,
         };
         let result = handlers::dispatch(&shard, key, version, &mut body, client, &mut turn).await;
         turn.finish().await;

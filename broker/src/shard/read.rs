@@ -39,7 +39,6 @@ use kafka_protocol::ResponseError;
 use sluice_engine::{FileExtent, LogError, Offset};
 
 use super::Shard;
-use crate::codec::response::placeholder_range;
 use crate::errors::log_error_code;
 use sluice_replication::records::BrokerId;
 
@@ -183,8 +182,9 @@ pub async fn read_local(
     shard: &Rc<Shard>,
     reads: &[PartitionRead],
     response_max_bytes: usize,
+    splices_possible: bool,
 ) -> (Vec<ReadResult>, Work) {
-    let zero_copy = shard.config().fetch_zero_copy && placeholder_range().is_some();
+    let zero_copy = shard.config().fetch_zero_copy && splices_possible;
     let cold_max = shard.config().fetch_cold_max_bytes;
     let mut results = Vec::with_capacity(reads.len());
     let mut total = 0usize;
@@ -392,6 +392,7 @@ pub async fn read_partitions(
     shard: &Rc<Shard>,
     reads: &[PartitionRead],
     response_max_bytes: usize,
+    splices_possible: bool,
     work: &mut Work,
 ) -> Vec<ReadResult> {
     let image = shard.image();
@@ -434,7 +435,7 @@ pub async fn read_partitions(
             let task = glommio::spawn_local(async move {
                 shard
                     .invoke_on(owner, move |s| async move {
-                        read_local(&s, &job, response_max_bytes).await
+                        read_local(&s, &job, response_max_bytes, splices_possible).await
                     })
                     .await
             });

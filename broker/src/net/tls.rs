@@ -1,0 +1,265 @@
+//! TLS on an `SSL` listener: the rustls server configuration built from Kafka's `ssl.*`
+//! settings (`config/security.rs`), and the handshake of an accepted connection.
+//!
+//! The handshake and the records after it run in user space (futures-rustls over the shard's
+//! glommio socket). Fetch responses on such a connection are not spliced from the segment
+//! files: the splice would bypass the encryption. They take the copying path instead (the batch
+//! cache, or an O_DIRECT read), which the broker says once in its log at start. Handing the
+//! session's keys to the kernel (kTLS) after the handshake would let splices go on; this kernel
+//! lacks kTLS, so that path is not built yet.
+//!
+//! Key material is read again when its files change (Kafka's dynamic `ssl.keystore.*`): each
+//! shard looks at the files' modification times at most once per [`RELOAD_CHECK`], when it
+//! accepts a connection, and new handshakes use the new configuration; a file that fails to load
+//! leaves the previous configuration in force, with a log line.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use futures_rustls::TlsAcceptor;
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::config::security::{ClientAuth, SslConfig};
+
+/// How often a shard looks whether the key material's files changed.
+pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
+
+/// The rustls server configuration of `ssl`.
+pub fn server_config(ssl: &SslConfig) -> anyhow::Result<Arc<ServerConfig>> {
+    let provider = Arc::new(provider(&ssl.cipher_suites)?);
+    let versions = versions(&ssl.enabled_protocols)?;
+    let chain = certificate_chain(ssl)?;
+    let key = private_key(ssl)?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .context("ssl.enabled.protocols and ssl.cipher.suites have nothing in common")?;
+    let builder = match ssl.client_auth {
+        ClientAuth::None => builder.with_no_client_auth(),
+        auth => {
+            let roots = Arc::new(truststore(ssl)?);
+            let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider);
+            let verifier = if auth == ClientAuth::Requested {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            builder.with_client_cert_verifier(
+                verifier
+                    .build()
+                    .context("ssl.truststore: no usable certificate authority")?,
+            )
+        }
+    };
+    let config = builder
+        .with_single_cert(chain, key)
+        .context("the keystore's private key does not match its certificate")?;
+    Ok(Arc::new(config))
+}
+
+/// The ring provider with the suites `ssl.cipher.suites` names (IANA names; all when empty).
+fn provider(names: &[String]) -> anyhow::Result<CryptoProvider> {
+    // ring rather than rustls's default aws-lc-rs: one small C build instead of a large one in
+    // every fresh CI build. rustls marks ring's provider deprecated for lacking post-quantum key
+    // exchange (X25519MLKEM768), which Kafka's own JSSE listeners do not offer either.
+    #[allow(deprecated)]
+    let mut provider = rustls::crypto::ring::default_provider();
+    if names.is_empty() {
+        return Ok(provider);
+    }
+    let iana = |s: &rustls::SupportedCipherSuite| -> Option<String> {
+        // rustls names TLS 1.3's suites TLS13_*; IANA (and Kafka's settings) TLS_*.
+        s.suite().as_str().map(|n| n.replacen("TLS13_", "TLS_", 1))
+    };
+    for name in names {
+        if !provider
+            .cipher_suites
+            .iter()
+            .any(|s| iana(s).as_deref() == Some(name.as_str()))
+        {
+            let known: Vec<String> = provider.cipher_suites.iter().filter_map(iana).collect();
+            anyhow::bail!(
+                "ssl.cipher.suites: {name} is not a suite this broker offers ({})",
+                known.join(", ")
+            );
+        }
+    }
+    provider
+        .cipher_suites
+        .retain(|s| iana(s).is_some_and(|n| names.contains(&n)));
+    Ok(provider)
+}
+
+fn versions(names: &[String]) -> anyhow::Result<Vec<&'static SupportedProtocolVersion>> {
+    let mut out = Vec::new();
+    for name in names {
+        out.push(match name.as_str() {
+            "TLSv1.2" => &rustls::version::TLS12,
+            "TLSv1.3" => &rustls::version::TLS13,
+            other => anyhow::bail!("ssl.enabled.protocols: {other} is not TLSv1.2 or TLSv1.3"),
+        });
+    }
+    if out.is_empty() {
+        anyhow::bail!("ssl.enabled.protocols is empty");
+    }
+    Ok(out)
+}
+
+/// The PEM text of the keystore: the file, or the inline chain and key.
+fn keystore_pem(ssl: &SslConfig) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    match (
+        &ssl.keystore_location,
+        &ssl.keystore_certificate_chain,
+        &ssl.keystore_key,
+    ) {
+        (Some(path), _, _) => {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("ssl.keystore.location {}", path.display()))?;
+            Ok((pem.clone(), pem))
+        }
+        (None, Some(chain), Some(key)) => Ok((chain.as_bytes().to_vec(), key.as_bytes().to_vec())),
+        (None, Some(_), None) => {
+            anyhow::bail!("ssl.keystore.certificate.chain needs ssl.keystore.key")
+        }
+        _ => anyhow::bail!("an SSL listener needs ssl.keystore.location"),
+    }
+}
+
+fn certificate_chain(ssl: &SslConfig) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let (pem, _) = keystore_pem(ssl)?;
+    let chain = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .context("the keystore's certificates are not valid PEM")?;
+    if chain.is_empty() {
+        anyhow::bail!("the keystore holds no certificate (PEM \"CERTIFICATE\" sections)");
+    }
+    Ok(chain)
+}
+
+fn private_key(ssl: &SslConfig) -> anyhow::Result<PrivateKeyDer<'static>> {
+    let (_, pem) = keystore_pem(ssl)?;
+    if pem
+        .windows(b"ENCRYPTED PRIVATE KEY".len())
+        .any(|w| w == b"ENCRYPTED PRIVATE KEY")
+    {
+        anyhow::bail!(
+            "the keystore's private key is encrypted; encrypted PEM keys are not read yet \
+             (store it unencrypted, readable only by the broker)"
+        );
+    }
+    // The error of a key that does not parse never quotes the key.
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| {
+        anyhow::anyhow!(
+            "the keystore holds no private key (PEM \"PRIVATE KEY\", \"RSA PRIVATE KEY\" or \
+             \"EC PRIVATE KEY\")"
+        )
+    })
+}
+
+fn truststore(ssl: &SslConfig) -> anyhow::Result<RootCertStore> {
+    let pem = match (&ssl.truststore_location, &ssl.truststore_certificates) {
+        (Some(path), _) => std::fs::read(path)
+            .with_context(|| format!("ssl.truststore.location {}", path.display()))?,
+        (None, Some(inline)) => inline.as_bytes().to_vec(),
+        (None, None) => anyhow::bail!(
+            "ssl.client.auth={} needs a truststore: set ssl.truststore.location",
+            ssl.client_auth.name()
+        ),
+    };
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots
+            .add(cert.context("the truststore is not valid PEM")?)
+            .context("a truststore certificate is not a usable authority")?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!("the truststore holds no certificate");
+    }
+    Ok(roots)
+}
+
+/// A shard's TLS acceptor, built again when the key material's files change.
+pub struct Tls {
+    ssl: SslConfig,
+    state: RefCell<State>,
+}
+
+struct State {
+    acceptor: TlsAcceptor,
+    /// The files' modification times the acceptor was built from.
+    stamps: Vec<Option<SystemTime>>,
+    checked: Instant,
+}
+
+impl Tls {
+    pub fn new(ssl: &SslConfig) -> anyhow::Result<Tls> {
+        let stamps = stamps(ssl);
+        let config = server_config(ssl)?;
+        Ok(Tls {
+            ssl: ssl.clone(),
+            state: RefCell::new(State {
+                acceptor: TlsAcceptor::from(config),
+                stamps,
+                checked: Instant::now(),
+            }),
+        })
+    }
+
+    /// The acceptor for a new connection: the current key material's.
+    pub fn acceptor(&self, shard: usize) -> TlsAcceptor {
+        let mut state = self.state.borrow_mut();
+        if state.checked.elapsed() >= RELOAD_CHECK {
+            state.checked = Instant::now();
+            let now = stamps(&self.ssl);
+            if now != state.stamps {
+                state.stamps = now;
+                match server_config(&self.ssl) {
+                    Ok(config) => {
+                        state.acceptor = TlsAcceptor::from(config);
+                        tracing::info!(
+                            shard,
+                            "SSL key material changed on disk: reloaded; new connections use it"
+                        );
+                    }
+                    Err(e) => tracing::warn!(
+                        shard,
+                        error = %format!("{e:#}"),
+                        "SSL key material changed on disk but does not load; the previous stays in force"
+                    ),
+                }
+            }
+        }
+        state.acceptor.clone()
+    }
+}
+
+fn files(ssl: &SslConfig) -> [Option<&Path>; 2] {
+    [
+        ssl.keystore_location.as_deref(),
+        ssl.truststore_location.as_deref(),
+    ]
+}
+
+fn stamps(ssl: &SslConfig) -> Vec<Option<SystemTime>> {
+    files(ssl)
+        .into_iter()
+        .flatten()
+        .map(|p: &Path| {
+            std::fs::metadata(PathBuf::from(p))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .collect()
+}
+
+/// Whether this kernel offers kernel TLS (the `tls` upper-layer protocol).
+pub fn kernel_tls_available() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|ulps| ulps.split_whitespace().any(|u| u == "tls"))
+}
