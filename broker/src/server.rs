@@ -2,6 +2,7 @@
 //! partition on its owner shard, serve the Kafka protocol on every shard (SO_REUSEPORT), and on
 //! SIGTERM/SIGINT stop accepting, close every log cleanly and exit.
 
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -249,6 +250,20 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
                 let id = senders.peer_id();
                 let shard = Shard::new(id, shared.clone(), image.clone(), senders);
+                if protocol.tls() {
+                    // This node's calls to itself (peer.rs) cannot speak TLS: served in-process.
+                    let own = format!("{}:{}", shared.config.advertised_host, shared.config.advertised_port);
+                    let weak = Rc::downgrade(&shard);
+                    crate::peer::set_loopback(own, Rc::new(move |frame| {
+                        let shard = weak.upgrade();
+                        Box::pin(async move {
+                            match shard {
+                                Some(shard) => crate::net::loopback(shard, frame).await,
+                                None => Err(std::io::Error::other("shard stopped")),
+                            }
+                        })
+                    }));
+                }
                 shard.serve_jobs(receivers);
                 // Groups load once the image names this node the leader of their offsets
                 // partitions (`Shard::on_offsets_leadership`).

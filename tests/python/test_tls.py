@@ -131,6 +131,77 @@ def test_librdkafka_produces_and_consumes_over_ssl_from_memory_and_from_disk(cer
         b.remove()
 
 
+def test_groups_and_transactions_over_ssl(certs):
+    """A subscribed group member commits and a second member resumes from the commit; a
+    transaction commits and a read_committed consumer sees exactly it. The broker's calls to
+    itself (the coordinators' loads, transaction markers) go in-process, not in plaintext to its
+    own SSL listener: the log shows no failed handshake."""
+    from confluent_kafka import Consumer, Producer
+
+    b = tls_broker(certs, "tls-groups")
+    b.start()
+    try:
+        config = ssl_client(certs)
+        a = admin(b.bootstrap, **config)
+        a.create_topics([NewTopic("g", num_partitions=2, replication_factor=1)])["g"].result(10)
+        sent = produce(b.bootstrap, config, "g", messages(400))
+
+        def member():
+            return Consumer({"bootstrap.servers": b.bootstrap, **config, "group.id": "tls-group",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                             "session.timeout.ms": 6000})
+
+        c = member()
+        c.subscribe(["g"])
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 300 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append((m.partition(), m.offset()))
+        assert len(got) >= 300, f"read {len(got)} of 300 in the group"
+        c.commit(asynchronous=False)
+        committed = {tp.partition: tp.offset for tp in c.committed([TopicPartition("g", 0), TopicPartition("g", 1)], timeout=10)}
+        c.close()
+        expected = {p: max(o for q, o in got if q == p) + 1 for p in (0, 1) if any(q == p for q, _ in got)}
+        assert {p: committed[p] for p in expected} == expected
+        c = member()
+        c.subscribe(["g"])
+        rest = []
+        deadline = time.monotonic() + 60
+        want = sum(len(v) for v in sent.values()) - sum(expected.values())
+        while len(rest) < want and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                rest.append((m.partition(), m.offset()))
+        c.close()
+        assert sorted(rest) == sorted((p, o) for p in (0, 1) for o in range(expected.get(p, 0), len(sent[p])))
+
+        p = Producer({"bootstrap.servers": b.bootstrap, **config, "transactional.id": "tls-txn"})
+        p.init_transactions(30)
+        p.begin_transaction()
+        for i in range(100):
+            p.produce("txn", key=b"k", value=b"t%d" % i, partition=0)
+        p.commit_transaction(30)
+        c = Consumer({"bootstrap.servers": b.bootstrap, **config, "group.id": "tls-reader",
+                      "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition("txn", 0, 0)])
+        values = []
+        deadline = time.monotonic() + 30
+        while len(values) < 100 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                values.append(m.value())
+        c.close()
+        assert values == [b"t%d" % i for i in range(100)]
+        log = b.log_path.read_text()
+        assert "SSL handshake failed" not in log
+        assert "still waiting to read the other offsets partitions" not in log
+    finally:
+        b.stop()
+        b.remove()
+
+
 def test_kafka_python_over_ssl(certs):
     from kafka import KafkaConsumer, KafkaProducer
 

@@ -360,6 +360,11 @@ async fn handshake(
     .await;
     match done {
         Some(Ok(stream)) => Some(stream),
+        // Closed before or during the handshake, as a port probe does: nothing to report.
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            tracing::debug!(target: TARGET, ?peer, "connection closed during the SSL handshake");
+            None
+        }
         Some(Err(e)) => {
             // Kafka logs a failed SSL handshake with the client's address at INFO.
             tracing::info!(?peer, error = %e, "SSL handshake failed; closing the connection");
@@ -523,6 +528,23 @@ where
         );
     }
     result.map(|why| End { why, requests })
+}
+
+/// Serves one request frame (its size first) from this node to itself, as a connection of the
+/// client listener would, and returns the response frame's body (`peer::set_loopback`).
+pub async fn loopback(shard: Rc<Shard>, frame: Bytes) -> std::io::Result<Vec<u8>> {
+    let body = frame.slice(4.min(frame.len())..);
+    let mut chain = crate::handlers::order::Chain::default();
+    let task = prepare(&shard, body, None, false, chain.next())
+        .map_err(|e| std::io::Error::other(format!("loopback request: {e}")))?;
+    match task.await {
+        Some(Ok(Some(Frame::Bytes(frame)))) => Ok(frame[4.min(frame.len())..].to_vec()),
+        Some(Ok(Some(Frame::Spliced(_)))) => {
+            Err(std::io::Error::other("loopback response spliced"))
+        }
+        Some(Ok(None)) => Err(std::io::Error::other("loopback request has no response")),
+        Some(Err(())) | None => Err(std::io::Error::other("loopback request failed")),
+    }
 }
 
 /// Checks the header and starts the request; the returned task yields the response frame.
