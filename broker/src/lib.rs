@@ -66,6 +66,11 @@ struct ServeArgs {
     /// Every broker setting as a flag (`config/settings.rs`).
     #[command(flatten)]
     settings: config::settings::SettingArgs,
+    /// A setting by its Kafka name, applied after the flags, as `kafka-server-start --override`
+    /// takes it; also the names with a listener prefix, such as
+    /// `listener.name.client.plain.sasl.jaas.config`. Repeatable.
+    #[arg(long = "override", value_name = "NAME=VALUE")]
+    overrides: Vec<String>,
 }
 
 fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
@@ -74,6 +79,17 @@ fn broker_config(args: &ServeArgs) -> anyhow::Result<BrokerConfig> {
         config.apply_file(path)?;
     }
     config.apply_flags(&args.settings)?;
+    for entry in &args.overrides {
+        let (name, value) = entry.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!(
+                "--override {:?}: write NAME=VALUE",
+                entry.split('=').next().unwrap_or("")
+            )
+        })?;
+        config
+            .set(name.trim(), value)
+            .map_err(|e| anyhow::anyhow!("--override {}: {e}", name.trim()))?;
+    }
     config.validate()?;
     Ok(config)
 }

@@ -95,9 +95,9 @@ thread_local! {
 }
 
 /// Calls from this shard to `own_address` are served by `serve`, without a connection. The
-/// server sets it when this node's listener speaks TLS, which the plaintext calls of this
-/// module do not: a single node's group coordinators read the offsets partitions from their
-/// leader, which is the node itself.
+/// server sets it when this node's listener speaks TLS or SASL, which the plaintext calls of
+/// this module do not: a single node's group coordinators read the offsets partitions from
+/// their leader, which is the node itself.
 pub fn set_loopback(own_address: String, serve: Loopback) {
     LOOPBACK.with(|l| *l.borrow_mut() = Some((own_address, serve)));
 }

@@ -250,8 +250,9 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
                 let id = senders.peer_id();
                 let shard = Shard::new(id, shared.clone(), image.clone(), senders);
-                if protocol.tls() {
-                    // This node's calls to itself (peer.rs) cannot speak TLS: served in-process.
+                if protocol != crate::config::security::SecurityProtocol::Plaintext {
+                    // This node's calls to itself (peer.rs) speak neither TLS nor SASL: they
+                    // are served in-process.
                     let own = format!("{}:{}", shared.config.advertised_host, shared.config.advertised_port);
                     let weak = Rc::downgrade(&shard);
                     crate::peer::set_loopback(own, Rc::new(move |frame| {

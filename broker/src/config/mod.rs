@@ -9,7 +9,7 @@ pub mod settings;
 /// The metadata log's directory under the data directory, named as Kafka's.
 pub const METADATA_DIR: &str = "__cluster_metadata-0";
 
-use security::{SecurityProtocol, SslConfig};
+use security::{SaslConfig, SecurityProtocol, SslConfig};
 use settings::{SettingArgs, BROKER_SETTINGS};
 
 /// Settings the broker reads at start. Keys in the TOML file are Kafka's (`listeners`,
@@ -54,6 +54,8 @@ pub struct BrokerConfig {
     pub security_protocol_map: Vec<(String, SecurityProtocol)>,
     /// `ssl.*`: the key material and TLS policy of SSL listeners.
     pub ssl: SslConfig,
+    /// `sasl.*` and the listeners' JAAS configurations: how SASL listeners authenticate.
+    pub sasl: SaslConfig,
     /// `advertised.listeners`: host and port clients are told to connect to.
     pub advertised_host: String,
     pub advertised_port: u16,
@@ -379,6 +381,7 @@ impl BrokerConfig {
             listener_name: String::new(),
             security_protocol_map: Vec::new(),
             ssl: SslConfig::default(),
+            sasl: SaslConfig::default(),
             advertised_host: String::new(),
             advertised_port: 0,
             data_dir: PathBuf::new(),
@@ -506,6 +509,14 @@ impl BrokerConfig {
 
     /// Sets the setting `name` (Kafka's name, `config/settings.rs`) from its text.
     pub fn set(&mut self, name: &str, value: &str) -> anyhow::Result<()> {
+        // Kafka's listener-prefixed names (`listener.name.<l>.<mechanism>.sasl.jaas.config`).
+        if self
+            .sasl
+            .set_prefixed(name, value)
+            .map_err(anyhow::Error::msg)?
+        {
+            return Ok(());
+        }
         let setting = crate::config::settings::find(name).ok_or_else(|| {
             anyhow::anyhow!("{name:?} is not a Sluice broker setting (sluice --help lists them)")
         })?;
@@ -630,15 +641,20 @@ impl BrokerConfig {
         let protocol = self.client_security_protocol()?;
         match protocol {
             SecurityProtocol::Plaintext => {}
-            SecurityProtocol::Ssl => {
+            SecurityProtocol::Ssl | SecurityProtocol::SaslSsl | SecurityProtocol::SaslPlaintext => {
                 if self.is_cluster() {
                     anyhow::bail!(
-                        "listener {} is SSL: TLS between the nodes of a cluster is not built \
-                         yet, so a cluster's client listener must be PLAINTEXT",
+                        "listener {} is {protocol}: TLS and SASL between the nodes of a \
+                         cluster are not built yet, so a cluster's client listener must be \
+                         PLAINTEXT",
                         self.listener_name
                     );
                 }
-                if self.ssl.keystore_location.is_none()
+                if protocol.sasl() {
+                    self.validate_sasl()?;
+                }
+                if protocol.tls()
+                    && self.ssl.keystore_location.is_none()
                     && self.ssl.keystore_certificate_chain.is_none()
                 {
                     anyhow::bail!(
@@ -648,10 +664,46 @@ impl BrokerConfig {
                     );
                 }
             }
-            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl => anyhow::bail!(
-                "listener {} is {protocol}: SASL is not built yet; use PLAINTEXT or SSL",
-                self.listener_name
-            ),
+        }
+        Ok(())
+    }
+
+    /// A SASL listener: every enabled mechanism is one Sluice runs and has its JAAS entry.
+    fn validate_sasl(&self) -> anyhow::Result<()> {
+        let listener = &self.listener_name;
+        if self.sasl.enabled_mechanisms.is_empty() {
+            anyhow::bail!("listener {listener} is SASL: set sasl.enabled.mechanisms (PLAIN)");
+        }
+        for mechanism in &self.sasl.enabled_mechanisms {
+            if !security::SASL_MECHANISMS.contains(&mechanism.as_str()) {
+                anyhow::bail!(
+                    "sasl.enabled.mechanisms: {mechanism} is not a mechanism Sluice runs ({}); \
+                     set sasl.enabled.mechanisms=PLAIN",
+                    security::SASL_MECHANISMS.join(", ")
+                );
+            }
+            let key = format!(
+                "listener.name.{}.{}.sasl.jaas.config",
+                listener.to_ascii_lowercase(),
+                mechanism.to_ascii_lowercase()
+            );
+            let jaas = self.sasl.jaas_of(listener, mechanism).ok_or_else(|| {
+                anyhow::anyhow!("listener {listener} runs SASL {mechanism}: set {key}")
+            })?;
+            if mechanism == "PLAIN" {
+                if jaas.module != security::PLAIN_LOGIN_MODULE {
+                    anyhow::bail!(
+                        "{key}: PLAIN takes {}, not {}",
+                        security::PLAIN_LOGIN_MODULE,
+                        jaas.module
+                    );
+                }
+                if jaas.plain_users().is_empty() {
+                    anyhow::bail!(
+                        "{key}: no user_<name>=\"<password>\" option, so nobody can log in"
+                    );
+                }
+            }
         }
         Ok(())
     }

@@ -34,6 +34,14 @@ impl SecurityProtocol {
         }
     }
 
+    /// Whether clients on such a listener authenticate with SASL first.
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
     /// Whether connections on such a listener are encrypted with TLS.
     pub fn tls(self) -> bool {
         matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
@@ -160,6 +168,188 @@ impl fmt::Debug for SslConfig {
     }
 }
 
+/// The SASL mechanisms a broker can run.
+pub const SASL_MECHANISMS: &[&str] = &["PLAIN"];
+
+/// The SASL settings of the SASL listeners.
+#[derive(Clone, Default)]
+pub struct SaslConfig {
+    /// `sasl.enabled.mechanisms`
+    pub enabled_mechanisms: Vec<String>,
+    /// `listener.name.<listener>.<mechanism>.sasl.jaas.config`, by lower-case listener name and
+    /// mechanism. Holds passwords: never logged.
+    pub jaas: Vec<(String, String, Jaas)>,
+    /// `connection.failed.authentication.delay.ms`
+    pub failed_authentication_delay_ms: u64,
+}
+
+impl fmt::Debug for SaslConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SaslConfig")
+            .field("enabled_mechanisms", &self.enabled_mechanisms)
+            .field(
+                "jaas",
+                &self
+                    .jaas
+                    .iter()
+                    .map(|(l, m, j)| format!("{l}.{m}: {}", j.module))
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "failed_authentication_delay_ms",
+                &self.failed_authentication_delay_ms,
+            )
+            .finish()
+    }
+}
+
+impl SaslConfig {
+    /// The JAAS configuration of `mechanism` on the listener `listener`.
+    pub fn jaas_of(&self, listener: &str, mechanism: &str) -> Option<&Jaas> {
+        let (listener, mechanism) = (
+            listener.to_ascii_lowercase(),
+            mechanism.to_ascii_lowercase(),
+        );
+        self.jaas
+            .iter()
+            .find(|(l, m, _)| *l == listener && *m == mechanism)
+            .map(|(_, _, j)| j)
+    }
+
+    /// Sets `listener.name.<listener>.<mechanism>.sasl.jaas.config`; `Ok(false)` when `name`
+    /// is not of that form.
+    pub fn set_prefixed(&mut self, name: &str, value: &str) -> Result<bool, String> {
+        let Some(rest) = name.strip_prefix("listener.name.") else {
+            return Ok(false);
+        };
+        let Some(rest) = rest.strip_suffix(".sasl.jaas.config") else {
+            return Ok(false);
+        };
+        let Some((listener, mechanism)) = rest.split_once('.') else {
+            return Err(format!(
+                "{name}: name the listener and the mechanism, \
+                 listener.name.<listener>.<mechanism>.sasl.jaas.config"
+            ));
+        };
+        let jaas = Jaas::parse(value).map_err(|e| format!("{name}: {e}"))?;
+        let (listener, mechanism) = (
+            listener.to_ascii_lowercase(),
+            mechanism.to_ascii_lowercase(),
+        );
+        self.jaas
+            .retain(|(l, m, _)| !(*l == listener && *m == mechanism));
+        self.jaas.push((listener, mechanism, jaas));
+        Ok(true)
+    }
+}
+
+/// One JAAS login module entry, as Kafka reads `sasl.jaas.config`:
+/// `<module class> required key="value" ...;`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Jaas {
+    pub module: String,
+    pub options: Vec<(String, String)>,
+}
+
+/// Shows the module and the option names, never their values (passwords).
+impl fmt::Debug for Jaas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Jaas")
+            .field("module", &self.module)
+            .field(
+                "options",
+                &self.options.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// Kafka's login module for PLAIN: its `user_<name>="<password>"` options are the users.
+pub const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+
+impl Jaas {
+    /// Parses one entry. Values are quoted (`"..."`, with `\"` and `\\` escapes) or bare words.
+    /// The error never quotes a value: values hold passwords.
+    pub fn parse(text: &str) -> Result<Jaas, String> {
+        let mut chars = text.trim().chars().peekable();
+        let word = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
+            while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                chars.next();
+            }
+            let mut w = String::new();
+            while let Some(&c) = chars.peek() {
+                if c.is_whitespace() || c == '=' || c == ';' {
+                    break;
+                }
+                w.push(c);
+                chars.next();
+            }
+            w
+        };
+        let module = word(&mut chars);
+        if module.is_empty() {
+            return Err("the JAAS entry names no login module".into());
+        }
+        let flag = word(&mut chars);
+        if !matches!(
+            flag.as_str(),
+            "required" | "requisite" | "sufficient" | "optional"
+        ) {
+            return Err(format!(
+                "the login module {module} needs a control flag (required) before its options"
+            ));
+        }
+        let mut options = Vec::new();
+        loop {
+            while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                chars.next();
+            }
+            match chars.peek() {
+                None => return Err("the JAAS entry does not end with ';'".into()),
+                Some(';') => {
+                    chars.next();
+                    break;
+                }
+                _ => {}
+            }
+            let key = word(&mut chars);
+            if key.is_empty() || chars.next() != Some('=') {
+                return Err(format!("option {key:?} of {module} has no '=' and value"));
+            }
+            let mut value = String::new();
+            if chars.peek() == Some(&'"') {
+                chars.next();
+                loop {
+                    match chars.next() {
+                        None => return Err(format!("the value of {key} has no closing quote")),
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c) => value.push(c),
+                            None => return Err(format!("the value of {key} ends in '\\'")),
+                        },
+                        Some(c) => value.push(c),
+                    }
+                }
+            } else {
+                value = word(&mut chars);
+            }
+            options.push((key, value));
+        }
+        if chars.any(|c| !c.is_whitespace()) {
+            return Err("one login module entry per listener and mechanism".into());
+        }
+        Ok(Jaas { module, options })
+    }
+
+    /// PLAIN's users and passwords (`user_<name>` options).
+    pub fn plain_users(&self) -> Vec<(String, String)> {
+        self.options
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("user_")?.to_string(), v.clone())))
+            .collect()
+    }
+}
+
 /// A comma-separated list, trimmed, empty entries dropped.
 pub fn list(value: &str) -> Vec<String> {
     value
@@ -195,6 +385,54 @@ mod tests {
             .unwrap_err()
             .contains("twice"));
         assert_eq!(parse_protocol_map(DEFAULT_PROTOCOL_MAP).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn jaas_entries_read_as_kafka_writes_them() {
+        let j = Jaas::parse(
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required
+               username="admin" password="admin-secret"
+               user_admin="admin-secret" user_alice="al\"ice;pw" user_bob=bare;"#,
+        )
+        .unwrap();
+        assert_eq!(j.module, PLAIN_LOGIN_MODULE);
+        assert_eq!(j.options[0], ("username".to_string(), "admin".to_string()));
+        assert_eq!(
+            j.plain_users(),
+            vec![
+                ("admin".to_string(), "admin-secret".to_string()),
+                ("alice".to_string(), "al\"ice;pw".to_string()),
+                ("bob".to_string(), "bare".to_string()),
+            ]
+        );
+        for (bad, says) in [
+            ("", "no login module"),
+            ("M user_a=\"x\";", "control flag"),
+            ("M required user_a=\"x\"", "does not end"),
+            ("M required user_a=\"secret;", "no closing quote"),
+            ("M required user_a;", "has no '='"),
+            ("M required; N required;", "one login module"),
+        ] {
+            let e = Jaas::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+            assert!(!e.contains("secret"), "{bad:?}: {e}");
+        }
+        let mut sasl = SaslConfig::default();
+        assert_eq!(
+            sasl.set_prefixed("sasl.enabled.mechanisms", "PLAIN"),
+            Ok(false)
+        );
+        assert_eq!(
+            sasl.set_prefixed(
+                "listener.name.CLIENT.PLAIN.sasl.jaas.config",
+                "M required user_a=\"b\";"
+            ),
+            Ok(true)
+        );
+        assert!(sasl.jaas_of("client", "plain").is_some());
+        assert!(!format!("{sasl:?}").contains("\"b\""));
+        let shown = format!("{j:?}");
+        assert!(shown.contains("user_alice") && !shown.contains("admin-secret"), "{shown}");
     }
 
     #[test]

@@ -281,9 +281,8 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         dynamic: false,
         kind: Kind::String,
         default: Some(security::DEFAULT_PROTOCOL_MAP),
-        doc: "Each listener name's security protocol, NAME:PROTOCOL entries (PLAINTEXT, SSL; \
-              SASL_PLAINTEXT and SASL_SSL are refused until SASL is built), e.g. \
-              CLIENT:SSL,CONTROLLER:PLAINTEXT.",
+        doc: "Each listener name's security protocol, NAME:PROTOCOL entries (PLAINTEXT, SSL, \
+              SASL_PLAINTEXT, SASL_SSL), e.g. CLIENT:SASL_SSL,CONTROLLER:PLAINTEXT.",
         set: |c, v| {
             c.security_protocol_map = security::parse_protocol_map(v)?;
             Ok(())
@@ -297,6 +296,39 @@ pub static BROKER_SETTINGS: &[Setting] = &[
                     .join(","),
             )
         },
+    },
+    Setting {
+        name: "sasl.enabled.mechanisms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::List,
+        default: Some("GSSAPI"),
+        doc: "The SASL mechanisms of SASL listeners: PLAIN, with its users in \
+              listener.name.<listener>.plain.sasl.jaas.config (Kafka's PlainLoginModule, \
+              user_<name>=\"<password>\" options). Kafka's default, GSSAPI, is not run: a SASL \
+              listener needs this set.",
+        set: |c, v| {
+            c.sasl.enabled_mechanisms = security::list(v)
+                .into_iter()
+                .map(|m| m.to_ascii_uppercase())
+                .collect();
+            Ok(())
+        },
+        get: |c| show(c.sasl.enabled_mechanisms.join(",")),
+    },
+    Setting {
+        name: "connection.failed.authentication.delay.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("100"),
+        doc: "How long a connection whose SASL authentication failed stays open, answered, \
+              before it is closed: a client retrying a wrong password at once is slowed down.",
+        set: |c, v| {
+            c.sasl.failed_authentication_delay_ms = number("connection.failed.authentication.delay.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.sasl.failed_authentication_delay_ms),
     },
     Setting {
         name: "ssl.keystore.type",

@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+use kafka_protocol::ResponseError;
 
 use crate::codec::response::Splices;
 use crate::codec::{decode_request, Answer};
@@ -105,6 +106,20 @@ pub async fn dispatch(
         RequestKind::UpdateFeatures(r) => {
             ResponseKind::UpdateFeatures(crate::cluster::update_features(shard, r, version).await)
         }
+        // Authentication happens before requests reach the handlers (`net/sasl.rs`): here the
+        // connection is authenticated already or its listener has no SASL, and Kafka answers
+        // ILLEGAL_SASL_STATE.
+        RequestKind::SaslHandshake(_) => ResponseKind::SaslHandshake(
+            kafka_protocol::messages::SaslHandshakeResponse::default()
+                .with_error_code(ResponseError::IllegalSaslState.code()),
+        ),
+        RequestKind::SaslAuthenticate(_) => ResponseKind::SaslAuthenticate(
+            kafka_protocol::messages::SaslAuthenticateResponse::default()
+                .with_error_code(ResponseError::IllegalSaslState.code())
+                .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                    "the connection is authenticated already, or its listener does not use SASL",
+                ))),
+        ),
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(
             &r,
             version,

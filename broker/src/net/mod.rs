@@ -24,6 +24,7 @@
 
 pub mod alloc;
 pub mod frame;
+pub mod sasl;
 pub mod splice;
 pub mod tls;
 
@@ -213,6 +214,10 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
         },
         _ => None,
     };
+    let sasl = match config.client_security_protocol() {
+        Ok(p) if p.sasl() => Some(Rc::new(sasl::SaslServer::new(config))),
+        _ => None,
+    };
     let mut reserve = reserve_descriptor();
     let mut failing = 0u64;
     loop {
@@ -256,23 +261,24 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
                 };
                 let shard = shard.clone();
                 let acceptor = tls.as_ref().map(|t| t.acceptor(shard.id));
+                let auth = sasl.clone().map(sasl::Authenticator::new);
                 glommio::spawn_local(async move {
                     let _slot = slot;
                     let served = match acceptor {
                         None => match stream.set_nodelay(true) {
                             Ok(()) => {
                                 let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-                                connection(shard, stream, Some(fd), peer).await
+                                connection(shard, stream, Some(fd), auth, peer).await
                             }
                             Err(e) => Err(anyhow::anyhow!("{e}")),
                         },
                         Some(acceptor) => match handshake(&shard, acceptor, stream, peer).await {
-                            Some(stream) => connection(shard, stream, None, peer).await,
+                            Some(stream) => connection(shard, stream, None, auth, peer).await,
                             None => return,
                         },
                     };
                     match served {
-                        Ok(end) => tracing::debug!(target: TARGET, ?peer, requests = end.requests, "connection closed: {}", end.why),
+                        Ok(end) => tracing::debug!(target: TARGET, ?peer, principal = %end.principal, requests = end.requests, "connection closed: {}", end.why),
                         Err(e) => tracing::debug!(target: TARGET, ?peer, error = %e, "connection closed"),
                     }
                 })
@@ -314,6 +320,8 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
 struct End {
     why: &'static str,
     requests: u64,
+    /// Who the client authenticated as (`User:<name>`), `User:ANONYMOUS` when it did not.
+    principal: Rc<str>,
 }
 
 /// Awaits `fut` unless the connection makes no progress for `idle`: `None` then. `progress` is
@@ -385,13 +393,83 @@ async fn handshake(
 /// malformed and the connection must close.
 type Pending = glommio::task::JoinHandle<Result<Option<Frame>, ()>>;
 
+/// What a frame read before SASL authentication ended is to the connection.
+enum BeforeAuth {
+    /// ApiVersions: served as on any connection.
+    Serve,
+    /// A SASL request, answered: this frame.
+    Answer(Bytes),
+    /// The SASL request's answer; the client is in as `principal`.
+    In(Bytes, String),
+    /// Answer, then close after the failed-authentication delay.
+    Out(Bytes, String),
+    /// Anything else: close at once, as Kafka does.
+    Refuse(String),
+}
+
+/// Runs a frame read before the client authenticated through its [`sasl::Authenticator`].
+fn before_auth(auth: &mut sasl::Authenticator, body: &Bytes) -> anyhow::Result<BeforeAuth> {
+    use kafka_protocol::messages::RequestKind;
+    let mut rest = body.clone();
+    let (key, version, header) = match frame::decode_header(&mut rest)? {
+        frame::Header::Request {
+            key,
+            version,
+            header,
+        } => (key, version, header),
+        frame::Header::UnsupportedApiVersions { .. } => return Ok(BeforeAuth::Serve),
+    };
+    if key == ApiKey::ApiVersions {
+        return Ok(BeforeAuth::Serve);
+    }
+    if !sasl::Authenticator::allowed_before(key) {
+        return Ok(BeforeAuth::Refuse(format!(
+            "{key:?} before SASL authentication"
+        )));
+    }
+    let encode = |response: ResponseKind| {
+        crate::codec::encode_response(key, version, header.correlation_id, &response)
+    };
+    let outcome = match crate::codec::decode_request(key, version, &mut rest)? {
+        RequestKind::SaslHandshake(r) => match auth.on_handshake(&r) {
+            sasl::Outcome::Answer(a) => sasl::Outcome::Answer(ResponseKind::SaslHandshake(a)),
+            sasl::Outcome::In(a, p) => sasl::Outcome::In(ResponseKind::SaslHandshake(a), p),
+            sasl::Outcome::Out(a, why) => sasl::Outcome::Out(ResponseKind::SaslHandshake(a), why),
+        },
+        RequestKind::SaslAuthenticate(r) => match auth.on_authenticate(&r) {
+            sasl::Outcome::Answer(a) => sasl::Outcome::Answer(ResponseKind::SaslAuthenticate(a)),
+            sasl::Outcome::In(a, p) => sasl::Outcome::In(ResponseKind::SaslAuthenticate(a), p),
+            sasl::Outcome::Out(a, why) => {
+                sasl::Outcome::Out(ResponseKind::SaslAuthenticate(a), why)
+            }
+        },
+        _ => anyhow::bail!("{key:?} decoded as another request"),
+    };
+    Ok(match outcome {
+        sasl::Outcome::Answer(r) => BeforeAuth::Answer(encode(r)?),
+        sasl::Outcome::In(r, principal) => BeforeAuth::In(encode(r)?, principal),
+        sasl::Outcome::Out(r, why) => BeforeAuth::Out(encode(r)?, why),
+    })
+}
+
+/// A response already made, written in its turn.
+fn answered(frame: Bytes, turn: crate::handlers::order::Turn) -> Pending {
+    glommio::spawn_local(async move {
+        turn.finish().await;
+        Ok(Some(Frame::Bytes(frame)))
+    })
+    .detach()
+}
+
 /// Serves one connection over `stream`: the socket itself, or a TLS session over it.
 /// `splice_fd` is the socket's descriptor when fetched records may be spliced into it (plain
-/// TCP); over TLS they are copied, so that they are encrypted.
+/// TCP); over TLS they are copied, so that they are encrypted. With `auth` (a SASL listener),
+/// only ApiVersions and the SASL requests are served until the client authenticates.
 async fn connection<S>(
     shard: Rc<Shard>,
     stream: S,
     splice_fd: Option<RawFd>,
+    mut auth: Option<sasl::Authenticator>,
     peer: Option<SocketAddr>,
 ) -> anyhow::Result<End>
 where
@@ -449,6 +527,7 @@ where
         Ok::<_, std::io::Error>(())
     }));
     let mut requests = 0u64;
+    let mut principal: Rc<str> = Rc::from(sasl::ANONYMOUS);
     let mut chain = crate::handlers::order::Chain::default();
     let mut idle_at: Option<&'static str> = None;
     let result: anyhow::Result<&'static str> = loop {
@@ -490,6 +569,45 @@ where
         progress.set(Instant::now());
         requests += 1;
         let body = Bytes::from(body);
+        if let Some(auth) = auth.as_mut().filter(|a| !a.authenticated()) {
+            let step = match before_auth(auth, &body) {
+                Ok(step) => step,
+                Err(e) => {
+                    tracing::warn!(?peer, error = %e, "bad request before SASL authentication; closing the connection");
+                    break Ok("bad request");
+                }
+            };
+            let (frame, out) = match step {
+                BeforeAuth::Serve => (None, None),
+                BeforeAuth::Answer(frame) => (Some(frame), None),
+                BeforeAuth::In(frame, who) => {
+                    tracing::debug!(target: TARGET, ?peer, principal = %who, "SASL authentication succeeded");
+                    principal = Rc::from(who);
+                    (Some(frame), None)
+                }
+                BeforeAuth::Out(frame, why) => (Some(frame), Some(why)),
+                BeforeAuth::Refuse(why) => {
+                    tracing::info!(?peer, "{why}; closing the connection");
+                    break Ok("request before SASL authentication");
+                }
+            };
+            if let Some(frame) = frame {
+                if tx.send(answered(frame, chain.next())).await.is_err() {
+                    break Ok("response writer stopped");
+                }
+                if let Some(why) = out {
+                    // Kafka's line for it, at INFO, with the client's address and no secret.
+                    tracing::info!(
+                        ?peer,
+                        "failed SASL authentication: {why}; closing the connection"
+                    );
+                    let delay = Duration::from_millis(config.sasl.failed_authentication_delay_ms);
+                    glommio::timer::sleep(delay).await;
+                    break Ok("SASL authentication failed");
+                }
+                continue;
+            }
+        }
         match prepare(&shard, body, peer, splice_fd.is_some(), chain.next()) {
             Ok(task) => match unless_idle(tx.send(task), &progress, idle).await {
                 Some(Ok(())) => {}
@@ -527,7 +645,11 @@ where
             "closing a connection idle {state} for connections.max.idle.ms"
         );
     }
-    result.map(|why| End { why, requests })
+    result.map(|why| End {
+        why,
+        requests,
+        principal,
+    })
 }
 
 /// Serves one request frame (its size first) from this node to itself, as a connection of the

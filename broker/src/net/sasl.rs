@@ -1,0 +1,306 @@
+//! SASL authentication on a `SASL_PLAINTEXT` or `SASL_SSL` listener, as Kafka runs it: after
+//! ApiVersions, a SaslHandshake names the mechanism, then SaslAuthenticate requests carry its
+//! tokens; until the client is in, nothing else is served (the connection closes, as Kafka's
+//! does on any other request).
+//!
+//! [`Authenticator`] is a connection's authentication, I/O-free: it takes the decoded SASL
+//! requests and says what to answer and whether the client is in, out (the connection closes
+//! after `connection.failed.authentication.delay.ms`) or still talking. `net/mod.rs` reads the
+//! frames and writes the answers.
+//!
+//! Mechanisms: PLAIN (RFC 4616), its users and passwords from Kafka's `PlainLoginModule`
+//! options (`user_<name>="<password>"`) in `listener.name.<l>.plain.sasl.jaas.config`.
+//! Passwords are compared in constant time and never logged; a refusal says only
+//! "Invalid username or password", for an unknown user and a wrong password alike.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use subtle::ConstantTimeEq;
+
+use crate::config::BrokerConfig;
+
+/// Kafka's principal for a client that did not authenticate.
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// What a listener's SASL accepts: its mechanisms and their credentials. One per shard.
+pub struct SaslServer {
+    mechanisms: Vec<String>,
+    /// PLAIN's users and their passwords.
+    plain: HashMap<String, String>,
+}
+
+impl SaslServer {
+    pub fn new(config: &BrokerConfig) -> SaslServer {
+        let plain = config
+            .sasl
+            .jaas_of(&config.listener_name, "PLAIN")
+            .map(|j| j.plain_users().into_iter().collect())
+            .unwrap_or_default();
+        SaslServer {
+            mechanisms: config.sasl.enabled_mechanisms.clone(),
+            plain,
+        }
+    }
+
+    /// PLAIN's check: the password of `user`, compared in constant time.
+    fn plain_ok(&self, user: &str, password: &[u8]) -> bool {
+        match self.plain.get(user) {
+            Some(expected) => expected.as_bytes().ct_eq(password).into(),
+            None => {
+                // The same work for an unknown user as for a known one.
+                let _ = password.ct_eq(password);
+                false
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum State {
+    /// Waiting for SaslHandshake.
+    Handshake,
+    /// The mechanism is chosen; waiting for its token.
+    Token(String),
+    Authenticated,
+}
+
+/// What the connection does after a SASL request.
+#[derive(Debug)]
+pub enum Outcome<R> {
+    /// Answer it and read on.
+    Answer(R),
+    /// Answer it: the client is in, as this principal.
+    In(R, String),
+    /// Answer it, wait `connection.failed.authentication.delay.ms`, and close: `why` for the log
+    /// (it names no password).
+    Out(R, String),
+}
+
+/// One connection's authentication.
+pub struct Authenticator {
+    server: Rc<SaslServer>,
+    state: State,
+}
+
+impl Authenticator {
+    pub fn new(server: Rc<SaslServer>) -> Authenticator {
+        Authenticator {
+            server,
+            state: State::Handshake,
+        }
+    }
+
+    pub fn authenticated(&self) -> bool {
+        self.state == State::Authenticated
+    }
+
+    /// Whether `key` may be sent before the client is in.
+    pub fn allowed_before(key: ApiKey) -> bool {
+        matches!(
+            key,
+            ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+        )
+    }
+
+    pub fn on_handshake(
+        &mut self,
+        request: &SaslHandshakeRequest,
+    ) -> Outcome<SaslHandshakeResponse> {
+        let enabled = self
+            .server
+            .mechanisms
+            .iter()
+            .map(|m| StrBytes::from_string(m.clone()))
+            .collect();
+        let answer = SaslHandshakeResponse::default().with_mechanisms(enabled);
+        if self.state != State::Handshake {
+            return Outcome::Out(
+                answer.with_error_code(ResponseError::IllegalSaslState.code()),
+                "a second SaslHandshake before the first ended".into(),
+            );
+        }
+        let mechanism = request.mechanism.to_string();
+        if !self.server.mechanisms.contains(&mechanism) {
+            return Outcome::Out(
+                answer.with_error_code(ResponseError::UnsupportedSaslMechanism.code()),
+                format!("SASL mechanism {mechanism:?} is not enabled on this listener"),
+            );
+        }
+        self.state = State::Token(mechanism);
+        Outcome::Answer(answer)
+    }
+
+    pub fn on_authenticate(
+        &mut self,
+        request: &SaslAuthenticateRequest,
+    ) -> Outcome<SaslAuthenticateResponse> {
+        let failed = |message: &str| {
+            SaslAuthenticateResponse::default()
+                .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+                .with_error_message(Some(StrBytes::from_string(message.to_string())))
+        };
+        let mechanism = match &self.state {
+            State::Token(m) => m.clone(),
+            _ => {
+                return Outcome::Out(
+                    SaslAuthenticateResponse::default()
+                        .with_error_code(ResponseError::IllegalSaslState.code())
+                        .with_error_message(Some(StrBytes::from_static_str(
+                            "SaslAuthenticate before SaslHandshake",
+                        ))),
+                    "SaslAuthenticate before SaslHandshake".into(),
+                )
+            }
+        };
+        match mechanism.as_str() {
+            "PLAIN" => match plain_token(&request.auth_bytes) {
+                Err(why) => Outcome::Out(failed(&format!("Authentication failed: {why}")), why),
+                Ok((user, password)) => {
+                    if self.server.plain_ok(&user, &password) {
+                        self.state = State::Authenticated;
+                        Outcome::In(
+                            SaslAuthenticateResponse::default().with_auth_bytes(Bytes::new()),
+                            format!("User:{user}"),
+                        )
+                    } else {
+                        Outcome::Out(
+                            failed("Authentication failed: Invalid username or password"),
+                            format!("invalid username or password for user {user:?}"),
+                        )
+                    }
+                }
+            },
+            other => Outcome::Out(
+                failed("Authentication failed: unsupported mechanism"),
+                format!("no authenticator for {other}"),
+            ),
+        }
+    }
+}
+
+/// PLAIN's message (RFC 4616): `[authzid] NUL authcid NUL passwd`. An authorization id other
+/// than the user is refused, as Kafka refuses it.
+fn plain_token(token: &[u8]) -> Result<(String, Vec<u8>), String> {
+    let mut parts = token.splitn(3, |&b| b == 0);
+    let (Some(authzid), Some(user), Some(password)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err("a PLAIN message is [authzid] NUL user NUL password".into());
+    };
+    let user = std::str::from_utf8(user)
+        .map_err(|_| "the PLAIN user name is not UTF-8".to_string())?
+        .to_string();
+    if user.is_empty() {
+        return Err("the PLAIN message names no user".into());
+    }
+    if !authzid.is_empty() && authzid != user.as_bytes() {
+        return Err("the PLAIN message asks for an authorization id other than its user".into());
+    }
+    Ok((user, password.to_vec()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> Rc<SaslServer> {
+        Rc::new(SaslServer {
+            mechanisms: vec!["PLAIN".into()],
+            plain: [("alice".to_string(), "alice-pw".to_string())].into(),
+        })
+    }
+
+    fn handshake(mechanism: &'static str) -> SaslHandshakeRequest {
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism))
+    }
+
+    fn token(bytes: &[u8]) -> SaslAuthenticateRequest {
+        SaslAuthenticateRequest::default().with_auth_bytes(Bytes::copy_from_slice(bytes))
+    }
+
+    #[test]
+    fn plain_lets_a_user_in_with_its_password_only() {
+        let mut a = Authenticator::new(server());
+        assert!(
+            matches!(a.on_handshake(&handshake("PLAIN")), Outcome::Answer(r) if r.error_code == 0)
+        );
+        match a.on_authenticate(&token(b"\0alice\0alice-pw")) {
+            Outcome::In(r, principal) => {
+                assert_eq!(r.error_code, 0);
+                assert_eq!(principal, "User:alice");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(a.authenticated());
+        for bad in [
+            &b"\0alice\0wrong"[..],
+            b"\0bob\0alice-pw",
+            b"\0alice\0alice-p",
+            b"\0alice\0alice-pw\0",
+        ] {
+            let mut a = Authenticator::new(server());
+            a.on_handshake(&handshake("PLAIN"));
+            match a.on_authenticate(&token(bad)) {
+                Outcome::Out(r, why) => {
+                    assert_eq!(r.error_code, ResponseError::SaslAuthenticationFailed.code());
+                    assert_eq!(
+                        r.error_message.as_deref(),
+                        Some("Authentication failed: Invalid username or password")
+                    );
+                    assert!(!why.contains("pw"), "{why}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(!a.authenticated());
+        }
+        // Malformed messages and another authorization id.
+        for (bad, says) in [
+            (&b"alice-pw"[..], "NUL"),
+            (b"\0\0alice-pw", "no user"),
+            (b"bob\0alice\0alice-pw", "authorization id"),
+        ] {
+            let mut a = Authenticator::new(server());
+            a.on_handshake(&handshake("PLAIN"));
+            match a.on_authenticate(&token(bad)) {
+                Outcome::Out(r, why) => {
+                    assert_eq!(r.error_code, ResponseError::SaslAuthenticationFailed.code());
+                    assert!(why.contains(says), "{why}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn mechanisms_and_order_are_checked() {
+        let mut a = Authenticator::new(server());
+        match a.on_handshake(&handshake("SCRAM-SHA-256")) {
+            Outcome::Out(r, _) => {
+                assert_eq!(r.error_code, ResponseError::UnsupportedSaslMechanism.code());
+                assert_eq!(r.mechanisms, vec![StrBytes::from_static_str("PLAIN")]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut a = Authenticator::new(server());
+        match a.on_authenticate(&token(b"\0alice\0alice-pw")) {
+            Outcome::Out(r, _) => assert_eq!(r.error_code, ResponseError::IllegalSaslState.code()),
+            other => panic!("{other:?}"),
+        }
+        assert!(!a.authenticated());
+        let mut a = Authenticator::new(server());
+        a.on_handshake(&handshake("PLAIN"));
+        assert!(
+            matches!(a.on_handshake(&handshake("PLAIN")), Outcome::Out(r, _) if r.error_code == ResponseError::IllegalSaslState.code())
+        );
+        assert!(Authenticator::allowed_before(ApiKey::ApiVersions));
+        assert!(!Authenticator::allowed_before(ApiKey::Metadata));
+        assert!(!Authenticator::allowed_before(ApiKey::Produce));
+    }
+}
