@@ -118,6 +118,36 @@ def test_pipelined_authentication_then_requests_answered_in_order(broker):
         assert struct.unpack(">ih", f[:6]) == (5, 34)
 
 
+def test_a_version_0_handshake_takes_bare_tokens(broker):
+    """Kafka's original exchange: after SaslHandshake v0 the PLAIN token goes as a bare frame
+    (no request header) and the answer comes back bare (empty for PLAIN)."""
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        token = f"\0alice\0{ALICE_PW}".encode()
+        s.sendall(request(17, 0, 1, struct.pack(">h", 5) + b"PLAIN") + struct.pack(">i", len(token)) + token
+                  + metadata(2))
+        frames = read_frames(s, 3)
+        assert struct.unpack(">ih", frames[0][:6]) == (1, 0)
+        assert frames[1] == b""
+        assert struct.unpack(">i", frames[2][:4])[0] == 2 and len(frames[2]) > 20
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        token = b"\0alice\0wrong"
+        s.sendall(request(17, 0, 1, struct.pack(">h", 5) + b"PLAIN") + struct.pack(">i", len(token)) + token)
+        frames = read_frames(s, 2)
+        assert len(frames) == 1  # the handshake's answer; the bad token closes the connection
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_kcat_lists_the_cluster_through_sasl(broker, legacy):
+    """kcat (its own librdkafka): SaslHandshake v1 and SaslAuthenticate, or with ApiVersions off
+    and the 0.10.0 fallback, SaslHandshake v0 and bare tokens."""
+    extra = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.10.0"] if legacy else []
+    out = subprocess.run(["kcat", "-b", broker.bootstrap, "-X", "security.protocol=SASL_PLAINTEXT",
+                          "-X", "sasl.mechanism=PLAIN", "-X", "sasl.username=alice", "-X", f"sasl.password={ALICE_PW}",
+                          *extra, "-m", "10", "-L"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert f"broker 1 at {broker.bootstrap}" in out.stdout or " 1 brokers:" in out.stdout, out.stdout
+
+
 def test_nothing_but_sasl_before_authentication(broker):
     with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
         s.sendall(metadata(1))

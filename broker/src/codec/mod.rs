@@ -38,9 +38,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // client names (KIP-1242), past the codec's versions (`api_versions::decode_v5`).
     (ApiKey::ApiVersions, 0, 5),
     // Version 0 of the handshake is followed by bare SASL tokens outside Kafka's framing; 1 by
-    // SaslAuthenticate requests, which every current client sends (net/sasl.rs). 2 of
-    // SaslAuthenticate adds the session lifetime (KIP-368), 0 here: no re-authentication yet.
-    (ApiKey::SaslHandshake, 1, 1),
+    // SaslAuthenticate requests, which current clients send (net/sasl.rs). librdkafka looks
+    // for version 0 before it uses either. 2 of SaslAuthenticate adds the session lifetime
+    // (KIP-368), 0 here: no re-authentication yet.
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),

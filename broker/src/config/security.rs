@@ -258,7 +258,11 @@ impl fmt::Debug for Jaas {
             .field("module", &self.module)
             .field(
                 "options",
-                &self.options.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+                &self
+                    .options
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .collect::<Vec<_>>(),
             )
             .finish()
     }
@@ -432,7 +436,10 @@ mod tests {
         assert!(sasl.jaas_of("client", "plain").is_some());
         assert!(!format!("{sasl:?}").contains("\"b\""));
         let shown = format!("{j:?}");
-        assert!(shown.contains("user_alice") && !shown.contains("admin-secret"), "{shown}");
+        assert!(
+            shown.contains("user_alice") && !shown.contains("admin-secret"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -410,6 +410,18 @@ enum BeforeAuth {
 /// Runs a frame read before the client authenticated through its [`sasl::Authenticator`].
 fn before_auth(auth: &mut sasl::Authenticator, body: &Bytes) -> anyhow::Result<BeforeAuth> {
     use kafka_protocol::messages::RequestKind;
+    if auth.expects_raw_token() {
+        // After a version 0 handshake the token comes bare, and goes back bare.
+        return Ok(match auth.on_raw_token(body) {
+            Ok((answer, principal)) => {
+                let mut frame = Vec::with_capacity(4 + answer.len());
+                frame.extend_from_slice(&(answer.len() as u32).to_be_bytes());
+                frame.extend_from_slice(&answer);
+                BeforeAuth::In(Bytes::from(frame), principal)
+            }
+            Err(why) => BeforeAuth::Refuse(format!("failed SASL authentication: {why}")),
+        });
+    }
     let mut rest = body.clone();
     let (key, version, header) = match frame::decode_header(&mut rest)? {
         frame::Header::Request {
@@ -431,7 +443,7 @@ fn before_auth(auth: &mut sasl::Authenticator, body: &Bytes) -> anyhow::Result<B
         crate::codec::encode_response(key, version, header.correlation_id, &response)
     };
     let outcome = match crate::codec::decode_request(key, version, &mut rest)? {
-        RequestKind::SaslHandshake(r) => match auth.on_handshake(&r) {
+        RequestKind::SaslHandshake(r) => match auth.on_handshake(&r, version) {
             sasl::Outcome::Answer(a) => sasl::Outcome::Answer(ResponseKind::SaslHandshake(a)),
             sasl::Outcome::In(a, p) => sasl::Outcome::In(ResponseKind::SaslHandshake(a), p),
             sasl::Outcome::Out(a, why) => sasl::Outcome::Out(ResponseKind::SaslHandshake(a), why),

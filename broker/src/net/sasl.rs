@@ -67,8 +67,12 @@ impl SaslServer {
 enum State {
     /// Waiting for SaslHandshake.
     Handshake,
-    /// The mechanism is chosen; waiting for its token.
-    Token(String),
+    /// The mechanism is chosen; waiting for its token: in a SaslAuthenticate request, or bare
+    /// (`raw`, after a version 0 handshake).
+    Token {
+        mechanism: String,
+        raw: bool,
+    },
     Authenticated,
 }
 
@@ -110,9 +114,27 @@ impl Authenticator {
         )
     }
 
+    /// Whether the next frame is a bare token (after a version 0 handshake), not a request.
+    pub fn expects_raw_token(&self) -> bool {
+        matches!(self.state, State::Token { raw: true, .. })
+    }
+
+    /// A bare token after a version 0 handshake: what to send back bare (nothing, for PLAIN),
+    /// or why the connection closes (Kafka sends nothing then).
+    pub fn on_raw_token(&mut self, token: &[u8]) -> Result<(Bytes, String), String> {
+        let request =
+            SaslAuthenticateRequest::default().with_auth_bytes(Bytes::copy_from_slice(token));
+        match self.on_authenticate(&request) {
+            Outcome::In(r, principal) => Ok((r.auth_bytes, principal)),
+            Outcome::Answer(_) => Err("a bare token that does not end the exchange".into()),
+            Outcome::Out(_, why) => Err(why),
+        }
+    }
+
     pub fn on_handshake(
         &mut self,
         request: &SaslHandshakeRequest,
+        version: i16,
     ) -> Outcome<SaslHandshakeResponse> {
         let enabled = self
             .server
@@ -134,7 +156,10 @@ impl Authenticator {
                 format!("SASL mechanism {mechanism:?} is not enabled on this listener"),
             );
         }
-        self.state = State::Token(mechanism);
+        self.state = State::Token {
+            mechanism,
+            raw: version == 0,
+        };
         Outcome::Answer(answer)
     }
 
@@ -148,7 +173,7 @@ impl Authenticator {
                 .with_error_message(Some(StrBytes::from_string(message.to_string())))
         };
         let mechanism = match &self.state {
-            State::Token(m) => m.clone(),
+            State::Token { mechanism, .. } => mechanism.clone(),
             _ => {
                 return Outcome::Out(
                     SaslAuthenticateResponse::default()
@@ -229,7 +254,7 @@ mod tests {
     fn plain_lets_a_user_in_with_its_password_only() {
         let mut a = Authenticator::new(server());
         assert!(
-            matches!(a.on_handshake(&handshake("PLAIN")), Outcome::Answer(r) if r.error_code == 0)
+            matches!(a.on_handshake(&handshake("PLAIN"), 1), Outcome::Answer(r) if r.error_code == 0)
         );
         match a.on_authenticate(&token(b"\0alice\0alice-pw")) {
             Outcome::In(r, principal) => {
@@ -246,7 +271,7 @@ mod tests {
             b"\0alice\0alice-pw\0",
         ] {
             let mut a = Authenticator::new(server());
-            a.on_handshake(&handshake("PLAIN"));
+            a.on_handshake(&handshake("PLAIN"), 1);
             match a.on_authenticate(&token(bad)) {
                 Outcome::Out(r, why) => {
                     assert_eq!(r.error_code, ResponseError::SaslAuthenticationFailed.code());
@@ -267,7 +292,7 @@ mod tests {
             (b"bob\0alice\0alice-pw", "authorization id"),
         ] {
             let mut a = Authenticator::new(server());
-            a.on_handshake(&handshake("PLAIN"));
+            a.on_handshake(&handshake("PLAIN"), 1);
             match a.on_authenticate(&token(bad)) {
                 Outcome::Out(r, why) => {
                     assert_eq!(r.error_code, ResponseError::SaslAuthenticationFailed.code());
@@ -279,9 +304,28 @@ mod tests {
     }
 
     #[test]
+    fn a_version_0_handshake_takes_a_bare_token() {
+        let mut a = Authenticator::new(server());
+        a.on_handshake(&handshake("PLAIN"), 0);
+        assert!(a.expects_raw_token());
+        let (answer, principal) = a.on_raw_token(b"\0alice\0alice-pw").unwrap();
+        assert!(answer.is_empty());
+        assert_eq!(principal, "User:alice");
+        assert!(a.authenticated() && !a.expects_raw_token());
+        let mut a = Authenticator::new(server());
+        a.on_handshake(&handshake("PLAIN"), 0);
+        let why = a.on_raw_token(b"\0alice\0nope").unwrap_err();
+        assert!(why.contains("invalid username or password"), "{why}");
+        assert!(!a.authenticated());
+        let mut a = Authenticator::new(server());
+        a.on_handshake(&handshake("PLAIN"), 1);
+        assert!(!a.expects_raw_token());
+    }
+
+    #[test]
     fn mechanisms_and_order_are_checked() {
         let mut a = Authenticator::new(server());
-        match a.on_handshake(&handshake("SCRAM-SHA-256")) {
+        match a.on_handshake(&handshake("SCRAM-SHA-256"), 1) {
             Outcome::Out(r, _) => {
                 assert_eq!(r.error_code, ResponseError::UnsupportedSaslMechanism.code());
                 assert_eq!(r.mechanisms, vec![StrBytes::from_static_str("PLAIN")]);
@@ -295,9 +339,9 @@ mod tests {
         }
         assert!(!a.authenticated());
         let mut a = Authenticator::new(server());
-        a.on_handshake(&handshake("PLAIN"));
+        a.on_handshake(&handshake("PLAIN"), 1);
         assert!(
-            matches!(a.on_handshake(&handshake("PLAIN")), Outcome::Out(r, _) if r.error_code == ResponseError::IllegalSaslState.code())
+            matches!(a.on_handshake(&handshake("PLAIN"), 1), Outcome::Out(r, _) if r.error_code == ResponseError::IllegalSaslState.code())
         );
         assert!(Authenticator::allowed_before(ApiKey::ApiVersions));
         assert!(!Authenticator::allowed_before(ApiKey::Metadata));

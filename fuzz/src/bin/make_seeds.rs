@@ -81,6 +81,10 @@ fn request(key: ApiKey) -> RequestKind {
         ApiKey::AlterUserScramCredentials => {
             RequestKind::AlterUserScramCredentials(AlterUserScramCredentialsRequest::default())
         }
+        ApiKey::SaslHandshake => RequestKind::SaslHandshake(SaslHandshakeRequest::default()),
+        ApiKey::SaslAuthenticate => {
+            RequestKind::SaslAuthenticate(SaslAuthenticateRequest::default())
+        }
         other => panic!("{other:?} is not in SUPPORTED"),
     }
 }
