@@ -54,12 +54,12 @@ KAFKA_PROPS = {"auto.create.topics.enable": "false"}
 # ListTransactions: test_describe_and_list_transactions_like_kafka here and
 # test_transactions_admin.py; Produce 13, topics by id: broker/tests/produce_topic_ids.rs and the Java
 # client, which sends it; ListOffsets 11, DescribeLogDirs 5 and UpdateFeatures:
-# test_features_kafka.py).
+# test_features_kafka.py; SaslHandshake and SaslAuthenticate: test_sasl.py).
 EXPECTED_APIS = {
     0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9),
-    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 18: (0, 5), 19: (2, 7),
+    12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 17: (0, 1), 18: (0, 5), 19: (2, 7),
     20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4), 24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 2), 28: (0, 6), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4),
-    33: (0, 2), 34: (1, 2), 35: (1, 5), 37: (0, 3), 42: (0, 3), 43: (0, 2), 44: (0, 1), 45: (0, 1),
+    33: (0, 2), 34: (1, 2), 35: (1, 5), 36: (0, 2), 37: (0, 3), 42: (0, 3), 43: (0, 2), 44: (0, 1), 45: (0, 1),
     46: (0, 0), 47: (0, 0), 48: (0, 1),
     49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 57: (0, 2), 60: (0, 2), 61: (0, 0), 65: (0, 0), 66: (0, 2),
     68: (0, 1), 69: (0, 1),

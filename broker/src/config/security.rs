@@ -54,9 +54,9 @@ impl fmt::Display for SecurityProtocol {
     }
 }
 
-/// Kafka's default `listener.security.protocol.map`: each protocol's name maps to itself.
+/// Kafka's default `listener.security.protocol.map`, in its order: each protocol's name maps to itself.
 pub const DEFAULT_PROTOCOL_MAP: &str =
-    "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
+    "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT";
 
 /// Parses `listener.security.protocol.map`: `NAME:PROTOCOL` entries, comma-separated.
 pub fn parse_protocol_map(value: &str) -> Result<Vec<(String, SecurityProtocol)>, String> {
