@@ -1,5 +1,5 @@
-//! AlterUserScramCredentials: this broker does not authenticate with SASL, so it keeps no SCRAM
-//! credentials. Deletions find nothing (RESOURCE_NOT_FOUND, as on a Kafka without credentials);
+//! AlterUserScramCredentials: this broker runs SASL PLAIN only (`net/sasl.rs`), not SCRAM yet,
+//! so it keeps no SCRAM credentials. Deletions find nothing (RESOURCE_NOT_FOUND, as on a Kafka without credentials);
 //! each request is checked as Kafka checks it, and a valid upsertion is refused as a mechanism
 //! this broker does not support (`Disabled::Scram`). One result per user, in user name order,
 //! as Kafka answers.

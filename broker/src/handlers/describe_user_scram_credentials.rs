@@ -1,5 +1,5 @@
-//! DescribeUserScramCredentials: this broker does not authenticate with SASL and keeps no SCRAM
-//! credentials, so it answers as a Kafka that has none: nothing when every user is asked for,
+//! DescribeUserScramCredentials: this broker runs SASL PLAIN only, not SCRAM yet, and keeps no
+//! SCRAM credentials, so it answers as a Kafka that has none: nothing when every user is asked for,
 //! RESOURCE_NOT_FOUND for each user named (DUPLICATE_RESOURCE for one named twice; those come
 //! first, as in Kafka's answer).
 
