@@ -47,6 +47,10 @@ pub struct Metrics {
     pub active_controller: AtomicI64,
     /// Partitions without a leader, as the active controller counts them (0 elsewhere).
     pub offline_partitions: AtomicI64,
+    /// SASL logins that succeeded and that failed (a refused mechanism, a wrong password, an
+    /// unknown user); TLS handshakes that failed count as failed too, as in Kafka.
+    pub successful_authentication: AtomicU64,
+    pub failed_authentication: AtomicU64,
 }
 
 impl Metrics {
@@ -132,6 +136,16 @@ impl Metrics {
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without a leader (counted by the active controller)",
             gauge(self.offline_partitions.load(Ordering::Relaxed)),
+        );
+        registry.register(
+            "kafka_server_socket_server_metrics_successful_authentication",
+            "SASL logins that succeeded",
+            counter(&self.successful_authentication),
+        );
+        registry.register(
+            "kafka_server_socket_server_metrics_failed_authentication",
+            "SASL logins and TLS handshakes that failed",
+            counter(&self.failed_authentication),
         );
         let lag = Family::<Vec<(String, String)>, Gauge>::default();
         let lag_sum = Family::<Vec<(String, String)>, Gauge>::default();

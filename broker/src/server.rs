@@ -226,9 +226,13 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
         metrics: Arc::new(crate::metrics::Metrics::new(shards)),
     });
     if let Some(listener) = &config.metrics_listener {
-        let bootstrap = config
-            .process_roles
-            .broker
+        // The lag comes from this broker's own listener, asked as a plaintext client would
+        // (`cli::group_lags`): not possible on a TLS or SASL listener yet.
+        let plaintext = protocol == crate::config::security::SecurityProtocol::Plaintext;
+        if config.process_roles.broker && !plaintext {
+            tracing::info!(security_protocol = %protocol, "kafka_consumergroup_lag is not exported: it is read through the broker's own listener, which needs PLAINTEXT for that today");
+        }
+        let bootstrap = (config.process_roles.broker && plaintext)
             .then(|| format!("{}:{}", config.advertised_host, config.advertised_port));
         let node_id = config.node_id;
         let lags = bootstrap.map(|b| -> crate::metrics::LagSource {

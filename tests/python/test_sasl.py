@@ -11,6 +11,7 @@ import struct
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 import certs as certs_mod
-from harness import SLUICE_BIN, TEST_DIR, Broker, admin
+from harness import SLUICE_BIN, TEST_DIR, Broker, admin, free_port
 
 ALICE_PW = "alice-Pw-3d9c"
 ADMIN_PW = "admin-Pw-81be"
@@ -44,7 +45,9 @@ def sasl_broker(name: str, protocol: str = "SASL_PLAINTEXT", client: dict | None
 
 @pytest.fixture(scope="module")
 def broker():
-    b = sasl_broker("sasl")
+    metrics_port = free_port()
+    b = sasl_broker("sasl", args=["--metrics-listener", f"127.0.0.1:{metrics_port}"])
+    b.metrics_port = metrics_port
     b.start()
     yield b
     b.stop()
@@ -189,7 +192,14 @@ def test_wrong_password_unknown_user_and_mechanism_are_refused_then_closed(broke
     # A client without SASL gets no metadata: its Metadata request closes the connection.
     with pytest.raises(KafkaException):
         admin(broker.bootstrap).list_topics(timeout=3)
+    # Each refusal is counted, as Kafka's socket-server metrics count them.
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    counts = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+              if line.startswith("kafka_server_socket_server_metrics_")}
+    assert counts["kafka_server_socket_server_metrics_failed_authentication_total"] >= 7, counts
+    assert counts["kafka_server_socket_server_metrics_successful_authentication_total"] >= 1, counts
     log = broker.log_path.read_text()
+    assert "kafka_consumergroup_lag is not exported" in log
     assert "failed SASL authentication: invalid username or password for user \"alice\"" in log
     assert "failed SASL authentication: invalid username or password for user \"mallory\"" in log
     assert ALICE_PW not in log and ADMIN_PW not in log
@@ -267,7 +277,7 @@ def test_kafka_python_over_sasl_ssl():
         bad = dict(common, sasl_plain_password="wrong")
         before = b.log_path.read_text().count("failed SASL authentication")
         with pytest.raises(Exception):
-            KafkaProducer(request_timeout_ms=3000, **bad)
+            KafkaProducer(bootstrap_timeout_ms=3000, **bad)
         assert b.log_path.read_text().count("failed SASL authentication") > before
     finally:
         b.stop()

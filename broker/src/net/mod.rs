@@ -374,6 +374,7 @@ async fn handshake(
             None
         }
         Some(Err(e)) => {
+            crate::metrics::Metrics::count(&shard.shared.metrics.failed_authentication, 1);
             // Kafka logs a failed SSL handshake with the client's address at INFO.
             tracing::info!(?peer, error = %e, "SSL handshake failed; closing the connection");
             None
@@ -401,8 +402,10 @@ enum BeforeAuth {
     Answer(Bytes),
     /// The SASL request's answer; the client is in as `principal`.
     In(Bytes, String),
-    /// Answer, then close after the failed-authentication delay.
-    Out(Bytes, String),
+    /// A failed login: its answer if it has one (a bare token after a version 0 handshake
+    /// gets none, as in Kafka), then the connection closes after the failed-authentication
+    /// delay; `why` names no secret.
+    Out(Option<Bytes>, String),
     /// Anything else: close at once, as Kafka does.
     Refuse(String),
 }
@@ -419,7 +422,7 @@ fn before_auth(auth: &mut sasl::Authenticator, body: &Bytes) -> anyhow::Result<B
                 frame.extend_from_slice(&answer);
                 BeforeAuth::In(Bytes::from(frame), principal)
             }
-            Err(why) => BeforeAuth::Refuse(format!("failed SASL authentication: {why}")),
+            Err(why) => BeforeAuth::Out(None, why),
         });
     }
     let mut rest = body.clone();
@@ -460,7 +463,7 @@ fn before_auth(auth: &mut sasl::Authenticator, body: &Bytes) -> anyhow::Result<B
     Ok(match outcome {
         sasl::Outcome::Answer(r) => BeforeAuth::Answer(encode(r)?),
         sasl::Outcome::In(r, principal) => BeforeAuth::In(encode(r)?, principal),
-        sasl::Outcome::Out(r, why) => BeforeAuth::Out(encode(r)?, why),
+        sasl::Outcome::Out(r, why) => BeforeAuth::Out(Some(encode(r)?), why),
     })
 }
 
@@ -589,15 +592,18 @@ where
                     break Ok("bad request");
                 }
             };
+            let metrics = &shard.shared.metrics;
+            let serve = matches!(step, BeforeAuth::Serve);
             let (frame, out) = match step {
                 BeforeAuth::Serve => (None, None),
                 BeforeAuth::Answer(frame) => (Some(frame), None),
                 BeforeAuth::In(frame, who) => {
+                    crate::metrics::Metrics::count(&metrics.successful_authentication, 1);
                     tracing::debug!(target: TARGET, ?peer, principal = %who, "SASL authentication succeeded");
                     principal = Rc::from(who);
                     (Some(frame), None)
                 }
-                BeforeAuth::Out(frame, why) => (Some(frame), Some(why)),
+                BeforeAuth::Out(frame, why) => (frame, Some(why)),
                 BeforeAuth::Refuse(why) => {
                     tracing::info!(?peer, "{why}; closing the connection");
                     break Ok("request before SASL authentication");
@@ -607,16 +613,19 @@ where
                 if tx.send(answered(frame, chain.next())).await.is_err() {
                     break Ok("response writer stopped");
                 }
-                if let Some(why) = out {
-                    // Kafka's line for it, at INFO, with the client's address and no secret.
-                    tracing::info!(
-                        ?peer,
-                        "failed SASL authentication: {why}; closing the connection"
-                    );
-                    let delay = Duration::from_millis(config.sasl.failed_authentication_delay_ms);
-                    glommio::timer::sleep(delay).await;
-                    break Ok("SASL authentication failed");
-                }
+            }
+            if let Some(why) = out {
+                crate::metrics::Metrics::count(&metrics.failed_authentication, 1);
+                // Kafka's line for it, at INFO, with the client's address and no secret.
+                tracing::info!(
+                    ?peer,
+                    "failed SASL authentication: {why}; closing the connection"
+                );
+                let delay = Duration::from_millis(config.sasl.failed_authentication_delay_ms);
+                glommio::timer::sleep(delay).await;
+                break Ok("SASL authentication failed");
+            }
+            if !serve {
                 continue;
             }
         }
