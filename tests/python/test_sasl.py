@@ -284,6 +284,38 @@ def test_kafka_python_over_sasl_ssl():
         b.remove()
 
 
+def test_connections_that_never_authenticate_are_closed_when_idle():
+    """A client that stops in the middle of the TLS handshake, or after ApiVersions without
+    authenticating, holds its connection slot no longer than `connections.max.idle.ms`."""
+    TEST_DIR.mkdir(parents=True, exist_ok=True)
+    c = certs_mod.make(Path(tempfile.mkdtemp(prefix="pytest-certs-", dir=TEST_DIR)))
+    b = sasl_broker("sasl-idle", protocol="SASL_SSL",
+                    client=sasl_client(protocol="SASL_SSL", **{"ssl.ca.location": str(c.ca)}),
+                    args=["--ssl-keystore-location", str(c.broker_keystore), "--connections-max-idle-ms", "1500"])
+    b.start()
+    try:
+        # The TLS handshake never starts: a bare TCP connection that sends nothing.
+        with socket.create_connection(("127.0.0.1", b.port), timeout=10) as s:
+            closed = closed_within(s, 8)
+            assert closed is not None and 1.0 <= closed < 6, closed
+        # TLS done, then one ApiVersions and nothing more: no authentication.
+        import ssl
+        ctx = ssl.create_default_context(cafile=str(c.ca))
+        with socket.create_connection(("127.0.0.1", b.port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(api_versions(1))
+                (f,) = read_frames(s, 1)
+                assert struct.unpack(">ih", f[:6]) == (1, 0)
+                closed = closed_within(s, 8)
+                assert closed is not None and 1.0 <= closed < 6, closed
+        log = b.log_path.read_text()
+        assert "SSL handshake not done within connections.max.idle.ms" in log
+        assert "idle waiting for a request for connections.max.idle.ms" in log
+    finally:
+        b.stop()
+        b.remove()
+
+
 def run_sluice(*args: str) -> str:
     d = tempfile.mkdtemp(prefix="pytest-sasl-bad-", dir=TEST_DIR)
     r = subprocess.run([str(SLUICE_BIN), "--data-dir", d, "--cores", "1", "--listeners", "CLIENT://127.0.0.1:0",
