@@ -247,7 +247,7 @@ def test_librdkafka_produces_consumes_in_a_group_and_in_a_transaction(broker):
     assert values == [b"t%d" % i for i in range(50)]
 
 
-def test_kafka_python_over_sasl_ssl():
+def test_kafka_python_and_the_java_tools_over_sasl_ssl():
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
 
@@ -279,6 +279,31 @@ def test_kafka_python_over_sasl_ssl():
         with pytest.raises(Exception):
             KafkaProducer(bootstrap_timeout_ms=3000, **bad)
         assert b.log_path.read_text().count("failed SASL authentication") > before
+
+        # Apache Kafka's Java client, through its console tools: the client configuration as a
+        # Kafka user writes it (PEM truststore, PlainLoginModule).
+        def client_properties(password: str) -> Path:
+            path = Path(tempfile.mkstemp(prefix="client-", suffix=".properties", dir=c.dir)[1])
+            path.write_text(
+                "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\n"
+                "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="alice" password="{password}";\n'
+                f"ssl.truststore.type=PEM\nssl.truststore.location={c.ca}\n")
+            return path
+
+        good = client_properties(ALICE_PW)
+        lines = "".join(f"java-{i}\n" for i in range(100))
+        done = java("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", b.bootstrap, "--topic", "java",
+                    "--command-config", str(good), stdin=lines)
+        assert done.returncode == 0, done.stderr[-2000:]
+        read = java("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", b.bootstrap,
+                    "--topic", "java", "--from-beginning", "--max-messages", "100", "--timeout-ms", "20000",
+                    "--command-config", str(good))
+        assert read.stdout.split() == [f"java-{i}" for i in range(100)], read.stderr[-2000:]
+        refused = java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", b.bootstrap, "--list",
+                       "--command-config", str(client_properties("wrong")), timeout=120)
+        assert refused.returncode != 0
+        assert "Authentication failed: Invalid username or password" in refused.stdout + refused.stderr
     finally:
         b.stop()
         b.remove()
@@ -314,6 +339,16 @@ def test_connections_that_never_authenticate_are_closed_when_idle():
     finally:
         b.stop()
         b.remove()
+
+
+def java(*args, stdin=None, timeout=180) -> subprocess.CompletedProcess:
+    from reference import DEPS, ensure_jars
+
+    ensure_jars()
+    return subprocess.run(
+        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{DEPS}/*", *args],
+        input=stdin, capture_output=True, text=True, timeout=timeout,
+    )
 
 
 def run_sluice(*args: str) -> str:
