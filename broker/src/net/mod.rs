@@ -505,6 +505,10 @@ where
             match pending.await {
                 Some(Ok(Some(Frame::Bytes(frame)))) => {
                     writer.write_all(&frame).await?;
+                    if splice_fd.is_none() {
+                        // A TLS session may keep encrypted bytes until it is flushed.
+                        writer.flush().await?;
+                    }
                     writer_progress.set(Instant::now());
                 }
                 Some(Ok(Some(Frame::Spliced(parts)))) => {
