@@ -44,6 +44,16 @@ def kafka_tool(main: str, *args, timeout: float = 180) -> str:
     return done.stdout
 
 
+def java(*args, stdin=None, timeout=180) -> subprocess.CompletedProcess:
+    """Runs a Java main class (a Kafka tool, or a source file) with the Kafka jars on the class
+    path; the finished process, whatever its exit status."""
+    ensure_jars()
+    return subprocess.run(
+        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{DEPS}/*", *args],
+        input=stdin, capture_output=True, text=True, timeout=timeout,
+    )
+
+
 class KafkaReference:
     """One Apache Kafka broker+controller process, stopped by PID."""
 

@@ -19,6 +19,7 @@ from confluent_kafka.admin import NewTopic
 
 from cluster import Cluster, Node, format_storage
 from harness import CLIENT_DEFAULTS, SLUICE_BIN, admin, consumer, read_to_end, watermarks
+from reference import java
 
 MESSAGES = 100_000
 KEYS = 1_000
@@ -303,16 +304,6 @@ def test_storage_is_formatted_once_and_a_node_checks_it():
 
 
 # ---- Kafka's Java client and tools against the cluster ------------------------------------------
-
-def java(*args, stdin=None, timeout=180) -> subprocess.CompletedProcess:
-    from reference import DEPS, ensure_jars
-
-    ensure_jars()
-    return subprocess.run(
-        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{DEPS}/*", *args],
-        input=stdin, capture_output=True, text=True, timeout=timeout,
-    )
-
 
 def test_the_java_client_produces_keyed_messages_to_the_right_leaders(cluster):
     create(cluster.nodes[0].bootstrap, "java-spread", PARTITIONS)

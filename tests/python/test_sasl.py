@@ -20,6 +20,7 @@ from confluent_kafka.admin import NewTopic
 
 import certs as certs_mod
 from harness import SLUICE_BIN, TEST_DIR, Broker, admin, free_port
+from reference import java
 
 ALICE_PW = "alice-Pw-3d9c"
 ADMIN_PW = "admin-Pw-81be"
@@ -339,16 +340,6 @@ def test_connections_that_never_authenticate_are_closed_when_idle():
     finally:
         b.stop()
         b.remove()
-
-
-def java(*args, stdin=None, timeout=180) -> subprocess.CompletedProcess:
-    from reference import DEPS, ensure_jars
-
-    ensure_jars()
-    return subprocess.run(
-        ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", f"{DEPS}/*", *args],
-        input=stdin, capture_output=True, text=True, timeout=timeout,
-    )
 
 
 def run_sluice(*args: str) -> str:

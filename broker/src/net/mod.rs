@@ -204,20 +204,24 @@ fn descriptor_limit() -> Option<u64> {
 
 pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
     let config = shard.config();
-    let tls = match config.client_security_protocol() {
-        Ok(p) if p.tls() => match tls::Tls::new(&config.ssl) {
+    // Checked at start (`BrokerConfig::validate`).
+    let protocol = config
+        .client_security_protocol()
+        .unwrap_or(crate::config::security::SecurityProtocol::Plaintext);
+    let tls = if protocol.tls() {
+        match tls::Tls::new(&config.ssl) {
             Ok(tls) => Some(Rc::new(tls)),
             Err(e) => {
                 tracing::error!(shard = shard.id, error = %format!("{e:#}"), "the SSL listener's key material does not load; this shard serves no connection");
                 return;
             }
-        },
-        _ => None,
+        }
+    } else {
+        None
     };
-    let sasl = match config.client_security_protocol() {
-        Ok(p) if p.sasl() => Some(Rc::new(sasl::SaslServer::new(config))),
-        _ => None,
-    };
+    let sasl = protocol
+        .sasl()
+        .then(|| Rc::new(sasl::SaslServer::new(config)));
     let mut reserve = reserve_descriptor();
     let mut failing = 0u64;
     loop {
@@ -446,18 +450,12 @@ fn before_auth(auth: &mut sasl::Authenticator, body: &Bytes) -> anyhow::Result<B
         crate::codec::encode_response(key, version, header.correlation_id, &response)
     };
     let outcome = match crate::codec::decode_request(key, version, &mut rest)? {
-        RequestKind::SaslHandshake(r) => match auth.on_handshake(&r, version) {
-            sasl::Outcome::Answer(a) => sasl::Outcome::Answer(ResponseKind::SaslHandshake(a)),
-            sasl::Outcome::In(a, p) => sasl::Outcome::In(ResponseKind::SaslHandshake(a), p),
-            sasl::Outcome::Out(a, why) => sasl::Outcome::Out(ResponseKind::SaslHandshake(a), why),
-        },
-        RequestKind::SaslAuthenticate(r) => match auth.on_authenticate(&r) {
-            sasl::Outcome::Answer(a) => sasl::Outcome::Answer(ResponseKind::SaslAuthenticate(a)),
-            sasl::Outcome::In(a, p) => sasl::Outcome::In(ResponseKind::SaslAuthenticate(a), p),
-            sasl::Outcome::Out(a, why) => {
-                sasl::Outcome::Out(ResponseKind::SaslAuthenticate(a), why)
-            }
-        },
+        RequestKind::SaslHandshake(r) => auth
+            .on_handshake(&r, version)
+            .map(ResponseKind::SaslHandshake),
+        RequestKind::SaslAuthenticate(r) => {
+            auth.on_authenticate(&r).map(ResponseKind::SaslAuthenticate)
+        }
         _ => anyhow::bail!("{key:?} decoded as another request"),
     };
     Ok(match outcome {

@@ -88,6 +88,17 @@ pub enum Outcome<R> {
     Out(R, String),
 }
 
+impl<R> Outcome<R> {
+    /// The same outcome with its answer turned into another type.
+    pub fn map<T>(self, f: impl FnOnce(R) -> T) -> Outcome<T> {
+        match self {
+            Outcome::Answer(r) => Outcome::Answer(f(r)),
+            Outcome::In(r, principal) => Outcome::In(f(r), principal),
+            Outcome::Out(r, why) => Outcome::Out(f(r), why),
+        }
+    }
+}
+
 /// One connection's authentication.
 pub struct Authenticator {
     server: Rc<SaslServer>,

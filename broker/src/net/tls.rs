@@ -14,7 +14,7 @@
 //! leaves the previous configuration in force, with a log line.
 
 use std::cell::RefCell;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -250,11 +250,7 @@ fn stamps(ssl: &SslConfig) -> Vec<Option<SystemTime>> {
     files(ssl)
         .into_iter()
         .flatten()
-        .map(|p: &Path| {
-            std::fs::metadata(PathBuf::from(p))
-                .and_then(|m| m.modified())
-                .ok()
-        })
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
         .collect()
 }
 
