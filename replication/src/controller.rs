@@ -351,6 +351,7 @@ pub enum ControllerRequest {
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
     UpdateFeatures(UpdateFeaturesRequest),
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
 }
 
 /// Kafka's UpdateFeatures: new finalized levels of cluster-wide features. The levels were
@@ -361,6 +362,29 @@ pub struct UpdateFeaturesRequest {
     pub updates: Vec<(String, i16)>,
     pub validate_only: bool,
 }
+
+/// Kafka's AlterUserScramCredentials, with each upsertion's keys already derived from the
+/// salted password the client sent (the broker does that; the controller never sees it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlterUserScramCredentialsRequest {
+    /// User names and mechanism ids.
+    pub deletions: Vec<(String, i8)>,
+    pub upsertions: Vec<UserScramCredentialRecord>,
+}
+
+/// One user's answer to AlterUserScramCredentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScramAlterationResult {
+    pub user: String,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
+/// Kafka's SCRAM mechanism ids: SCRAM-SHA-256 and SCRAM-SHA-512.
+pub const SCRAM_MECHANISMS: [i8; 2] = [1, 2];
+/// Kafka's bounds on a SCRAM credential's iterations.
+pub const SCRAM_ITERATIONS_MIN: i32 = 4096;
+pub const SCRAM_ITERATIONS_MAX: i32 = 16384;
 
 /// One partition of an AlterPartitionReassignments: its index and target replicas, or `None`
 /// to cancel its reassignment.
@@ -451,6 +475,8 @@ pub enum ControllerResponse {
     ListPartitionReassignments(ListPartitionReassignmentsResponse),
     /// The error of the whole request (the features are finalized together or not at all).
     UpdateFeatures(i16),
+    /// One result per user, in user name order.
+    AlterUserScramCredentials(Vec<ScramAlterationResult>),
 }
 
 impl ControllerRequest {
@@ -575,6 +601,24 @@ impl ControllerRequest {
                 })
             }
             ControllerRequest::UpdateFeatures(_) => ControllerResponse::UpdateFeatures(error_code),
+            ControllerRequest::AlterUserScramCredentials(r) => {
+                let users: BTreeSet<&String> = r
+                    .deletions
+                    .iter()
+                    .map(|(name, _)| name)
+                    .chain(r.upsertions.iter().map(|u| &u.name))
+                    .collect();
+                ControllerResponse::AlterUserScramCredentials(
+                    users
+                        .into_iter()
+                        .map(|user| ScramAlterationResult {
+                            user: user.clone(),
+                            error_code,
+                            error_message: None,
+                        })
+                        .collect(),
+                )
+            }
         }
     }
 }
@@ -681,6 +725,7 @@ impl Controller {
                 (vec![], self.list_reassignments(r))
             }
             ControllerRequest::UpdateFeatures(r) => self.update_features(r),
+            ControllerRequest::AlterUserScramCredentials(r) => self.alter_scram(r),
         };
         ControllerResult { records, response }
     }
@@ -1492,6 +1537,107 @@ impl Controller {
             self.emit(&mut records, batch);
         }
         (records, ControllerResponse::UpdateFeatures(NONE))
+    }
+
+    /// Checks each user's alterations as Kafka's controller does; a user whose alterations are
+    /// all acceptable gets them, in one batch with every other such user's. A user named twice
+    /// is refused whole (DUPLICATE_RESOURCE), as is an empty name.
+    fn alter_scram(
+        &mut self,
+        r: &AlterUserScramCredentialsRequest,
+    ) -> (Vec<Record>, ControllerResponse) {
+        let image = self.image();
+        let mut refused: BTreeMap<&str, (i16, &str)> = BTreeMap::new();
+        let mut named: BTreeMap<&str, usize> = BTreeMap::new();
+        for name in r
+            .deletions
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .chain(r.upsertions.iter().map(|u| u.name.as_str()))
+        {
+            *named.entry(name).or_default() += 1;
+        }
+        for (&user, &n) in &named {
+            if n > 1 {
+                refused.insert(
+                    user,
+                    (
+                        DUPLICATE_RESOURCE,
+                        "A user credential cannot be altered twice in the same request",
+                    ),
+                );
+            } else if user.is_empty() {
+                refused.insert(
+                    user,
+                    (UNACCEPTABLE_CREDENTIAL, "Username must not be empty"),
+                );
+            }
+        }
+        for (user, mechanism) in &r.deletions {
+            let why = if !SCRAM_MECHANISMS.contains(mechanism) {
+                (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+            } else if image.scram_credential(user, *mechanism).is_none() {
+                (
+                    RESOURCE_NOT_FOUND,
+                    "Attempt to delete a user credential that does not exist",
+                )
+            } else {
+                continue;
+            };
+            refused.entry(user).or_insert(why);
+        }
+        for u in &r.upsertions {
+            let why = if !SCRAM_MECHANISMS.contains(&u.mechanism) {
+                (UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
+            } else if u.iterations < SCRAM_ITERATIONS_MIN {
+                (UNACCEPTABLE_CREDENTIAL, "Too few iterations")
+            } else if u.iterations > SCRAM_ITERATIONS_MAX {
+                (UNACCEPTABLE_CREDENTIAL, "Too many iterations")
+            } else if u.salt.is_empty() || u.stored_key.is_empty() || u.server_key.is_empty() {
+                (
+                    UNACCEPTABLE_CREDENTIAL,
+                    "The salt and the salted password must not be empty",
+                )
+            } else {
+                continue;
+            };
+            refused.entry(&u.name).or_insert(why);
+        }
+        let mut batch = Vec::new();
+        for (user, mechanism) in &r.deletions {
+            if !refused.contains_key(user.as_str()) {
+                batch.push(Record::RemoveUserScramCredential(
+                    RemoveUserScramCredentialRecord {
+                        name: user.clone(),
+                        mechanism: *mechanism,
+                    },
+                ));
+            }
+        }
+        for u in &r.upsertions {
+            if !refused.contains_key(u.name.as_str()) {
+                batch.push(Record::UserScramCredential(u.clone()));
+            }
+        }
+        let results = named
+            .keys()
+            .map(|&user| {
+                let (error_code, message) = refused.get(user).copied().unwrap_or((NONE, ""));
+                ScramAlterationResult {
+                    user: user.to_string(),
+                    error_code,
+                    error_message: (error_code != NONE).then(|| message.to_string()),
+                }
+            })
+            .collect();
+        let mut records = Vec::new();
+        if !batch.is_empty() {
+            self.emit(&mut records, batch);
+        }
+        (
+            records,
+            ControllerResponse::AlterUserScramCredentials(results),
+        )
     }
 
     fn alter_configs(
@@ -3283,6 +3429,106 @@ mod tests {
         assert_eq!(h.run(request), ControllerResponse::UpdateFeatures(NONE));
         assert_eq!(h.image.feature_level("transaction.version"), None);
         assert_eq!(h.image.feature_level("metadata.version"), Some(25));
+    }
+
+    fn credential(name: &str, mechanism: i8, iterations: i32) -> UserScramCredentialRecord {
+        UserScramCredentialRecord {
+            name: name.into(),
+            mechanism,
+            salt: b"salt".to_vec(),
+            stored_key: vec![1; 32],
+            server_key: vec![2; 32],
+            iterations,
+        }
+    }
+
+    fn scram_results(response: ControllerResponse) -> Vec<(String, i16)> {
+        match response {
+            ControllerResponse::AlterUserScramCredentials(results) => results
+                .into_iter()
+                .map(|r| {
+                    assert_eq!(r.error_message.is_some(), r.error_code != NONE, "{r:?}");
+                    (r.user, r.error_code)
+                })
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn scram_credentials_are_checked_per_user_and_stored_in_the_image() {
+        let mut h = Harness::new();
+        let alter = |deletions: &[(&str, i8)], upsertions: Vec<UserScramCredentialRecord>| {
+            ControllerRequest::AlterUserScramCredentials(AlterUserScramCredentialsRequest {
+                deletions: deletions.iter().map(|(n, m)| (n.to_string(), *m)).collect(),
+                upsertions,
+            })
+        };
+        let request = alter(
+            &[("carol", 1)],
+            vec![
+                credential("alice", 1, 4096),
+                credential("bob", 2, 8192),
+                credential("dave", 3, 4096),
+                credential("erin", 1, 4095),
+                credential("frank", 1, 16385),
+                credential("", 1, 4096),
+                credential("gina", 1, 4096),
+                credential("gina", 2, 4096),
+            ],
+        );
+        assert_eq!(
+            scram_results(h.run(request)),
+            vec![
+                ("".to_string(), UNACCEPTABLE_CREDENTIAL),
+                ("alice".to_string(), NONE),
+                ("bob".to_string(), NONE),
+                ("carol".to_string(), RESOURCE_NOT_FOUND),
+                ("dave".to_string(), UNSUPPORTED_SASL_MECHANISM),
+                ("erin".to_string(), UNACCEPTABLE_CREDENTIAL),
+                ("frank".to_string(), UNACCEPTABLE_CREDENTIAL),
+                ("gina".to_string(), DUPLICATE_RESOURCE),
+            ]
+        );
+        let stored: Vec<(&str, i8, i32)> = h
+            .image
+            .scram_credentials()
+            .map(|c| (c.name.as_str(), c.mechanism, c.iterations))
+            .collect();
+        assert_eq!(stored, vec![("alice", 1, 4096), ("bob", 2, 8192)]);
+        assert_eq!(
+            h.image.scram_credential("bob", 2).unwrap().stored_key,
+            vec![1; 32]
+        );
+        // A snapshot keeps them.
+        let rebuilt =
+            MetadataImage::from_snapshot(h.image.offset(), &h.image.snapshot_records()).unwrap();
+        assert_eq!(rebuilt, h.image);
+        // Replaced, deleted; deleting a mechanism the user lacks is refused.
+        let request = alter(&[("bob", 2)], vec![credential("alice", 1, 10000)]);
+        assert_eq!(
+            scram_results(h.run(request)),
+            vec![("alice".to_string(), NONE), ("bob".to_string(), NONE)]
+        );
+        assert_eq!(
+            h.image.scram_credential("alice", 1).unwrap().iterations,
+            10000
+        );
+        assert!(h.image.scram_credential("bob", 2).is_none());
+        let request = alter(&[("alice", 2)], vec![]);
+        assert_eq!(
+            scram_results(h.run(request)),
+            vec![("alice".to_string(), RESOURCE_NOT_FOUND)]
+        );
+        assert!(h.image.scram_credential("alice", 1).is_some());
+        // Nothing acceptable: nothing written.
+        let offset = h.image.offset();
+        let request = alter(&[], vec![credential("zed", 1, 1)]);
+        assert_eq!(
+            scram_results(h.run(request)),
+            vec![("zed".to_string(), UNACCEPTABLE_CREDENTIAL)]
+        );
+        assert_eq!(h.image.offset(), offset);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub const INVALID_REPLICATION_FACTOR: i16 = 38;
 pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 pub const INVALID_CONFIG: i16 = 40;
 /// Retriable: the client finds the active controller and tries again.
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 pub const NOT_CONTROLLER: i16 = 41;
 pub const INVALID_REQUEST: i16 = 42;
 pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
@@ -46,6 +47,9 @@ pub const ELECTION_NOT_NEEDED: i16 = 84;
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 /// AlterPartition from a leader that read an older partition epoch than the controller's.
 pub const INVALID_RECORD: i16 = 87;
+pub const RESOURCE_NOT_FOUND: i16 = 91;
+pub const DUPLICATE_RESOURCE: i16 = 92;
+pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 pub const INVALID_UPDATE_VERSION: i16 = 95;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const DUPLICATE_BROKER_REGISTRATION: i16 = 101;

@@ -58,6 +58,8 @@ pub struct MetadataImage {
     /// The last block handed out, if any; `next_producer_id` is the first id after it.
     producer_ids: Option<ProducerIdsRecord>,
     features: BTreeMap<String, i16>,
+    /// SCRAM credentials by user name and mechanism id.
+    scram: BTreeMap<(String, i8), UserScramCredentialRecord>,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -157,6 +159,20 @@ impl MetadataImage {
 
     /// Applies one committed record at `offset`. Records of one batch share its offset. An
     /// error means the record contradicts the image: the log or the controller is wrong.
+    /// A user's SCRAM credential for a mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512).
+    pub fn scram_credential(
+        &self,
+        name: &str,
+        mechanism: i8,
+    ) -> Option<&UserScramCredentialRecord> {
+        self.scram.get(&(name.to_string(), mechanism))
+    }
+
+    /// Every SCRAM credential, by user name then mechanism.
+    pub fn scram_credentials(&self) -> impl Iterator<Item = &UserScramCredentialRecord> {
+        self.scram.values()
+    }
+
     pub fn apply(&mut self, offset: Offset, record: &Record) -> Result<(), ApplyError> {
         if offset < self.offset {
             return Err(ApplyError::OffsetWentBack {
@@ -333,6 +349,13 @@ impl MetadataImage {
                     self.features.insert(r.name.clone(), r.feature_level);
                 }
             }
+            Record::UserScramCredential(r) => {
+                self.scram.insert((r.name.clone(), r.mechanism), r.clone());
+            }
+            // The controller removes only what exists; a removal of nothing changes nothing.
+            Record::RemoveUserScramCredential(r) => {
+                self.scram.remove(&(r.name.clone(), r.mechanism));
+            }
             Record::NoOp | Record::LeaderChange(_) => {}
         }
         Ok(())
@@ -411,6 +434,12 @@ impl MetadataImage {
         if let Some(p) = &self.producer_ids {
             records.push(Record::ProducerIds(p.clone()));
         }
+        records.extend(
+            self.scram
+                .values()
+                .cloned()
+                .map(Record::UserScramCredential),
+        );
         records
     }
 

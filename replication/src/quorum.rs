@@ -114,6 +114,9 @@ pub struct QuorumConfig {
     /// off so that a seeded run is deterministic).
     pub seed: u64,
     pub controller: ControllerConfig,
+    /// Records the first controller of a new cluster writes with its LeaderChange, before
+    /// anything else (Kafka's bootstrap metadata: `storage format --add-scram`).
+    pub bootstrap: Vec<Record>,
 }
 
 impl QuorumConfig {
@@ -128,6 +131,7 @@ impl QuorumConfig {
             snapshot_interval_entries: SNAPSHOT_INTERVAL_ENTRIES_DEFAULT,
             seed: node_id,
             controller: ControllerConfig::new(BrokerId(node_id as i32), cluster_id),
+            bootstrap: Vec::new(),
         }
     }
 }
@@ -839,14 +843,33 @@ impl MetadataNode {
             self.step_down();
         }
         if leading && self.leader_term.is_none() {
-            let record = Record::LeaderChange(LeaderChangeRecord {
+            let mut records = vec![Record::LeaderChange(LeaderChangeRecord {
                 leader_id: BrokerId(self.config.node_id as i32),
                 leader_epoch: term as i32,
-            });
-            if self.raw.propose(vec![], encode_batch(&[record])).is_ok() {
+            })];
+            if self.log_is_new() {
+                records.extend(self.config.bootstrap.iter().cloned());
+            }
+            if self.raw.propose(vec![], encode_batch(&records)).is_ok() {
                 self.leader_term = Some(term);
                 self.activation_index = Some(self.raw.raft.raft_log.last_index());
             }
+        }
+    }
+
+    /// Whether this (leading) node's log holds no metadata yet: nothing compacted, and no entry
+    /// with records. A leader's log holds everything committed, so only the first controller of
+    /// a new cluster sees it new.
+    fn log_is_new(&self) -> bool {
+        let log = &self.raw.raft.raft_log;
+        if log.first_index() != 1 || log.last_index() > 64 {
+            return false;
+        }
+        match log.entries(1, None, GetEntriesContext::empty(false)) {
+            Ok(entries) => entries
+                .iter()
+                .all(|e| e.get_entry_type() != EntryType::EntryNormal || e.data.is_empty()),
+            Err(_) => false,
         }
     }
 
@@ -1040,6 +1063,10 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
             l.reassignments.clear();
         }
         R::UpdateFeatures(e) => *e = NOT_CONTROLLER,
+        R::AlterUserScramCredentials(results) => results.iter_mut().for_each(|u| {
+            u.error_code = NOT_CONTROLLER;
+            u.error_message = None;
+        }),
     }
     r
 }
@@ -1236,6 +1263,42 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rebuilt, image);
+    }
+
+    #[test]
+    fn bootstrap_records_are_written_once_by_the_first_controller() {
+        let credential = |iterations| {
+            Record::UserScramCredential(crate::records::UserScramCredentialRecord {
+                name: "alice".into(),
+                mechanism: 1,
+                salt: b"salt".to_vec(),
+                stored_key: vec![1; 32],
+                server_key: vec![2; 32],
+                iterations,
+            })
+        };
+        let mut c = config(1_000);
+        c.bootstrap = vec![credential(4096)];
+        let mut s = Single::new(c, PersistedState::default());
+        s.run_for(3_000);
+        assert!(s.node.is_active_controller());
+        let stored = |s: &Single| {
+            s.node
+                .image()
+                .scram_credential("alice", 1)
+                .map(|c| c.iterations)
+        };
+        assert_eq!(stored(&s), Some(4096));
+        // A restart (a new term, a new LeaderChange) does not write them again, even when the
+        // bootstrap it is given differs.
+        let mut c = config(1_000);
+        c.bootstrap = vec![credential(8192)];
+        let mut restarted = Single::new(c, s.disk.clone());
+        restarted.now_ms = s.now_ms;
+        restarted.run_for(3_000);
+        assert!(restarted.node.is_active_controller());
+        assert!(restarted.node.image().offset() > s.node.image().offset());
+        assert_eq!(stored(&restarted), Some(4096));
     }
 
     #[test]

@@ -208,6 +208,37 @@ pub struct LeaderChangeRecord {
     pub leader_epoch: i32,
 }
 
+/// A user's SCRAM credential for one mechanism (AlterUserScramCredentials, `storage format
+/// --add-scram`): the salt and the keys RFC 5802 derives from the salted password, never the
+/// password itself.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserScramCredentialRecord {
+    pub name: String,
+    /// Kafka's ScramMechanism id: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512.
+    pub mechanism: i8,
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+/// The keys are as good as a password to whoever holds the metadata log: kept out of `{:?}`.
+impl fmt::Debug for UserScramCredentialRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserScramCredentialRecord")
+            .field("name", &self.name)
+            .field("mechanism", &self.mechanism)
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoveUserScramCredentialRecord {
+    pub name: String,
+    pub mechanism: i8,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     RegisterBroker(RegisterBrokerRecord),
@@ -221,6 +252,8 @@ pub enum Record {
     RemoveTopic(RemoveTopicRecord),
     FeatureLevel(FeatureLevelRecord),
     ProducerIds(ProducerIdsRecord),
+    UserScramCredential(UserScramCredentialRecord),
+    RemoveUserScramCredential(RemoveUserScramCredentialRecord),
     NoOp,
     LeaderChange(LeaderChangeRecord),
 }
@@ -236,9 +269,11 @@ pub mod record_type {
     pub const FENCE_BROKER: u16 = 7;
     pub const UNFENCE_BROKER: u16 = 8;
     pub const REMOVE_TOPIC: u16 = 9;
+    pub const USER_SCRAM_CREDENTIAL: u16 = 11;
     pub const FEATURE_LEVEL: u16 = 12;
     pub const PRODUCER_IDS: u16 = 15;
     pub const NO_OP: u16 = 20;
+    pub const REMOVE_USER_SCRAM_CREDENTIAL: u16 = 22;
     pub const LEADER_CHANGE: u16 = 0x8002;
 }
 
@@ -342,6 +377,16 @@ impl Writer<'_> {
             Some(s) => self.string(s),
         }
     }
+    fn bytes(&mut self, b: &[u8]) {
+        // Salts and keys: tens of bytes.
+        assert!(
+            b.len() <= STRING_BYTES_MAX,
+            "bytes field of {} bytes",
+            b.len()
+        );
+        self.i16(b.len() as i16);
+        self.buf.extend_from_slice(b);
+    }
     fn brokers(&mut self, ids: &[BrokerId]) {
         self.u32(u32::try_from(ids.len()).expect("replica list fits u32"));
         for id in ids {
@@ -409,6 +454,13 @@ impl<'a> Reader<'a> {
         }
         self.string_body(len as usize)
     }
+    fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+        let len = self.i16()?;
+        if len < 0 {
+            return Err(DecodeError::InvalidLength { len: len.into() });
+        }
+        Ok(self.take(len as usize)?.to_vec())
+    }
     fn string_body(&mut self, len: usize) -> Result<String, DecodeError> {
         let bytes = self.take(len)?;
         std::str::from_utf8(bytes)
@@ -455,6 +507,8 @@ impl Record {
             Record::RemoveTopic(_) => REMOVE_TOPIC,
             Record::FeatureLevel(_) => FEATURE_LEVEL,
             Record::ProducerIds(_) => PRODUCER_IDS,
+            Record::UserScramCredential(_) => USER_SCRAM_CREDENTIAL,
+            Record::RemoveUserScramCredential(_) => REMOVE_USER_SCRAM_CREDENTIAL,
             Record::NoOp => NO_OP,
             Record::LeaderChange(_) => LEADER_CHANGE,
         }
@@ -565,6 +619,18 @@ impl Record {
                 w.i64(r.broker_epoch.0);
                 w.i64(r.next_producer_id);
             }
+            Record::UserScramCredential(r) => {
+                w.string(&r.name);
+                w.i8(r.mechanism);
+                w.bytes(&r.salt);
+                w.bytes(&r.stored_key);
+                w.bytes(&r.server_key);
+                w.i32(r.iterations);
+            }
+            Record::RemoveUserScramCredential(r) => {
+                w.string(&r.name);
+                w.i8(r.mechanism);
+            }
             Record::NoOp => {}
             Record::LeaderChange(r) => {
                 w.i32(r.leader_id.0);
@@ -619,6 +685,8 @@ impl Record {
                 | REMOVE_TOPIC
                 | FEATURE_LEVEL
                 | PRODUCER_IDS
+                | USER_SCRAM_CREDENTIAL
+                | REMOVE_USER_SCRAM_CREDENTIAL
                 | NO_OP
                 | LEADER_CHANGE
         );
@@ -746,6 +814,20 @@ impl Record {
                 broker_epoch: BrokerEpoch(r.i64()?),
                 next_producer_id: r.i64()?,
             }),
+            USER_SCRAM_CREDENTIAL => Record::UserScramCredential(UserScramCredentialRecord {
+                name: r.string()?,
+                mechanism: r.i8()?,
+                salt: r.bytes()?,
+                stored_key: r.bytes()?,
+                server_key: r.bytes()?,
+                iterations: r.i32()?,
+            }),
+            REMOVE_USER_SCRAM_CREDENTIAL => {
+                Record::RemoveUserScramCredential(RemoveUserScramCredentialRecord {
+                    name: r.string()?,
+                    mechanism: r.i8()?,
+                })
+            }
             NO_OP => Record::NoOp,
             LEADER_CHANGE => Record::LeaderChange(LeaderChangeRecord {
                 leader_id: BrokerId(r.i32()?),
@@ -957,6 +1039,32 @@ mod tests {
                     broker_id: BrokerId(b),
                     broker_epoch: BrokerEpoch(e),
                     next_producer_id: n,
+                })
+            }),
+            (
+                name(),
+                any::<i8>(),
+                proptest::collection::vec(any::<u8>(), 0..64),
+                proptest::collection::vec(any::<u8>(), 0..64),
+                proptest::collection::vec(any::<u8>(), 0..64),
+                any::<i32>()
+            )
+                .prop_map(
+                    |(name, mechanism, salt, stored_key, server_key, iterations)| {
+                        Record::UserScramCredential(UserScramCredentialRecord {
+                            name,
+                            mechanism,
+                            salt,
+                            stored_key,
+                            server_key,
+                            iterations,
+                        })
+                    }
+                ),
+            (name(), any::<i8>()).prop_map(|(name, mechanism)| {
+                Record::RemoveUserScramCredential(RemoveUserScramCredentialRecord {
+                    name,
+                    mechanism,
                 })
             }),
             Just(Record::NoOp),

@@ -802,6 +802,9 @@ impl Sim {
                 r.error_code == error_code::NOT_CONTROLLER
             }
             ControllerResponse::UpdateFeatures(e) => *e == error_code::NOT_CONTROLLER,
+            ControllerResponse::AlterUserScramCredentials(r) => {
+                r.iter().any(|u| u.error_code == error_code::NOT_CONTROLLER)
+            }
         };
         if not_controller {
             self.acked.not_controller += 1;
