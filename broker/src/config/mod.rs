@@ -672,37 +672,49 @@ impl BrokerConfig {
     fn validate_sasl(&self) -> anyhow::Result<()> {
         let listener = &self.listener_name;
         if self.sasl.enabled_mechanisms.is_empty() {
-            anyhow::bail!("listener {listener} is SASL: set sasl.enabled.mechanisms (PLAIN)");
+            anyhow::bail!(
+                "listener {listener} is SASL: set sasl.enabled.mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+            );
         }
         for mechanism in &self.sasl.enabled_mechanisms {
             if !security::SASL_MECHANISMS.contains(&mechanism.as_str()) {
                 anyhow::bail!(
-                    "sasl.enabled.mechanisms: {mechanism} is not a mechanism Sluice runs ({}); \
-                     set sasl.enabled.mechanisms=PLAIN",
+                    "sasl.enabled.mechanisms: {mechanism} is not a mechanism Sluice runs ({})",
                     security::SASL_MECHANISMS.join(", ")
                 );
             }
+            if mechanism != "PLAIN" {
+                // SCRAM's credentials live in the metadata log; a JAAS entry, if set, must
+                // name SCRAM's login module (its options are the broker's own login).
+                if let Some(jaas) = self.sasl.jaas_of(listener, mechanism) {
+                    if jaas.module != security::SCRAM_LOGIN_MODULE {
+                        anyhow::bail!(
+                            "listener.name.{}.{}.sasl.jaas.config: {mechanism} takes {}, not {}",
+                            listener.to_ascii_lowercase(),
+                            mechanism.to_ascii_lowercase(),
+                            security::SCRAM_LOGIN_MODULE,
+                            jaas.module
+                        );
+                    }
+                }
+                continue;
+            }
             let key = format!(
-                "listener.name.{}.{}.sasl.jaas.config",
+                "listener.name.{}.plain.sasl.jaas.config",
                 listener.to_ascii_lowercase(),
-                mechanism.to_ascii_lowercase()
             );
             let jaas = self.sasl.jaas_of(listener, mechanism).ok_or_else(|| {
                 anyhow::anyhow!("listener {listener} runs SASL {mechanism}: set {key}")
             })?;
-            if mechanism == "PLAIN" {
-                if jaas.module != security::PLAIN_LOGIN_MODULE {
-                    anyhow::bail!(
-                        "{key}: PLAIN takes {}, not {}",
-                        security::PLAIN_LOGIN_MODULE,
-                        jaas.module
-                    );
-                }
-                if jaas.plain_users().is_empty() {
-                    anyhow::bail!(
-                        "{key}: no user_<name>=\"<password>\" option, so nobody can log in"
-                    );
-                }
+            if jaas.module != security::PLAIN_LOGIN_MODULE {
+                anyhow::bail!(
+                    "{key}: PLAIN takes {}, not {}",
+                    security::PLAIN_LOGIN_MODULE,
+                    jaas.module
+                );
+            }
+            if jaas.plain_users().is_empty() {
+                anyhow::bail!("{key}: no user_<name>=\"<password>\" option, so nobody can log in");
             }
         }
         Ok(())

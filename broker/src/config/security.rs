@@ -169,7 +169,7 @@ impl fmt::Debug for SslConfig {
 }
 
 /// The SASL mechanisms a broker can run.
-pub const SASL_MECHANISMS: &[&str] = &["PLAIN"];
+pub const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
 
 /// The SASL settings of the SASL listeners.
 #[derive(Clone, Default)]
@@ -270,6 +270,7 @@ impl fmt::Debug for Jaas {
 
 /// Kafka's login module for PLAIN: its `user_<name>="<password>"` options are the users.
 pub const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+pub const SCRAM_LOGIN_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
 
 impl Jaas {
     /// Parses one entry. Values are quoted (`"..."`, with `\"` and `\\` escapes) or bare words.

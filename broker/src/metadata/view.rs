@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use sluice_replication::image::MetadataImage as ClusterImage;
-use sluice_replication::records::ConfigResourceType;
+use sluice_replication::records::{ConfigResourceType, UserScramCredentialRecord};
 
 use super::{MetadataImage, TopicMeta, NOT_HOSTED};
 
@@ -50,6 +50,8 @@ pub struct ClusterView {
     /// Finalized feature levels from the metadata log (UpdateFeatures), by name; empty until
     /// the first UpdateFeatures (`crate::features`).
     pub features: BTreeMap<String, i16>,
+    /// SCRAM credentials by user name and mechanism id (`net/scram.rs`).
+    pub scram: BTreeMap<(String, i8), UserScramCredentialRecord>,
 }
 
 impl ClusterView {
@@ -100,6 +102,10 @@ pub fn broker_image(
         offset: cluster.offset().0,
         controller_id,
         features: cluster.features().clone(),
+        scram: cluster
+            .scram_credentials()
+            .map(|c| ((c.name.clone(), c.mechanism), c.clone()))
+            .collect(),
         ..ClusterView::default()
     };
     for b in cluster.brokers() {

@@ -25,6 +25,7 @@
 pub mod alloc;
 pub mod frame;
 pub mod sasl;
+pub mod scram;
 pub mod splice;
 pub mod tls;
 
@@ -415,16 +416,23 @@ enum BeforeAuth {
 }
 
 /// Runs a frame read before the client authenticated through its [`sasl::Authenticator`].
-fn before_auth(auth: &mut sasl::Authenticator, body: &Bytes) -> anyhow::Result<BeforeAuth> {
+fn before_auth(
+    auth: &mut sasl::Authenticator,
+    body: &Bytes,
+    scram: sasl::ScramLookup<'_>,
+) -> anyhow::Result<BeforeAuth> {
     use kafka_protocol::messages::RequestKind;
     if auth.expects_raw_token() {
-        // After a version 0 handshake the token comes bare, and goes back bare.
-        return Ok(match auth.on_raw_token(body) {
+        // After a version 0 handshake the tokens come bare, and go back bare.
+        return Ok(match auth.on_raw_token(body, scram) {
             Ok((answer, principal)) => {
                 let mut frame = Vec::with_capacity(4 + answer.len());
                 frame.extend_from_slice(&(answer.len() as u32).to_be_bytes());
                 frame.extend_from_slice(&answer);
-                BeforeAuth::In(Bytes::from(frame), principal)
+                match principal {
+                    Some(principal) => BeforeAuth::In(Bytes::from(frame), principal),
+                    None => BeforeAuth::Answer(Bytes::from(frame)),
+                }
             }
             Err(why) => BeforeAuth::Out(None, why),
         });
@@ -454,7 +462,7 @@ fn before_auth(auth: &mut sasl::Authenticator, body: &Bytes) -> anyhow::Result<B
             .on_handshake(&r, version)
             .map(ResponseKind::SaslHandshake),
         RequestKind::SaslAuthenticate(r) => {
-            auth.on_authenticate(&r).map(ResponseKind::SaslAuthenticate)
+            auth.on_authenticate(&r, scram).map(ResponseKind::SaslAuthenticate)
         }
         _ => anyhow::bail!("{key:?} decoded as another request"),
     };
@@ -587,7 +595,13 @@ where
         requests += 1;
         let body = Bytes::from(body);
         if let Some(auth) = auth.as_mut().filter(|a| !a.authenticated()) {
-            let step = match before_auth(auth, &body) {
+            // SCRAM credentials as the metadata image holds them now.
+            let image = shard.image();
+            let scram = |user: &str, mechanism: i8| {
+                let cluster = image.cluster.as_ref()?;
+                cluster.scram.get(&(user.to_string(), mechanism)).cloned()
+            };
+            let step = match before_auth(auth, &body, &scram) {
                 Ok(step) => step,
                 Err(e) => {
                     tracing::warn!(?peer, error = %e, "bad request before SASL authentication; closing the connection");

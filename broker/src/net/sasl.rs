@@ -9,9 +9,11 @@
 //! frames and writes the answers.
 //!
 //! Mechanisms: PLAIN (RFC 4616), its users and passwords from Kafka's `PlainLoginModule`
-//! options (`user_<name>="<password>"`) in `listener.name.<l>.plain.sasl.jaas.config`.
-//! Passwords are compared in constant time and never logged; a refusal says only
-//! "Invalid username or password", for an unknown user and a wrong password alike.
+//! options (`user_<name>="<password>"`) in `listener.name.<l>.plain.sasl.jaas.config`; and
+//! SCRAM-SHA-256 and SCRAM-SHA-512 (`net/scram.rs`), two round trips, with the credentials the
+//! metadata log holds as of each step (the caller passes them in: [`ScramLookup`]).
+//! Passwords and proofs are compared in constant time and never logged; a refusal does not say
+//! whether the user exists.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -26,6 +28,11 @@ use kafka_protocol::ResponseError;
 use subtle::ConstantTimeEq;
 
 use crate::config::BrokerConfig;
+use crate::net::scram;
+use sluice_replication::records::UserScramCredentialRecord;
+
+/// A user's SCRAM credential for a mechanism id, as the metadata image holds it now.
+pub type ScramLookup<'a> = &'a dyn Fn(&str, i8) -> Option<UserScramCredentialRecord>;
 
 /// Kafka's principal for a client that did not authenticate.
 pub const ANONYMOUS: &str = "User:ANONYMOUS";
@@ -63,7 +70,7 @@ impl SaslServer {
     }
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 enum State {
     /// Waiting for SaslHandshake.
     Handshake,
@@ -73,8 +80,14 @@ enum State {
         mechanism: String,
         raw: bool,
     },
+    /// SCRAM's server-first message sent; waiting for the client's final one.
+    ScramFinal {
+        exchange: Box<scram::ServerFirst>,
+        raw: bool,
+    },
     Authenticated,
 }
+
 
 /// What the connection does after a SASL request.
 #[derive(Debug)]
@@ -114,7 +127,7 @@ impl Authenticator {
     }
 
     pub fn authenticated(&self) -> bool {
-        self.state == State::Authenticated
+        matches!(self.state, State::Authenticated)
     }
 
     /// Whether `key` may be sent before the client is in.
@@ -127,17 +140,25 @@ impl Authenticator {
 
     /// Whether the next frame is a bare token (after a version 0 handshake), not a request.
     pub fn expects_raw_token(&self) -> bool {
-        matches!(self.state, State::Token { raw: true, .. })
+        matches!(
+            self.state,
+            State::Token { raw: true, .. } | State::ScramFinal { raw: true, .. }
+        )
     }
 
-    /// A bare token after a version 0 handshake: what to send back bare (nothing, for PLAIN),
-    /// or why the connection closes (Kafka sends nothing then).
-    pub fn on_raw_token(&mut self, token: &[u8]) -> Result<(Bytes, String), String> {
+    /// A bare token after a version 0 handshake: what to send back bare (nothing, for PLAIN;
+    /// SCRAM's messages), and whether the client is in; or why the connection closes (Kafka
+    /// sends nothing then).
+    pub fn on_raw_token(
+        &mut self,
+        token: &[u8],
+        scram: ScramLookup<'_>,
+    ) -> Result<(Bytes, Option<String>), String> {
         let request =
             SaslAuthenticateRequest::default().with_auth_bytes(Bytes::copy_from_slice(token));
-        match self.on_authenticate(&request) {
-            Outcome::In(r, principal) => Ok((r.auth_bytes, principal)),
-            Outcome::Answer(_) => Err("a bare token that does not end the exchange".into()),
+        match self.on_authenticate(&request, scram) {
+            Outcome::In(r, principal) => Ok((r.auth_bytes, Some(principal))),
+            Outcome::Answer(r) => Ok((r.auth_bytes, None)),
             Outcome::Out(_, why) => Err(why),
         }
     }
@@ -154,7 +175,7 @@ impl Authenticator {
             .map(|m| StrBytes::from_string(m.clone()))
             .collect();
         let answer = SaslHandshakeResponse::default().with_mechanisms(enabled);
-        if self.state != State::Handshake {
+        if !matches!(self.state, State::Handshake) {
             return Outcome::Out(
                 answer.with_error_code(ResponseError::IllegalSaslState.code()),
                 "a second SaslHandshake before the first ended".into(),
@@ -177,15 +198,30 @@ impl Authenticator {
     pub fn on_authenticate(
         &mut self,
         request: &SaslAuthenticateRequest,
+        scram: ScramLookup<'_>,
     ) -> Outcome<SaslAuthenticateResponse> {
         let failed = |message: &str| {
             SaslAuthenticateResponse::default()
                 .with_error_code(ResponseError::SaslAuthenticationFailed.code())
                 .with_error_message(Some(StrBytes::from_string(message.to_string())))
         };
-        let mechanism = match &self.state {
-            State::Token { mechanism, .. } => mechanism.clone(),
-            _ => {
+        let (mechanism, raw) = match std::mem::replace(&mut self.state, State::Handshake) {
+            State::Token { mechanism, raw } => (mechanism, raw),
+            State::ScramFinal { exchange, .. } => {
+                let mechanism = exchange.mechanism_name();
+                return match exchange.finish(&request.auth_bytes) {
+                    Ok((last, user)) => {
+                        self.state = State::Authenticated;
+                        Outcome::In(
+                            SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(last)),
+                            format!("User:{user}"),
+                        )
+                    }
+                    Err(why) => Outcome::Out(failed(&scram_refusal(mechanism)), why),
+                };
+            }
+            other => {
+                self.state = other;
                 return Outcome::Out(
                     SaslAuthenticateResponse::default()
                         .with_error_code(ResponseError::IllegalSaslState.code())
@@ -193,9 +229,23 @@ impl Authenticator {
                             "SaslAuthenticate before SaslHandshake",
                         ))),
                     "SaslAuthenticate before SaslHandshake".into(),
-                )
+                );
             }
         };
+        if let Some(m) = scram::Mechanism::from_name(&mechanism) {
+            let nonce = scram::random_base64(18);
+            return match scram::first(m, &request.auth_bytes, &nonce, |user| scram(user, m.id())) {
+                Ok(exchange) => {
+                    let answer = Bytes::copy_from_slice(exchange.message());
+                    self.state = State::ScramFinal {
+                        exchange: Box::new(exchange),
+                        raw,
+                    };
+                    Outcome::Answer(SaslAuthenticateResponse::default().with_auth_bytes(answer))
+                }
+                Err(why) => Outcome::Out(failed(&scram_refusal(m.name())), why),
+            };
+        }
         match mechanism.as_str() {
             "PLAIN" => match plain_token(&request.auth_bytes) {
                 Err(why) => Outcome::Out(failed(&format!("Authentication failed: {why}")), why),
@@ -220,6 +270,13 @@ impl Authenticator {
             ),
         }
     }
+}
+
+/// What a client whose SCRAM exchange failed is told, whatever the reason (Kafka's words).
+fn scram_refusal(mechanism: &str) -> String {
+    format!(
+        "Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
+    )
 }
 
 /// PLAIN's message (RFC 4616): `[authzid] NUL authcid NUL passwd`. An authorization id other
@@ -253,6 +310,75 @@ mod tests {
         })
     }
 
+    fn no_scram(_: &str, _: i8) -> Option<UserScramCredentialRecord> {
+        None
+    }
+
+    fn scram_server() -> Rc<SaslServer> {
+        Rc::new(SaslServer {
+            mechanisms: vec!["SCRAM-SHA-256".into(), "SCRAM-SHA-512".into()],
+            plain: HashMap::new(),
+        })
+    }
+
+    #[test]
+    fn scram_takes_two_round_trips_with_the_image_credentials() {
+        use scram::tests::{credential, Client};
+        for m in scram::Mechanism::ALL {
+            let stored = credential(m, "bob", "bob-pw", 4096);
+            let lookup = |user: &str, mechanism: i8| {
+                (user == "bob" && mechanism == m.id()).then(|| stored.clone())
+            };
+            for (password, ok) in [("bob-pw", true), ("bob-pW", false)] {
+                let mut a = Authenticator::new(scram_server());
+                a.on_handshake(&handshake(m.name()), 1);
+                let client = Client::new(m, "bob", password, "nonce-1");
+                let server_first = match a.on_authenticate(&token(&client.first()), &lookup) {
+                    Outcome::Answer(r) => r.auth_bytes,
+                    other => panic!("{other:?}"),
+                };
+                assert!(!a.authenticated());
+                let (last, expected) = client.last(&server_first);
+                match a.on_authenticate(&token(&last), &lookup) {
+                    Outcome::In(r, principal) if ok => {
+                        assert_eq!(&r.auth_bytes[..], &expected[..]);
+                        assert_eq!(principal, "User:bob");
+                    }
+                    Outcome::Out(r, why) if !ok => {
+                        assert_eq!(r.error_code, ResponseError::SaslAuthenticationFailed.code());
+                        assert_eq!(
+                            r.error_message.as_deref(),
+                            Some(format!("Authentication failed during authentication due to invalid credentials with SASL mechanism {}", m.name()).as_str())
+                        );
+                        assert!(!why.contains("bob-p"), "{why}");
+                    }
+                    other => panic!("{other:?}"),
+                }
+                assert_eq!(a.authenticated(), ok);
+            }
+            // The other mechanism's credential does not count; neither does a bare-token
+            // exchange skip a step.
+            let other = scram::Mechanism::ALL.into_iter().find(|o| *o != m).unwrap();
+            let mut a = Authenticator::new(scram_server());
+            a.on_handshake(&handshake(other.name()), 0);
+            let client = Client::new(other, "bob", "bob-pw", "n");
+            let (first, principal) = a.on_raw_token(&client.first(), &lookup).unwrap();
+            assert!(principal.is_none() && a.expects_raw_token());
+            let (last, _) = client.last(&first);
+            assert!(a.on_raw_token(&last, &lookup).is_err());
+            // With the right credential, bare tokens work too.
+            let mut a = Authenticator::new(scram_server());
+            a.on_handshake(&handshake(m.name()), 0);
+            let client = Client::new(m, "bob", "bob-pw", "n");
+            let (first, _) = a.on_raw_token(&client.first(), &lookup).unwrap();
+            let (last, expected) = client.last(&first);
+            let (answer, principal) = a.on_raw_token(&last, &lookup).unwrap();
+            assert_eq!(&answer[..], &expected[..]);
+            assert_eq!(principal.as_deref(), Some("User:bob"));
+            assert!(a.authenticated());
+        }
+    }
+
     fn handshake(mechanism: &'static str) -> SaslHandshakeRequest {
         SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism))
     }
@@ -267,7 +393,7 @@ mod tests {
         assert!(
             matches!(a.on_handshake(&handshake("PLAIN"), 1), Outcome::Answer(r) if r.error_code == 0)
         );
-        match a.on_authenticate(&token(b"\0alice\0alice-pw")) {
+        match a.on_authenticate(&token(b"\0alice\0alice-pw"), &no_scram) {
             Outcome::In(r, principal) => {
                 assert_eq!(r.error_code, 0);
                 assert_eq!(principal, "User:alice");
@@ -283,7 +409,7 @@ mod tests {
         ] {
             let mut a = Authenticator::new(server());
             a.on_handshake(&handshake("PLAIN"), 1);
-            match a.on_authenticate(&token(bad)) {
+            match a.on_authenticate(&token(bad), &no_scram) {
                 Outcome::Out(r, why) => {
                     assert_eq!(r.error_code, ResponseError::SaslAuthenticationFailed.code());
                     assert_eq!(
@@ -304,7 +430,7 @@ mod tests {
         ] {
             let mut a = Authenticator::new(server());
             a.on_handshake(&handshake("PLAIN"), 1);
-            match a.on_authenticate(&token(bad)) {
+            match a.on_authenticate(&token(bad), &no_scram) {
                 Outcome::Out(r, why) => {
                     assert_eq!(r.error_code, ResponseError::SaslAuthenticationFailed.code());
                     assert!(why.contains(says), "{why}");
@@ -319,13 +445,13 @@ mod tests {
         let mut a = Authenticator::new(server());
         a.on_handshake(&handshake("PLAIN"), 0);
         assert!(a.expects_raw_token());
-        let (answer, principal) = a.on_raw_token(b"\0alice\0alice-pw").unwrap();
+        let (answer, principal) = a.on_raw_token(b"\0alice\0alice-pw", &no_scram).unwrap();
         assert!(answer.is_empty());
-        assert_eq!(principal, "User:alice");
+        assert_eq!(principal.as_deref(), Some("User:alice"));
         assert!(a.authenticated() && !a.expects_raw_token());
         let mut a = Authenticator::new(server());
         a.on_handshake(&handshake("PLAIN"), 0);
-        let why = a.on_raw_token(b"\0alice\0nope").unwrap_err();
+        let why = a.on_raw_token(b"\0alice\0nope", &no_scram).unwrap_err();
         assert!(why.contains("invalid username or password"), "{why}");
         assert!(!a.authenticated());
         let mut a = Authenticator::new(server());
@@ -344,7 +470,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let mut a = Authenticator::new(server());
-        match a.on_authenticate(&token(b"\0alice\0alice-pw")) {
+        match a.on_authenticate(&token(b"\0alice\0alice-pw"), &no_scram) {
             Outcome::Out(r, _) => assert_eq!(r.error_code, ResponseError::IllegalSaslState.code()),
             other => panic!("{other:?}"),
         }
