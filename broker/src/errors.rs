@@ -18,9 +18,6 @@ pub enum Disabled {
     /// stores quotas, so no Kafka code says this; INVALID_REQUEST is the one clients show with
     /// the message.
     ClientQuotas,
-    /// No SASL, so no SCRAM credentials to keep: an upsertion is refused as a mechanism this
-    /// broker does not support.
-    Scram,
 }
 
 impl Disabled {
@@ -30,7 +27,6 @@ impl Disabled {
                 ResponseError::SecurityDisabled.code()
             }
             Disabled::ClientQuotas => ResponseError::InvalidRequest.code(),
-            Disabled::Scram => ResponseError::UnsupportedSaslMechanism.code(),
         }
     }
 
@@ -40,9 +36,6 @@ impl Disabled {
             Disabled::AuthorizerDescribe => "No Authorizer is configured on the broker",
             Disabled::ClientQuotas => {
                 "Client quotas are not supported by this broker: it neither stores nor enforces them"
-            }
-            Disabled::Scram => {
-                "SCRAM credentials are not supported by this broker: it does not authenticate with SASL"
             }
         }
     }

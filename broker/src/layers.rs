@@ -19,8 +19,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the transaction coordinator, I/O-free", &["txn"]),
     ("the group coordinator, I/O-free", &["group"]),
     (
-        "the wire, other brokers, errors, features, metrics",
-        &["codec", "peer", "errors", "features", "metrics", "loggers"],
+        "the wire, other brokers, errors, features, metrics, SCRAM's arithmetic",
+        &["codec", "peer", "errors", "features", "metrics", "loggers", "scram"],
     ),
     ("the metadata image", &["metadata"]),
     ("topic configs", &["topic_config"]),

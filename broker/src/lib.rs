@@ -22,6 +22,7 @@ mod metadata;
 mod metrics;
 mod net;
 mod peer;
+mod scram;
 mod server;
 mod shard;
 mod topic_config;

@@ -48,6 +48,7 @@ pub const FORWARDED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UpdateFeatures, 1, 2),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 fn answered(table: &[(ApiKey, i16, i16)], key: ApiKey, version: i16) -> bool {
@@ -460,6 +461,32 @@ pub fn controller_request(request: &RequestKind) -> Option<core::ControllerReque
                 .collect(),
             validate_only: r.validate_only,
         }),
+        // The keys are derived here, at the controller; the salted password goes no further.
+        RequestKind::AlterUserScramCredentials(r) => {
+            C::AlterUserScramCredentials(core::AlterUserScramCredentialsRequest {
+                deletions: r
+                    .deletions
+                    .iter()
+                    .map(|d| (name(&d.name), d.mechanism))
+                    .collect(),
+                upsertions: r
+                    .upsertions
+                    .iter()
+                    .map(|u| match crate::scram::Mechanism::from_id(u.mechanism) {
+                        Some(m) => m.credential(&u.name, &u.salt, &u.salted_password, u.iterations),
+                        // Refused by the controller as an unknown mechanism.
+                        None => sluice_replication::records::UserScramCredentialRecord {
+                            name: name(&u.name),
+                            mechanism: u.mechanism,
+                            salt: Vec::new(),
+                            stored_key: Vec::new(),
+                            server_key: Vec::new(),
+                            iterations: u.iterations,
+                        },
+                    })
+                    .collect(),
+            })
+        }
         _ => return None,
     })
 }
@@ -822,6 +849,22 @@ pub fn admin_response(response: core::ControllerResponse, version: i16) -> Respo
         R::UpdateFeatures(error_code) => ResponseKind::UpdateFeatures(
             kafka_protocol::messages::UpdateFeaturesResponse::default().with_error_code(error_code),
         ),
+        R::AlterUserScramCredentials(results) => {
+            use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+            ResponseKind::AlterUserScramCredentials(
+                AlterUserScramCredentialsResponse::default().with_results(
+                    results
+                        .into_iter()
+                        .map(|u| {
+                            AlterUserScramCredentialsResult::default()
+                                .with_user(StrBytes::from_string(u.user))
+                                .with_error_code(u.error_code)
+                                .with_error_message(u.error_message.map(StrBytes::from_string))
+                        })
+                        .collect(),
+                ),
+            )
+        }
         other => unreachable!("not an admin response: {other:?}"),
     }
 }

@@ -8,6 +8,38 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub const META_PROPERTIES: &str = "meta.properties";
+/// Records for the cluster's first controller to write (`storage format --add-scram`), as
+/// Kafka's `bootstrap.checkpoint`: one checksummed batch of metadata records.
+pub const BOOTSTRAP: &str = "bootstrap.checkpoint";
+
+/// Writes the bootstrap records durably beside `meta.properties`.
+pub fn write_bootstrap(
+    data_dir: &Path,
+    records: &[sluice_replication::records::Record],
+) -> anyhow::Result<()> {
+    let path = data_dir.join(BOOTSTRAP);
+    let tmp = data_dir.join(format!("{BOOTSTRAP}.tmp"));
+    let bytes = sluice_replication::records::encode_batch(records);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(data_dir)?.sync_all()
+    };
+    write().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+}
+
+/// The bootstrap records `storage format` left, if any.
+pub fn read_bootstrap(data_dir: &Path) -> anyhow::Result<Vec<sluice_replication::records::Record>> {
+    let path = data_dir.join(BOOTSTRAP);
+    match std::fs::read(&path) {
+        Ok(bytes) => sluice_replication::records::decode_batch(&bytes)
+            .map_err(|e| anyhow::anyhow!("{} is damaged: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(anyhow::anyhow!("reading {}: {e}", path.display())),
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetaProperties {

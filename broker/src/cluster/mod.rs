@@ -341,6 +341,58 @@ pub async fn list_partition_reassignments(
     admin_as!(ListPartitionReassignments, shard, version, request, wait)
 }
 
+/// AlterUserScramCredentials (`kafka-configs --entity-type users --alter --add-config
+/// 'SCRAM-SHA-256=[password=...]'`): checked and stored at the controller, answered once this
+/// node's image has every accepted change, so that the user can log in here at once.
+pub async fn alter_user_scram_credentials(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::AlterUserScramCredentialsRequest,
+    version: i16,
+) -> kafka_protocol::messages::AlterUserScramCredentialsResponse {
+    // The request names its users; what each should look like once applied.
+    let mut expected: Vec<(String, i8, Option<(Vec<u8>, i32)>)> = request
+        .deletions
+        .iter()
+        .map(|d| (d.name.to_string(), d.mechanism, None))
+        .collect();
+    expected.extend(
+        request
+            .upsertions
+            .iter()
+            .map(|u| (u.name.to_string(), u.mechanism, Some((u.salt.to_vec(), u.iterations)))),
+    );
+    let wait = applied_wait(30_000);
+    let r = admin_as!(
+        AlterUserScramCredentials,
+        shard,
+        version,
+        request,
+        wait,
+        |r, image| {
+            let Some(cluster) = image.cluster.as_ref() else {
+                return true;
+            };
+            r.results.iter().filter(|u| u.error_code == 0).all(|u| {
+                expected
+                    .iter()
+                    .filter(|(name, _, _)| name.as_str() == u.user.as_str())
+                    .all(|(name, mechanism, want)| {
+                        let have = cluster.scram.get(&(name.clone(), *mechanism));
+                        match want {
+                            None => have.is_none(),
+                            Some((salt, iterations)) => have
+                                .is_some_and(|c| &c.salt == salt && c.iterations == *iterations),
+                        }
+                    })
+            })
+        }
+    );
+    for u in r.results.iter().filter(|u| u.error_code != 0) {
+        tracing::info!(user = %u.user, error_code = u.error_code, message = ?u.error_message, "AlterUserScramCredentials refused");
+    }
+    r
+}
+
 /// UpdateFeatures (`kafka-features upgrade|downgrade|disable`): every requested level is checked
 /// here against this build and the cluster's levels (all or nothing, as Kafka's controller
 /// does), then finalized at the controller. The first one writes every feature's level, so

@@ -150,6 +150,7 @@ impl ClusterNode {
         let mut quorum =
             QuorumConfig::new(config.node_id as u64, voters, vec![], &config.cluster_id);
         quorum.seed = uuid::Uuid::new_v4().as_u64_pair().0;
+        quorum.bootstrap = super::meta_properties::read_bootstrap(&config.data_dir)?;
         let mut controller =
             ControllerConfig::new(BrokerId(config.node_id), config.cluster_id.clone());
         controller.broker_session_timeout_ms = config.broker_session_timeout_ms;
@@ -847,6 +848,9 @@ fn all_not_controller(response: &ResponseKind) -> bool {
         ResponseKind::AlterPartitionReassignments(r) => r.error_code == nc,
         ResponseKind::ListPartitionReassignments(r) => r.error_code == nc,
         ResponseKind::UpdateFeatures(r) => r.error_code == nc,
+        ResponseKind::AlterUserScramCredentials(r) => {
+            !r.results.is_empty() && r.results.iter().all(|u| u.error_code == nc)
+        }
         _ => false,
     }
 }

@@ -16,7 +16,6 @@ pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_client_quotas;
 pub mod alter_replica_log_dirs;
-pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod configs;
 pub mod consumer_group_describe;
@@ -236,11 +235,13 @@ pub async fn dispatch(
         RequestKind::AlterClientQuotas(r) => {
             ResponseKind::AlterClientQuotas(alter_client_quotas::handle(r))
         }
-        RequestKind::DescribeUserScramCredentials(r) => {
-            ResponseKind::DescribeUserScramCredentials(describe_user_scram_credentials::handle(r))
-        }
+        RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
+            describe_user_scram_credentials::handle(r, &shard.image()),
+        ),
         RequestKind::AlterUserScramCredentials(r) => {
-            ResponseKind::AlterUserScramCredentials(alter_user_scram_credentials::handle(r))
+            ResponseKind::AlterUserScramCredentials(
+                crate::cluster::alter_user_scram_credentials(shard, r, version).await,
+            )
         }
         other => anyhow::bail!("no handler for {:?}", api_name(&other)),
     };

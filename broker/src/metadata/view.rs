@@ -50,7 +50,7 @@ pub struct ClusterView {
     /// Finalized feature levels from the metadata log (UpdateFeatures), by name; empty until
     /// the first UpdateFeatures (`crate::features`).
     pub features: BTreeMap<String, i16>,
-    /// SCRAM credentials by user name and mechanism id (`net/scram.rs`).
+    /// SCRAM credentials by user name and mechanism id (`crate::scram`).
     pub scram: BTreeMap<(String, i8), UserScramCredentialRecord>,
 }
 

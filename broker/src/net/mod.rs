@@ -25,7 +25,7 @@
 pub mod alloc;
 pub mod frame;
 pub mod sasl;
-pub mod scram;
+
 pub mod splice;
 pub mod tls;
 

@@ -10,7 +10,7 @@
 //!
 //! Mechanisms: PLAIN (RFC 4616), its users and passwords from Kafka's `PlainLoginModule`
 //! options (`user_<name>="<password>"`) in `listener.name.<l>.plain.sasl.jaas.config`; and
-//! SCRAM-SHA-256 and SCRAM-SHA-512 (`net/scram.rs`), two round trips, with the credentials the
+//! SCRAM-SHA-256 and SCRAM-SHA-512 (`scram.rs`), two round trips, with the credentials the
 //! metadata log holds as of each step (the caller passes them in: [`ScramLookup`]).
 //! Passwords and proofs are compared in constant time and never logged; a refusal does not say
 //! whether the user exists.
@@ -28,7 +28,7 @@ use kafka_protocol::ResponseError;
 use subtle::ConstantTimeEq;
 
 use crate::config::BrokerConfig;
-use crate::net::scram;
+use crate::scram;
 use sluice_replication::records::UserScramCredentialRecord;
 
 /// A user's SCRAM credential for a mechanism id, as the metadata image holds it now.
