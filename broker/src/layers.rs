@@ -20,7 +20,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the group coordinator, I/O-free", &["group"]),
     (
         "the wire, other brokers, errors, features, metrics, SCRAM's arithmetic",
-        &["codec", "peer", "errors", "features", "metrics", "loggers", "scram"],
+        &[
+            "codec", "peer", "errors", "features", "metrics", "loggers", "scram",
+        ],
     ),
     ("the metadata image", &["metadata"]),
     ("topic configs", &["topic_config"]),

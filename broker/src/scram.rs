@@ -110,14 +110,12 @@ impl Mechanism {
     }
 }
 
-/// A fresh random nonce or salt, printable (base64 of `bytes` random bytes).
-pub fn random_base64(bytes: usize) -> String {
-    use ring::rand::SecureRandom as _;
-    let mut raw = vec![0u8; bytes];
-    ring::rand::SystemRandom::new()
-        .fill(&mut raw)
-        .expect("the system's random source");
-    BASE64.encode(raw)
+/// A fresh random server nonce: letters and digits only, as Kafka's are.
+pub fn random_nonce() -> String {
+    random_bytes(16)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Random bytes (a salt).
@@ -177,7 +175,9 @@ impl ServerFirst {
         if BASE64.decode(binding).ok().as_deref() != Some(self.gs2_header.as_bytes()) {
             return Err("the SCRAM channel binding does not match the first message".into());
         }
-        if nonce != self.nonce {
+        // Kafka's check: the nonce ends with the server's. librdkafka before 1.8 puts its own
+        // nonce in front of the server's (which already starts with it), and Kafka lets it in.
+        if !nonce.ends_with(&self.nonce) {
             return Err("the SCRAM nonce does not match the server's".into());
         }
         let proof = BASE64
@@ -185,13 +185,23 @@ impl ServerFirst {
             .map_err(|_| "the SCRAM proof is not base64".to_string())?;
         let Some(credential) = self.credential else {
             // An unknown user: refused here, after the same round trips as a known one.
-            return Err(format!("no {} credential for user {:?}", self.mechanism.name(), self.user));
+            return Err(format!(
+                "no {} credential for user {:?}",
+                self.mechanism.name(),
+                self.user
+            ));
         };
-        let auth_message = format!("{},{},{without_proof}", self.client_first_bare, self.message);
+        let auth_message = format!(
+            "{},{},{without_proof}",
+            self.client_first_bare, self.message
+        );
         let m = self.mechanism;
         let signature = m.mac(&credential.stored_key, auth_message.as_bytes());
         if proof.len() != signature.len() {
-            return Err(format!("a SCRAM proof of the wrong length for user {:?}", self.user));
+            return Err(format!(
+                "a SCRAM proof of the wrong length for user {:?}",
+                self.user
+            ));
         }
         let client_key: Vec<u8> = proof.iter().zip(&signature).map(|(p, s)| p ^ s).collect();
         let stored = digest::digest(m.digest(), &client_key);
@@ -252,7 +262,9 @@ pub fn first(
     }
     if let Some(authzid) = authzid.strip_prefix("a=") {
         if decode_saslname(authzid)? != user {
-            return Err("the SCRAM first message asks for an authorization id other than its user".into());
+            return Err(
+                "the SCRAM first message asks for an authorization id other than its user".into(),
+            );
         }
     } else if !authzid.is_empty() {
         return Err("the SCRAM first message's authorization id is malformed".into());
@@ -312,6 +324,8 @@ pub mod tests {
         pub password: String,
         pub first_bare: String,
         pub gs2_header: String,
+        /// Put in front of the nonce the final message echoes (as librdkafka before 1.8 did).
+        pub echo_prefix: String,
     }
 
     impl Client {
@@ -319,8 +333,12 @@ pub mod tests {
             Client {
                 mechanism,
                 password: password.into(),
-                first_bare: format!("n={},r={nonce}", user.replace('=', "=3D").replace(',', "=2C")),
+                first_bare: format!(
+                    "n={},r={nonce}",
+                    user.replace('=', "=3D").replace(',', "=2C")
+                ),
                 gs2_header: "n,,".into(),
+                echo_prefix: String::new(),
             }
         }
 
@@ -344,12 +362,20 @@ pub mod tests {
             }
             let m = self.mechanism;
             let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
-            let without_proof = format!("c={},r={nonce}", BASE64.encode(&self.gs2_header));
+            let without_proof = format!(
+                "c={},r={}{nonce}",
+                BASE64.encode(&self.gs2_header),
+                self.echo_prefix
+            );
             let auth = format!("{},{server_first},{without_proof}", self.first_bare);
             let client_key = m.mac(&salted, b"Client Key");
             let stored = digest::digest(m.digest(), &client_key);
             let signature = m.mac(stored.as_ref(), auth.as_bytes());
-            let proof: Vec<u8> = client_key.iter().zip(&signature).map(|(a, b)| a ^ b).collect();
+            let proof: Vec<u8> = client_key
+                .iter()
+                .zip(&signature)
+                .map(|(a, b)| a ^ b)
+                .collect();
             let server_key = m.mac(&salted, b"Server Key");
             let expected = format!("v={}", BASE64.encode(m.mac(&server_key, auth.as_bytes())));
             (
@@ -359,9 +385,19 @@ pub mod tests {
         }
     }
 
-    pub fn credential(m: Mechanism, user: &str, password: &str, iterations: i32) -> UserScramCredentialRecord {
+    pub fn credential(
+        m: Mechanism,
+        user: &str,
+        password: &str,
+        iterations: i32,
+    ) -> UserScramCredentialRecord {
         let salt = b"a-test-salt".to_vec();
-        m.credential(user, &salt, &m.salted_password(password.as_bytes(), &salt, iterations as u32), iterations)
+        m.credential(
+            user,
+            &salt,
+            &m.salted_password(password.as_bytes(), &salt, iterations as u32),
+            iterations,
+        )
     }
 
     #[test]
@@ -369,7 +405,12 @@ pub mod tests {
         // RFC 7677 section 3: user "user", password "pencil".
         let m = Mechanism::Sha256;
         let salt = BASE64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
-        let stored = m.credential("user", &salt, &m.salted_password(b"pencil", &salt, 4096), 4096);
+        let stored = m.credential(
+            "user",
+            &salt,
+            &m.salted_password(b"pencil", &salt, 4096),
+            4096,
+        );
         let server = first(
             m,
             b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO",
@@ -404,7 +445,10 @@ pub mod tests {
             };
             assert_eq!(run("secret").unwrap(), "al,i=ce");
             let why = run("secreT").unwrap_err();
-            assert!(why.contains("invalid credentials") && !why.contains("secre"), "{why}");
+            assert!(
+                why.contains("invalid credentials") && !why.contains("secre"),
+                "{why}"
+            );
         }
     }
 
@@ -414,9 +458,16 @@ pub mod tests {
         let client = Client::new(m, "mallory", "x", "cnonce");
         let server = first(m, &client.first(), "snonce", |_| None).unwrap();
         let again = first(m, &client.first(), "snonce", |_| None).unwrap();
-        assert_eq!(server.message(), again.message(), "the same made-up salt each time");
+        assert_eq!(
+            server.message(),
+            again.message(),
+            "the same made-up salt each time"
+        );
         let (last, _) = client.last(server.message());
-        assert!(server.finish(&last).unwrap_err().contains("no SCRAM-SHA-512 credential"));
+        assert!(server
+            .finish(&last)
+            .unwrap_err()
+            .contains("no SCRAM-SHA-512 credential"));
     }
 
     #[test]
@@ -435,7 +486,11 @@ pub mod tests {
             b"n,,n=alice,r=x,tokenauth=true",
             b"n,,n=alice,r=\xff",
         ] {
-            assert!(first(m, bad, "s", lookup).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                first(m, bad, "s", lookup).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
         assert!(first(m, b"n,a=alice,n=alice,r=x,ext=1", "s", lookup).is_ok());
         let client = Client::new(m, "alice", "pw", "c");
@@ -445,13 +500,31 @@ pub mod tests {
         for (bad, says) in [
             (last.replacen("c=biws", "c=eSws", 1), "channel binding"),
             (last.replacen("r=cs", "r=cS", 1), "nonce"),
+            (last.replacen(",r=cs", ",r=cs-", 1), "nonce"),
             (last.replacen(",p=", ",q=", 1), "no proof"),
-            (format!("{},p=AAAA", last.rsplit_once(",p=").unwrap().0), "length"),
+            (
+                format!("{},p=AAAA", last.rsplit_once(",p=").unwrap().0),
+                "length",
+            ),
             (format!("{last}!"), "not base64"),
         ] {
             let why = server().finish(bad.as_bytes()).unwrap_err();
             assert!(why.contains(says), "{why}");
         }
         assert!(server().finish(last.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn librdkafka_before_1_8_doubling_its_nonce_gets_in_as_with_kafka() {
+        // Its final message carries r=<client nonce><client nonce><server nonce>, and its
+        // proof is over that message.
+        let m = Mechanism::Sha256;
+        let stored = credential(m, "bob", "pw", 4096);
+        let mut client = Client::new(m, "bob", "pw", "cn");
+        client.echo_prefix = "cn".into();
+        let server = first(m, &client.first(), "sn", |_| Some(stored.clone())).unwrap();
+        let (last, expected) = client.last(server.message());
+        assert!(String::from_utf8_lossy(&last).contains(",r=cncnsn,"));
+        assert_eq!(server.finish(&last).unwrap().0, expected);
     }
 }

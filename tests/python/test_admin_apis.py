@@ -20,7 +20,8 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (AclBinding, NewTopic, AclBindingFilter, AclOperation, AclPermissionType,
-                                   OffsetSpec, ResourcePatternType, ResourceType, ScramMechanism)
+                                   OffsetSpec, ResourcePatternType, ResourceType, ScramMechanism,
+                                   UserScramCredentialDeletion)
 from kafka.protocol.admin.acl import CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from kafka.protocol.admin.cluster import AlterReplicaLogDirsRequest, DescribeClusterRequest, DescribeLogDirsRequest
@@ -543,7 +544,7 @@ def test_client_quotas_like_kafka_where_kafka_would_store_none(both):
     assert d["entries"] == [] and d["error_code"] == 0
 
 
-def test_scram_credentials_like_kafka_without_credentials(both):
+def test_scram_credentials_like_kafka(both):
     requests = [
         build(DescribeUserScramCredentialsRequest, 0, users=None),
         build(DescribeUserScramCredentialsRequest, 0, users=[{"name": "alice"}, {"name": "zed"}, {"name": "zed"}]),
@@ -557,13 +558,22 @@ def test_scram_credentials_like_kafka_without_credentials(both):
     ours, theirs = ask_both(both, *requests)
     assert ours == theirs
     assert [r["error_code"] for r in ours[2]["results"]] == [93, 91, 33, 93, 92, 93]
-    # A valid upsertion: Kafka stores the credential; Sluice, without SASL, keeps none.
-    (o,) = ask(both[0].bootstrap, build(AlterUserScramCredentialsRequest, 0, deletions=[], upsertions=[
-        {"name": "alice", "mechanism": 1, "iterations": 4096, "salt": b"salt", "salted_password": b"x" * 32}]))
-    assert [(r["user"], r["error_code"]) for r in o["results"]] == [("alice", 33)]
+    # A valid upsertion: both store the credential, SASL listener or not, and describe it.
+    upsert = build(AlterUserScramCredentialsRequest, 0, deletions=[], upsertions=[
+        {"name": "alice", "mechanism": 1, "iterations": 4096, "salt": b"salt", "salted_password": b"x" * 32}])
+    ours, theirs = ask_both(both, upsert)
+    assert ours == theirs
+    assert [(r["user"], r["error_code"]) for r in ours[0]["results"]] == [("alice", 0)]
+    ours, theirs = ask_both(both, *requests[:2])
+    assert ours == theirs
+    assert [(r["user"], r["error_code"]) for r in ours[1]["results"]] == [("zed", 92), ("alice", 0)]
+    assert ours[1]["results"][1]["credential_infos"] == [{"mechanism": 1, "iterations": 4096}]
 
     client = admin(both[0].bootstrap)
-    assert client.describe_user_scram_credentials().result(timeout=20) == {}
+    described = client.describe_user_scram_credentials().result(timeout=20)
+    assert [(i.mechanism.value, i.iterations) for i in described["alice"].scram_credential_infos] == [(1, 4096)]
+    deleted = client.alter_user_scram_credentials([UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_256)])
+    deleted["alice"].result(timeout=20)
     with pytest.raises(KafkaException) as e:
         client.describe_user_scram_credentials(["alice"])["alice"].result(timeout=20)
     assert e.value.args[0].code() == 91

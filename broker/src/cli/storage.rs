@@ -107,7 +107,9 @@ pub fn run(args: &StorageArgs) -> anyhow::Result<()> {
 
 /// One `--add-scram` argument as a credential: the salted password is derived here (PBKDF2),
 /// and only the salt and keys are kept. The error names no password.
-fn parse_scram(arg: &str) -> anyhow::Result<sluice_replication::records::UserScramCredentialRecord> {
+fn parse_scram(
+    arg: &str,
+) -> anyhow::Result<sluice_replication::records::UserScramCredentialRecord> {
     use base64::Engine as _;
     use sluice_replication::controller::{SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN};
     let usage = "--add-scram takes MECHANISM=[name=<user>,password=<password>], e.g. \
@@ -187,23 +189,49 @@ mod tests {
     #[test]
     fn add_scram_arguments_as_kafka_storage_takes_them() {
         let c = parse_scram("SCRAM-SHA-256=[name=alice,password=alice-secret]").unwrap();
-        assert_eq!((c.name.as_str(), c.mechanism, c.iterations), ("alice", 1, 4096));
-        assert_eq!((c.salt.len(), c.stored_key.len(), c.server_key.len()), (32, 32, 32));
+        assert_eq!(
+            (c.name.as_str(), c.mechanism, c.iterations),
+            ("alice", 1, 4096)
+        );
+        assert_eq!(
+            (c.salt.len(), c.stored_key.len(), c.server_key.len()),
+            (32, 32, 32)
+        );
         let c = parse_scram(
             r#"SCRAM-SHA-512=[name="bob",password="a, b=c]",iterations=8192,salt=c2FsdA==]"#,
         )
         .unwrap();
-        assert_eq!((c.name.as_str(), c.mechanism, c.iterations), ("bob", 2, 8192));
+        assert_eq!(
+            (c.name.as_str(), c.mechanism, c.iterations),
+            ("bob", 2, 8192)
+        );
         assert_eq!(c.salt, b"salt");
         let m = crate::scram::Mechanism::Sha512;
-        assert_eq!(c, m.credential("bob", b"salt", &m.salted_password(b"a, b=c]", b"salt", 8192), 8192));
+        assert_eq!(
+            c,
+            m.credential(
+                "bob",
+                b"salt",
+                &m.salted_password(b"a, b=c]", b"salt", 8192),
+                8192
+            )
+        );
         for (bad, says) in [
             ("SCRAM-SHA-1=[name=a,password=b]", "is not SCRAM-SHA-256"),
             ("SCRAM-SHA-256=name=a,password=b", "takes MECHANISM"),
             ("SCRAM-SHA-256=[name=a]", "required"),
-            ("SCRAM-SHA-256=[name=a,password=secret-pw,iterations=10]", "iterations must be"),
-            ("SCRAM-SHA-256=[name=a,password=secret-pw,colour=red]", "unknown option"),
-            ("SCRAM-SHA-256=[name=a,password=\"secret-pw]", "takes MECHANISM"),
+            (
+                "SCRAM-SHA-256=[name=a,password=secret-pw,iterations=10]",
+                "iterations must be",
+            ),
+            (
+                "SCRAM-SHA-256=[name=a,password=secret-pw,colour=red]",
+                "unknown option",
+            ),
+            (
+                "SCRAM-SHA-256=[name=a,password=\"secret-pw]",
+                "takes MECHANISM",
+            ),
         ] {
             let e = parse_scram(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");

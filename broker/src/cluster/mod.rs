@@ -349,18 +349,21 @@ pub async fn alter_user_scram_credentials(
     request: kafka_protocol::messages::AlterUserScramCredentialsRequest,
     version: i16,
 ) -> kafka_protocol::messages::AlterUserScramCredentialsResponse {
-    // The request names its users; what each should look like once applied.
-    let mut expected: Vec<(String, i8, Option<(Vec<u8>, i32)>)> = request
+    // The request names its users; what each should look like once applied: gone, or with
+    // this salt and these iterations.
+    type Expected = (String, i8, Option<(Vec<u8>, i32)>);
+    let mut expected: Vec<Expected> = request
         .deletions
         .iter()
         .map(|d| (d.name.to_string(), d.mechanism, None))
         .collect();
-    expected.extend(
-        request
-            .upsertions
-            .iter()
-            .map(|u| (u.name.to_string(), u.mechanism, Some((u.salt.to_vec(), u.iterations)))),
-    );
+    expected.extend(request.upsertions.iter().map(|u| {
+        (
+            u.name.to_string(),
+            u.mechanism,
+            Some((u.salt.to_vec(), u.iterations)),
+        )
+    }));
     let wait = applied_wait(30_000);
     let r = admin_as!(
         AlterUserScramCredentials,
@@ -380,8 +383,9 @@ pub async fn alter_user_scram_credentials(
                         let have = cluster.scram.get(&(name.clone(), *mechanism));
                         match want {
                             None => have.is_none(),
-                            Some((salt, iterations)) => have
-                                .is_some_and(|c| &c.salt == salt && c.iterations == *iterations),
+                            Some((salt, iterations)) => {
+                                have.is_some_and(|c| &c.salt == salt && c.iterations == *iterations)
+                            }
                         }
                     })
             })

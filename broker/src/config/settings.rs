@@ -305,8 +305,10 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         default: Some("GSSAPI"),
         doc: "The SASL mechanisms of SASL listeners: PLAIN, with its users in \
               listener.name.<listener>.plain.sasl.jaas.config (Kafka's PlainLoginModule, \
-              user_<name>=\"<password>\" options). Kafka's default, GSSAPI, is not run: a SASL \
-              listener needs this set.",
+              user_<name>=\"<password>\" options); SCRAM-SHA-256 and SCRAM-SHA-512, with the \
+              credentials of the metadata log (AlterUserScramCredentials, kafka-configs \
+              --entity-type users, storage format --add-scram). Kafka's default, GSSAPI, is not \
+              run: a SASL listener needs this set.",
         set: |c, v| {
             c.sasl.enabled_mechanisms = security::list(v)
                 .into_iter()

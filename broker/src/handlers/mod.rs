@@ -238,11 +238,9 @@ pub async fn dispatch(
         RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
             describe_user_scram_credentials::handle(r, &shard.image()),
         ),
-        RequestKind::AlterUserScramCredentials(r) => {
-            ResponseKind::AlterUserScramCredentials(
-                crate::cluster::alter_user_scram_credentials(shard, r, version).await,
-            )
-        }
+        RequestKind::AlterUserScramCredentials(r) => ResponseKind::AlterUserScramCredentials(
+            crate::cluster::alter_user_scram_credentials(shard, r, version).await,
+        ),
         other => anyhow::bail!("no handler for {:?}", api_name(&other)),
     };
     Ok(Some(Answer {

@@ -461,9 +461,9 @@ fn before_auth(
         RequestKind::SaslHandshake(r) => auth
             .on_handshake(&r, version)
             .map(ResponseKind::SaslHandshake),
-        RequestKind::SaslAuthenticate(r) => {
-            auth.on_authenticate(&r, scram).map(ResponseKind::SaslAuthenticate)
-        }
+        RequestKind::SaslAuthenticate(r) => auth
+            .on_authenticate(&r, scram)
+            .map(ResponseKind::SaslAuthenticate),
         _ => anyhow::bail!("{key:?} decoded as another request"),
     };
     Ok(match outcome {

@@ -88,7 +88,6 @@ enum State {
     Authenticated,
 }
 
-
 /// What the connection does after a SASL request.
 #[derive(Debug)]
 pub enum Outcome<R> {
@@ -233,7 +232,7 @@ impl Authenticator {
             }
         };
         if let Some(m) = scram::Mechanism::from_name(&mechanism) {
-            let nonce = scram::random_base64(18);
+            let nonce = scram::random_nonce();
             return match scram::first(m, &request.auth_bytes, &nonce, |user| scram(user, m.id())) {
                 Ok(exchange) => {
                     let answer = Bytes::copy_from_slice(exchange.message());
