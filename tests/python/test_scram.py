@@ -82,8 +82,8 @@ def refused(bootstrap: str, config: dict) -> str:
     errors = []
     a = admin(bootstrap, **config, error_cb=lambda e: errors.append(str(e)))
     with pytest.raises(KafkaException):
-        a.list_topics(timeout=4)
-    a.poll(1)  # serves error_cb
+        a.list_topics(timeout=2)
+    a.poll(0.5)  # serves error_cb
     return "\n".join(errors)
 
 
@@ -215,10 +215,11 @@ def test_storage_format_add_scram_bootstraps_users_that_survive_a_restart():
             assert sorted(got, key=lambda v: int(v[1:])) == [b"v%d" % i for i in range(50)]
             got = produce_and_consume(b.bootstrap, client("bob", "b, o=b]"), f"bob-{round_}", n=5)
             assert len(got) == 5
-            assert REFUSED in refused(b.bootstrap, client("alice", "alice-secreT"))
-            assert "SCRAM-SHA-256" in refused(b.bootstrap, client("alice", "alice-secret", "PLAIN"))
-            b.stop()
-            b.start()
+            if round_ == 0:
+                assert REFUSED in refused(b.bootstrap, client("alice", "alice-secreT"))
+                assert "SCRAM-SHA-256" in refused(b.bootstrap, client("alice", "alice-secret", "PLAIN"))
+                b.stop()
+                b.start()
     finally:
         b.stop()
         b.remove()
