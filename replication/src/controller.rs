@@ -352,6 +352,8 @@ pub enum ControllerRequest {
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
     UpdateFeatures(UpdateFeaturesRequest),
     AlterUserScramCredentials(AlterUserScramCredentialsRequest),
+    CreateAcls(CreateAclsRequest),
+    DeleteAcls(DeleteAclsRequest),
 }
 
 /// Kafka's UpdateFeatures: new finalized levels of cluster-wide features. The levels were
@@ -378,6 +380,33 @@ pub struct ScramAlterationResult {
     pub user: String,
     pub error_code: i16,
     pub error_message: Option<String>,
+}
+
+/// Kafka's CreateAcls: each ACL is created unless invalid; one that exists already is left.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateAclsRequest {
+    pub creations: Vec<crate::acl::AclBinding>,
+}
+
+/// One creation's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AclCreationResult {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
+/// Kafka's DeleteAcls: every ACL any filter matches goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteAclsRequest {
+    pub filters: Vec<crate::acl::AclFilter>,
+}
+
+/// One filter's answer: the ACLs it matched (and deleted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteAclsFilterResult {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub matching: Vec<crate::acl::AclBinding>,
 }
 
 /// Kafka's SCRAM mechanism ids: SCRAM-SHA-256 and SCRAM-SHA-512.
@@ -477,6 +506,10 @@ pub enum ControllerResponse {
     UpdateFeatures(i16),
     /// One result per user, in user name order.
     AlterUserScramCredentials(Vec<ScramAlterationResult>),
+    /// One result per creation, in order.
+    CreateAcls(Vec<AclCreationResult>),
+    /// One result per filter, in order.
+    DeleteAcls(Vec<DeleteAclsFilterResult>),
 }
 
 impl ControllerRequest {
@@ -601,6 +634,25 @@ impl ControllerRequest {
                 })
             }
             ControllerRequest::UpdateFeatures(_) => ControllerResponse::UpdateFeatures(error_code),
+            ControllerRequest::CreateAcls(r) => ControllerResponse::CreateAcls(
+                r.creations
+                    .iter()
+                    .map(|_| AclCreationResult {
+                        error_code,
+                        error_message: None,
+                    })
+                    .collect(),
+            ),
+            ControllerRequest::DeleteAcls(r) => ControllerResponse::DeleteAcls(
+                r.filters
+                    .iter()
+                    .map(|_| DeleteAclsFilterResult {
+                        error_code,
+                        error_message: None,
+                        matching: vec![],
+                    })
+                    .collect(),
+            ),
             ControllerRequest::AlterUserScramCredentials(r) => {
                 let users: BTreeSet<&String> = r
                     .deletions
@@ -726,6 +778,8 @@ impl Controller {
             }
             ControllerRequest::UpdateFeatures(r) => self.update_features(r),
             ControllerRequest::AlterUserScramCredentials(r) => self.alter_scram(r),
+            ControllerRequest::CreateAcls(r) => self.create_acls(r),
+            ControllerRequest::DeleteAcls(r) => self.delete_acls(r),
         };
         ControllerResult { records, response }
     }
@@ -1537,6 +1591,77 @@ impl Controller {
             self.emit(&mut records, batch);
         }
         (records, ControllerResponse::UpdateFeatures(NONE))
+    }
+
+    /// Creates each valid ACL not already there, under a new id.
+    fn create_acls(&mut self, r: &CreateAclsRequest) -> (Vec<Record>, ControllerResponse) {
+        let mut existing: BTreeSet<crate::acl::AclBinding> =
+            self.image().acls().values().cloned().collect();
+        let mut batch = Vec::new();
+        let mut results = Vec::with_capacity(r.creations.len());
+        for acl in &r.creations {
+            if let Some(why) = acl.invalid() {
+                results.push(AclCreationResult {
+                    error_code: INVALID_REQUEST,
+                    error_message: Some(why),
+                });
+                continue;
+            }
+            if existing.insert(acl.clone()) {
+                let id = uuid::Builder::from_random_bytes(self.rng.gen()).into_uuid();
+                batch.push(Record::AccessControlEntry(AccessControlEntryRecord {
+                    id,
+                    acl: acl.clone(),
+                }));
+            }
+            results.push(AclCreationResult {
+                error_code: NONE,
+                error_message: None,
+            });
+        }
+        let mut records = Vec::new();
+        if !batch.is_empty() {
+            self.emit(&mut records, batch);
+        }
+        (records, ControllerResponse::CreateAcls(results))
+    }
+
+    /// Deletes every ACL a valid filter matches; each filter lists what it matched.
+    fn delete_acls(&mut self, r: &DeleteAclsRequest) -> (Vec<Record>, ControllerResponse) {
+        let image = self.image();
+        let mut removed: BTreeSet<uuid::Uuid> = BTreeSet::new();
+        let mut results = Vec::with_capacity(r.filters.len());
+        for filter in &r.filters {
+            if let Some(why) = filter.invalid() {
+                results.push(DeleteAclsFilterResult {
+                    error_code: INVALID_REQUEST,
+                    error_message: Some(why.to_string()),
+                    matching: vec![],
+                });
+                continue;
+            }
+            let mut matching = Vec::new();
+            for (id, acl) in image.acls() {
+                if filter.matches(acl) {
+                    removed.insert(*id);
+                    matching.push(acl.clone());
+                }
+            }
+            results.push(DeleteAclsFilterResult {
+                error_code: NONE,
+                error_message: None,
+                matching,
+            });
+        }
+        let batch: Vec<Record> = removed
+            .into_iter()
+            .map(|id| Record::RemoveAccessControlEntry(RemoveAccessControlEntryRecord { id }))
+            .collect();
+        let mut records = Vec::new();
+        if !batch.is_empty() {
+            self.emit(&mut records, batch);
+        }
+        (records, ControllerResponse::DeleteAcls(results))
     }
 
     /// Checks each user's alterations as Kafka's controller does; a user whose alterations are
@@ -3529,6 +3654,74 @@ mod tests {
             vec![("zed".to_string(), UNACCEPTABLE_CREDENTIAL)]
         );
         assert_eq!(h.image.offset(), offset);
+    }
+
+    #[test]
+    fn acls_are_created_once_listed_by_filters_and_deleted() {
+        use crate::acl::{
+            operation, pattern_type, permission, resource_type, AclBinding, AclFilter,
+        };
+        let mut h = Harness::new();
+        let acl = |name: &str, pattern: i8, principal: &str| AclBinding {
+            resource_type: resource_type::TOPIC,
+            resource_name: name.into(),
+            pattern_type: pattern,
+            principal: principal.into(),
+            host: "*".into(),
+            operation: operation::READ,
+            permission: permission::ALLOW,
+        };
+        let create = |creations: Vec<AclBinding>| {
+            ControllerRequest::CreateAcls(CreateAclsRequest { creations })
+        };
+        let codes = |response: ControllerResponse| match response {
+            ControllerResponse::CreateAcls(r) => r.iter().map(|c| c.error_code).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        let orders = acl("orders", pattern_type::LITERAL, "User:alice");
+        let prefixed = acl("ord", pattern_type::PREFIXED, "User:bob");
+        let bad = acl("x", pattern_type::MATCH, "User:carol");
+        let response = h.run(create(vec![
+            orders.clone(),
+            prefixed.clone(),
+            bad,
+            orders.clone(),
+        ]));
+        assert_eq!(codes(response), [NONE, NONE, INVALID_REQUEST, NONE]);
+        assert_eq!(h.image.acls().len(), 2, "the same ACL twice is kept once");
+        let offset = h.image.offset();
+        assert_eq!(codes(h.run(create(vec![orders.clone()]))), [NONE]);
+        assert_eq!(h.image.offset(), offset, "an existing ACL writes nothing");
+        let rebuilt =
+            MetadataImage::from_snapshot(h.image.offset(), &h.image.snapshot_records()).unwrap();
+        assert_eq!(rebuilt, h.image);
+        // Delete by MATCH on a name: both apply to "orders".
+        let filter = AclFilter {
+            resource_type: resource_type::TOPIC,
+            resource_name: Some("orders".into()),
+            pattern_type: pattern_type::MATCH,
+            principal: Some("User:bob".into()),
+            host: None,
+            operation: operation::ANY,
+            permission: permission::ANY,
+        };
+        let mut invalid = filter.clone();
+        invalid.operation = operation::UNKNOWN;
+        let request = ControllerRequest::DeleteAcls(DeleteAclsRequest {
+            filters: vec![filter, invalid],
+        });
+        match h.run(request) {
+            ControllerResponse::DeleteAcls(r) => {
+                assert_eq!(r[0].error_code, NONE);
+                assert_eq!(r[0].matching, vec![prefixed]);
+                assert_eq!(r[1].error_code, INVALID_REQUEST);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            h.image.acls().values().cloned().collect::<Vec<_>>(),
+            vec![orders]
+        );
     }
 
     #[test]

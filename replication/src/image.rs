@@ -60,6 +60,8 @@ pub struct MetadataImage {
     features: BTreeMap<String, i16>,
     /// SCRAM credentials by user name and mechanism id.
     scram: BTreeMap<(String, i8), UserScramCredentialRecord>,
+    /// ACLs by id.
+    acls: BTreeMap<uuid::Uuid, crate::acl::AclBinding>,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -171,6 +173,11 @@ impl MetadataImage {
     /// Every SCRAM credential, by user name then mechanism.
     pub fn scram_credentials(&self) -> impl Iterator<Item = &UserScramCredentialRecord> {
         self.scram.values()
+    }
+
+    /// Every ACL, by id.
+    pub fn acls(&self) -> &BTreeMap<uuid::Uuid, crate::acl::AclBinding> {
+        &self.acls
     }
 
     pub fn apply(&mut self, offset: Offset, record: &Record) -> Result<(), ApplyError> {
@@ -356,6 +363,12 @@ impl MetadataImage {
             Record::RemoveUserScramCredential(r) => {
                 self.scram.remove(&(r.name.clone(), r.mechanism));
             }
+            Record::AccessControlEntry(r) => {
+                self.acls.insert(r.id, r.acl.clone());
+            }
+            Record::RemoveAccessControlEntry(r) => {
+                self.acls.remove(&r.id);
+            }
             Record::NoOp | Record::LeaderChange(_) => {}
         }
         Ok(())
@@ -440,6 +453,12 @@ impl MetadataImage {
                 .cloned()
                 .map(Record::UserScramCredential),
         );
+        records.extend(self.acls.iter().map(|(id, acl)| {
+            Record::AccessControlEntry(AccessControlEntryRecord {
+                id: *id,
+                acl: acl.clone(),
+            })
+        }));
         records
     }
 

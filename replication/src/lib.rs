@@ -14,6 +14,7 @@
 //! real ones, and the simulator in `tests/sim.rs` with simulated ones. It depends on the engine
 //! only, and never on the broker.
 
+pub mod acl;
 pub mod controller;
 pub mod error_code;
 pub mod follower;

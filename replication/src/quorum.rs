@@ -1067,6 +1067,15 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
             u.error_code = NOT_CONTROLLER;
             u.error_message = None;
         }),
+        R::CreateAcls(results) => results.iter_mut().for_each(|c| {
+            c.error_code = NOT_CONTROLLER;
+            c.error_message = None;
+        }),
+        R::DeleteAcls(results) => results.iter_mut().for_each(|f| {
+            f.error_code = NOT_CONTROLLER;
+            f.error_message = None;
+            f.matching.clear();
+        }),
     }
     r
 }

@@ -233,6 +233,18 @@ impl fmt::Debug for UserScramCredentialRecord {
     }
 }
 
+/// One ACL, under the id CreateAcls gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessControlEntryRecord {
+    pub id: uuid::Uuid,
+    pub acl: crate::acl::AclBinding,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoveAccessControlEntryRecord {
+    pub id: uuid::Uuid,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoveUserScramCredentialRecord {
     pub name: String,
@@ -254,6 +266,8 @@ pub enum Record {
     ProducerIds(ProducerIdsRecord),
     UserScramCredential(UserScramCredentialRecord),
     RemoveUserScramCredential(RemoveUserScramCredentialRecord),
+    AccessControlEntry(AccessControlEntryRecord),
+    RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
     NoOp,
     LeaderChange(LeaderChangeRecord),
 }
@@ -266,12 +280,14 @@ pub mod record_type {
     pub const PARTITION: u16 = 3;
     pub const CONFIG: u16 = 4;
     pub const PARTITION_CHANGE: u16 = 5;
+    pub const ACCESS_CONTROL_ENTRY: u16 = 6;
     pub const FENCE_BROKER: u16 = 7;
     pub const UNFENCE_BROKER: u16 = 8;
     pub const REMOVE_TOPIC: u16 = 9;
     pub const USER_SCRAM_CREDENTIAL: u16 = 11;
     pub const FEATURE_LEVEL: u16 = 12;
     pub const PRODUCER_IDS: u16 = 15;
+    pub const REMOVE_ACCESS_CONTROL_ENTRY: u16 = 16;
     pub const NO_OP: u16 = 20;
     pub const REMOVE_USER_SCRAM_CREDENTIAL: u16 = 22;
     pub const LEADER_CHANGE: u16 = 0x8002;
@@ -509,6 +525,8 @@ impl Record {
             Record::ProducerIds(_) => PRODUCER_IDS,
             Record::UserScramCredential(_) => USER_SCRAM_CREDENTIAL,
             Record::RemoveUserScramCredential(_) => REMOVE_USER_SCRAM_CREDENTIAL,
+            Record::AccessControlEntry(_) => ACCESS_CONTROL_ENTRY,
+            Record::RemoveAccessControlEntry(_) => REMOVE_ACCESS_CONTROL_ENTRY,
             Record::NoOp => NO_OP,
             Record::LeaderChange(_) => LEADER_CHANGE,
         }
@@ -631,6 +649,17 @@ impl Record {
                 w.string(&r.name);
                 w.i8(r.mechanism);
             }
+            Record::AccessControlEntry(r) => {
+                w.uuid(&r.id);
+                w.i8(r.acl.resource_type);
+                w.string(&r.acl.resource_name);
+                w.i8(r.acl.pattern_type);
+                w.string(&r.acl.principal);
+                w.string(&r.acl.host);
+                w.i8(r.acl.operation);
+                w.i8(r.acl.permission);
+            }
+            Record::RemoveAccessControlEntry(r) => w.uuid(&r.id),
             Record::NoOp => {}
             Record::LeaderChange(r) => {
                 w.i32(r.leader_id.0);
@@ -687,6 +716,8 @@ impl Record {
                 | PRODUCER_IDS
                 | USER_SCRAM_CREDENTIAL
                 | REMOVE_USER_SCRAM_CREDENTIAL
+                | ACCESS_CONTROL_ENTRY
+                | REMOVE_ACCESS_CONTROL_ENTRY
                 | NO_OP
                 | LEADER_CHANGE
         );
@@ -827,6 +858,21 @@ impl Record {
                     name: r.string()?,
                     mechanism: r.i8()?,
                 })
+            }
+            ACCESS_CONTROL_ENTRY => Record::AccessControlEntry(AccessControlEntryRecord {
+                id: r.uuid()?,
+                acl: crate::acl::AclBinding {
+                    resource_type: r.i8()?,
+                    resource_name: r.string()?,
+                    pattern_type: r.i8()?,
+                    principal: r.string()?,
+                    host: r.string()?,
+                    operation: r.i8()?,
+                    permission: r.i8()?,
+                },
+            }),
+            REMOVE_ACCESS_CONTROL_ENTRY => {
+                Record::RemoveAccessControlEntry(RemoveAccessControlEntryRecord { id: r.uuid()? })
             }
             NO_OP => Record::NoOp,
             LEADER_CHANGE => Record::LeaderChange(LeaderChangeRecord {
@@ -1067,6 +1113,36 @@ mod tests {
                     mechanism,
                 })
             }),
+            (
+                any::<u128>(),
+                (any::<i8>(), name(), any::<i8>()),
+                (name(), name(), any::<i8>(), any::<i8>())
+            )
+                .prop_map(
+                    |(
+                        id,
+                        (resource_type, resource_name, pattern_type),
+                        (principal, host, operation, permission),
+                    )| {
+                        Record::AccessControlEntry(AccessControlEntryRecord {
+                            id: uuid::Uuid::from_u128(id),
+                            acl: crate::acl::AclBinding {
+                                resource_type,
+                                resource_name,
+                                pattern_type,
+                                principal,
+                                host,
+                                operation,
+                                permission,
+                            },
+                        })
+                    }
+                ),
+            any::<u128>().prop_map(|id| Record::RemoveAccessControlEntry(
+                RemoveAccessControlEntryRecord {
+                    id: uuid::Uuid::from_u128(id)
+                }
+            )),
             Just(Record::NoOp),
             (any::<i32>(), any::<i32>()).prop_map(|(l, e)| Record::LeaderChange(
                 LeaderChangeRecord {

@@ -805,6 +805,12 @@ impl Sim {
             ControllerResponse::AlterUserScramCredentials(r) => {
                 r.iter().any(|u| u.error_code == error_code::NOT_CONTROLLER)
             }
+            ControllerResponse::CreateAcls(r) => {
+                r.iter().any(|c| c.error_code == error_code::NOT_CONTROLLER)
+            }
+            ControllerResponse::DeleteAcls(r) => {
+                r.iter().any(|f| f.error_code == error_code::NOT_CONTROLLER)
+            }
         };
         if not_controller {
             self.acked.not_controller += 1;
