@@ -49,6 +49,8 @@ pub const FORWARDED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::UpdateFeatures, 1, 2),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::CreateAcls, 0, 3),
+    (ApiKey::DeleteAcls, 0, 3),
 ];
 
 fn answered(table: &[(ApiKey, i16, i16)], key: ApiKey, version: i16) -> bool {
@@ -487,6 +489,36 @@ pub fn controller_request(request: &RequestKind) -> Option<core::ControllerReque
                     .collect(),
             })
         }
+        RequestKind::CreateAcls(r) => C::CreateAcls(core::CreateAclsRequest {
+            creations: r
+                .creations
+                .iter()
+                .map(|c| sluice_replication::acl::AclBinding {
+                    resource_type: c.resource_type,
+                    resource_name: name(&c.resource_name),
+                    pattern_type: c.resource_pattern_type,
+                    principal: name(&c.principal),
+                    host: name(&c.host),
+                    operation: c.operation,
+                    permission: c.permission_type,
+                })
+                .collect(),
+        }),
+        RequestKind::DeleteAcls(r) => C::DeleteAcls(core::DeleteAclsRequest {
+            filters: r
+                .filters
+                .iter()
+                .map(|f| sluice_replication::acl::AclFilter {
+                    resource_type: f.resource_type_filter,
+                    resource_name: f.resource_name_filter.as_ref().map(name),
+                    pattern_type: f.pattern_type_filter,
+                    principal: f.principal_filter.as_ref().map(name),
+                    host: f.host_filter.as_ref().map(name),
+                    operation: f.operation,
+                    permission: f.permission_type,
+                })
+                .collect(),
+        }),
         _ => return None,
     })
 }
@@ -849,6 +881,54 @@ pub fn admin_response(response: core::ControllerResponse, version: i16) -> Respo
         R::UpdateFeatures(error_code) => ResponseKind::UpdateFeatures(
             kafka_protocol::messages::UpdateFeaturesResponse::default().with_error_code(error_code),
         ),
+        R::CreateAcls(results) => {
+            use kafka_protocol::messages::create_acls_response::AclCreationResult;
+            ResponseKind::CreateAcls(
+                CreateAclsResponse::default().with_results(
+                    results
+                        .into_iter()
+                        .map(|c| {
+                            AclCreationResult::default()
+                                .with_error_code(c.error_code)
+                                .with_error_message(c.error_message.map(StrBytes::from_string))
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        R::DeleteAcls(results) => {
+            use kafka_protocol::messages::delete_acls_response::{
+                DeleteAclsFilterResult, DeleteAclsMatchingAcl,
+            };
+            let text = |s: String| StrBytes::from_string(s);
+            ResponseKind::DeleteAcls(
+                DeleteAclsResponse::default().with_filter_results(
+                    results
+                        .into_iter()
+                        .map(|f| {
+                            DeleteAclsFilterResult::default()
+                                .with_error_code(f.error_code)
+                                .with_error_message(f.error_message.map(text))
+                                .with_matching_acls(
+                                    f.matching
+                                        .into_iter()
+                                        .map(|a| {
+                                            DeleteAclsMatchingAcl::default()
+                                                .with_resource_type(a.resource_type)
+                                                .with_resource_name(text(a.resource_name))
+                                                .with_pattern_type(a.pattern_type)
+                                                .with_principal(text(a.principal))
+                                                .with_host(text(a.host))
+                                                .with_operation(a.operation)
+                                                .with_permission_type(a.permission)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                ),
+            )
+        }
         R::AlterUserScramCredentials(results) => {
             use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
             ResponseKind::AlterUserScramCredentials(

@@ -341,6 +341,66 @@ pub async fn list_partition_reassignments(
     admin_as!(ListPartitionReassignments, shard, version, request, wait)
 }
 
+/// CreateAcls at the controller, answered once this node's image holds every ACL created.
+pub async fn create_acls(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::CreateAclsRequest,
+    version: i16,
+) -> kafka_protocol::messages::CreateAclsResponse {
+    let wanted: Vec<sluice_replication::acl::AclBinding> = request
+        .creations
+        .iter()
+        .map(|c| sluice_replication::acl::AclBinding {
+            resource_type: c.resource_type,
+            resource_name: c.resource_name.to_string(),
+            pattern_type: c.resource_pattern_type,
+            principal: c.principal.to_string(),
+            host: c.host.to_string(),
+            operation: c.operation,
+            permission: c.permission_type,
+        })
+        .collect();
+    let wait = applied_wait(0);
+    admin_as!(CreateAcls, shard, version, request, wait, |r, image| {
+        let Some(cluster) = image.cluster.as_ref() else {
+            return true;
+        };
+        r.results
+            .iter()
+            .zip(&wanted)
+            .filter(|(c, _)| c.error_code == 0)
+            .all(|(_, acl)| cluster.acls.contains(acl))
+    })
+}
+
+/// DeleteAcls at the controller, answered once this node's image has lost every ACL deleted.
+pub async fn delete_acls(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::DeleteAclsRequest,
+    version: i16,
+) -> kafka_protocol::messages::DeleteAclsResponse {
+    let wait = applied_wait(0);
+    admin_as!(DeleteAcls, shard, version, request, wait, |r, image| {
+        let Some(cluster) = image.cluster.as_ref() else {
+            return true;
+        };
+        r.filter_results
+            .iter()
+            .flat_map(|f| &f.matching_acls)
+            .all(|m| {
+                !cluster.acls.iter().any(|a| {
+                    a.resource_type == m.resource_type
+                        && a.resource_name == m.resource_name.as_str()
+                        && a.pattern_type == m.pattern_type
+                        && a.principal == m.principal.as_str()
+                        && a.host == m.host.as_str()
+                        && a.operation == m.operation
+                        && a.permission == m.permission_type
+                })
+            })
+    })
+}
+
 /// AlterUserScramCredentials (`kafka-configs --entity-type users --alter --add-config
 /// 'SCRAM-SHA-256=[password=...]'`): checked and stored at the controller, answered once this
 /// node's image has every accepted change, so that the user can log in here at once.

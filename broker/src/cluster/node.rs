@@ -851,6 +851,12 @@ fn all_not_controller(response: &ResponseKind) -> bool {
         ResponseKind::AlterUserScramCredentials(r) => {
             !r.results.is_empty() && r.results.iter().all(|u| u.error_code == nc)
         }
+        ResponseKind::CreateAcls(r) => {
+            !r.results.is_empty() && r.results.iter().all(|c| c.error_code == nc)
+        }
+        ResponseKind::DeleteAcls(r) => {
+            !r.filter_results.is_empty() && r.filter_results.iter().all(|f| f.error_code == nc)
+        }
         _ => false,
     }
 }

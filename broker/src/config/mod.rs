@@ -56,6 +56,10 @@ pub struct BrokerConfig {
     pub ssl: SslConfig,
     /// `sasl.*` and the listeners' JAAS configurations: how SASL listeners authenticate.
     pub sasl: SaslConfig,
+    /// `authorizer.class.name` names Kafka's StandardAuthorizer: ACLs are enforced.
+    pub authorizer: bool,
+    /// `super.users` and `allow.everyone.if.no.acl.found`.
+    pub authorizer_config: sluice_replication::acl::AuthorizerConfig,
     /// `advertised.listeners`: host and port clients are told to connect to.
     pub advertised_host: String,
     pub advertised_port: u16,
@@ -382,6 +386,8 @@ impl BrokerConfig {
             security_protocol_map: Vec::new(),
             ssl: SslConfig::default(),
             sasl: SaslConfig::default(),
+            authorizer: false,
+            authorizer_config: Default::default(),
             advertised_host: String::new(),
             advertised_port: 0,
             data_dir: PathBuf::new(),

@@ -17,6 +17,9 @@ use crate::config::{
     parse_voters, BrokerConfig, MigrationPolicy, LEADER_SELECTOR, RACK_AWARE_REPLICA_SELECTOR,
 };
 
+/// Kafka's authorizer, the one `authorizer.class.name` may name.
+pub const STANDARD_AUTHORIZER: &str = "org.apache.kafka.metadata.authorizer.StandardAuthorizer";
+
 /// A setting's type, as DescribeConfigs reports it (KIP-569) and as `--help` names its value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -610,6 +613,63 @@ pub static BROKER_SETTINGS: &[Setting] = &[
             Ok(())
         },
         get: |c| show(c.num_partitions),
+    },
+    Setting {
+        name: "authorizer.class.name",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some(""),
+        doc: "The authorizer: empty for none (every principal may do everything, and the ACL \
+              APIs answer SECURITY_DISABLED, as Kafka), or Kafka's \
+              org.apache.kafka.metadata.authorizer.StandardAuthorizer, whose rules Sluice runs \
+              over the ACLs of the metadata log (CreateAcls, kafka-acls).",
+        set: |c, v| {
+            c.authorizer = match v.trim() {
+                "" => false,
+                STANDARD_AUTHORIZER => true,
+                other => {
+                    return Err(format!(
+                        "authorizer.class.name: {other} is not an authorizer Sluice runs; \
+                         set it to {STANDARD_AUTHORIZER} or leave it empty"
+                    ))
+                }
+            };
+            Ok(())
+        },
+        get: |c| show(if c.authorizer { STANDARD_AUTHORIZER } else { "" }),
+    },
+    Setting {
+        name: "super.users",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some(""),
+        doc: "Principals the authorizer allows everything, separated by semicolons, e.g. \
+              User:admin;User:ops.",
+        set: |c, v| {
+            c.authorizer_config.super_users = v
+                .split(';')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect();
+            Ok(())
+        },
+        get: |c| show(c.authorizer_config.super_users.join(";")),
+    },
+    Setting {
+        name: "allow.everyone.if.no.acl.found",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Boolean,
+        default: Some("false"),
+        doc: "With the authorizer: whether a resource no ACL names is open to every principal.",
+        set: |c, v| {
+            c.authorizer_config.allow_if_no_acl = boolean("allow.everyone.if.no.acl.found", v)?;
+            Ok(())
+        },
+        get: |c| show(c.authorizer_config.allow_if_no_acl),
     },
     Setting {
         name: "auto.create.topics.enable",

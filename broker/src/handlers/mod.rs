@@ -17,6 +17,7 @@ pub mod add_partitions_to_txn;
 pub mod alter_client_quotas;
 pub mod alter_replica_log_dirs;
 pub mod api_versions;
+pub mod authz;
 pub mod configs;
 pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
@@ -59,6 +60,8 @@ pub struct Client {
     /// Whether fetched records on disk may be spliced to this connection's socket (plain TCP);
     /// over TLS they are copied, to be encrypted.
     pub zero_copy: bool,
+    /// Who the client authenticated as (`User:ANONYMOUS` without SASL), for the authorizer.
+    pub principal: std::rc::Rc<str>,
 }
 
 /// Runs one request. `Ok(None)` means the API sends no response (produce with acks=0).
@@ -226,9 +229,15 @@ pub async fn dispatch(
         RequestKind::WriteTxnMarkers(r) => {
             ResponseKind::WriteTxnMarkers(write_txn_markers::handle(shard, r).await)
         }
-        RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(describe_acls::handle(r)),
-        RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(create_acls::handle(r)),
-        RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(delete_acls::handle(r)),
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(describe_acls::handle(shard, &client, r))
+        }
+        RequestKind::CreateAcls(r) => {
+            ResponseKind::CreateAcls(create_acls::handle(shard, &client, r, version).await)
+        }
+        RequestKind::DeleteAcls(r) => {
+            ResponseKind::DeleteAcls(delete_acls::handle(shard, &client, r, version).await)
+        }
         RequestKind::DescribeClientQuotas(r) => {
             ResponseKind::DescribeClientQuotas(describe_client_quotas::handle(r))
         }

@@ -52,6 +52,8 @@ pub struct ClusterView {
     pub features: BTreeMap<String, i16>,
     /// SCRAM credentials by user name and mechanism id (`crate::scram`).
     pub scram: BTreeMap<(String, i8), UserScramCredentialRecord>,
+    /// Every ACL of the cluster (`handlers/authz.rs`).
+    pub acls: Vec<sluice_replication::acl::AclBinding>,
 }
 
 impl ClusterView {
@@ -106,6 +108,7 @@ pub fn broker_image(
             .scram_credentials()
             .map(|c| ((c.name.clone(), c.mechanism), c.clone()))
             .collect(),
+        acls: cluster.acls().values().cloned().collect(),
         ..ClusterView::default()
     };
     for b in cluster.brokers() {

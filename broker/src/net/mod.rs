@@ -645,7 +645,14 @@ where
                 continue;
             }
         }
-        match prepare(&shard, body, peer, splice_fd.is_some(), chain.next()) {
+        match prepare(
+            &shard,
+            body,
+            peer,
+            splice_fd.is_some(),
+            principal.clone(),
+            chain.next(),
+        ) {
             Ok(task) => match unless_idle(tx.send(task), &progress, idle).await {
                 Some(Ok(())) => {}
                 Some(Err(_)) => break Ok("response writer stopped"),
@@ -694,7 +701,8 @@ where
 pub async fn loopback(shard: Rc<Shard>, frame: Bytes) -> std::io::Result<Vec<u8>> {
     let body = frame.slice(4.min(frame.len())..);
     let mut chain = crate::handlers::order::Chain::default();
-    let task = prepare(&shard, body, None, false, chain.next())
+    let node = Rc::from(crate::handlers::authz::NODE_PRINCIPAL);
+    let task = prepare(&shard, body, None, false, node, chain.next())
         .map_err(|e| std::io::Error::other(format!("loopback request: {e}")))?;
     match task.await {
         Some(Ok(Some(Frame::Bytes(frame)))) => Ok(frame[4.min(frame.len())..].to_vec()),
@@ -715,6 +723,7 @@ fn prepare(
     mut body: Bytes,
     peer: Option<SocketAddr>,
     zero_copy: bool,
+    principal: Rc<str>,
     mut turn: crate::handlers::order::Turn,
 ) -> anyhow::Result<Pending> {
     let (key, version, header) = match frame::decode_header(&mut body)? {
@@ -754,6 +763,7 @@ fn prepare(
             client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
             host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
             zero_copy,
+            principal,
         };
         let result = handlers::dispatch(&shard, key, version, &mut body, client, &mut turn).await;
         turn.finish().await;
