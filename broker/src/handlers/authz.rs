@@ -2,7 +2,7 @@
 //! Without `authorizer.class.name` everything is allowed, as in Kafka. The rules are Kafka's
 //! StandardAuthorizer's (`sluice_replication::acl`), over the ACLs of this shard's image.
 
-use kafka_protocol::messages::TopicName;
+use kafka_protocol::messages::{ApiKey, TopicName};
 use sluice_replication::acl::{self, Action, Requester};
 
 use super::Client;
@@ -15,8 +15,23 @@ pub const NODE_PRINCIPAL: &str = "Node:self";
 pub use acl::operation;
 pub use acl::resource_type;
 
-/// Whether `client` may do `operation` on the resource.
+/// Whether `client` may do `operation` on the resource; a denial is logged.
 pub fn allowed(
+    shard: &Shard,
+    client: &Client,
+    operation: i8,
+    resource_type: i8,
+    name: &str,
+) -> bool {
+    let ok = allowed_quietly(shard, client, operation, resource_type, name);
+    if !ok {
+        // Kafka's authorizer log line: who, from where, what, on what.
+        tracing::info!(target: "sluice::authorizer", principal = %client.principal, host = %client.host.trim_start_matches('/'), operation = operation_name(operation), resource_type = resource_type_name(resource_type), resource = name, "denied");
+    }
+    ok
+}
+
+fn allowed_quietly(
     shard: &Shard,
     client: &Client,
     operation: i8,
@@ -29,7 +44,7 @@ pub fn allowed(
     }
     let image = shard.image();
     let acls = image.cluster.as_ref().map_or(&[][..], |c| &c.acls[..]);
-    let ok = acl::authorize(
+    acl::authorize(
         acls,
         &config.authorizer_config,
         Requester {
@@ -41,12 +56,69 @@ pub fn allowed(
             resource_type,
             resource_name: name,
         },
-    );
-    if !ok {
-        // Kafka's authorizer log line: who, from where, what, on what.
-        tracing::info!(target: "sluice::authorizer", principal = %client.principal, host = %client.host.trim_start_matches('/'), operation = operation_name(operation), resource_type = resource_type_name(resource_type), resource = name, "denied");
+    )
+}
+
+/// The APIs whose handlers ask the authorizer for each resource as Kafka's do. With an
+/// authorizer, the others are for super users only until they do.
+pub fn checked(key: ApiKey) -> bool {
+    use ApiKey::*;
+    matches!(
+        key,
+        ApiVersions
+            | SaslHandshake
+            | SaslAuthenticate
+            | Metadata
+            | Produce
+            | Fetch
+            | ListOffsets
+            | OffsetForLeaderEpoch
+            | InitProducerId
+            | FindCoordinator
+            | JoinGroup
+            | SyncGroup
+            | Heartbeat
+            | LeaveGroup
+            | ConsumerGroupHeartbeat
+            | OffsetCommit
+            | OffsetFetch
+            | CreateTopics
+            | DeleteTopics
+            | CreateAcls
+            | DescribeAcls
+            | DeleteAcls
+    )
+}
+
+/// Whether the client is allowed everything: a super user, this node itself, or anyone when
+/// there is no authorizer.
+pub fn is_super(shard: &Shard, client: &Client) -> bool {
+    let config = shard.config();
+    !config.authorizer
+        || &*client.principal == NODE_PRINCIPAL
+        || config
+            .authorizer_config
+            .super_users
+            .iter()
+            .any(|s| **s == *client.principal)
+}
+
+/// InitProducerId: WRITE on the transactional id; without one (an idempotent producer),
+/// IDEMPOTENT_WRITE on the cluster or WRITE on any topic, as Kafka since 3.0.
+pub fn init_producer_id(
+    shard: &Shard,
+    client: &Client,
+    request: &kafka_protocol::messages::InitProducerIdRequest,
+) -> bool {
+    match request.transactional_id.as_ref().filter(|t| !t.is_empty()) {
+        Some(id) => transactional_id(shard, client, operation::WRITE, id.as_str()),
+        None => {
+            cluster(shard, client, operation::IDEMPOTENT_WRITE)
+                || shard.image().topics.keys().any(|t| {
+                    allowed_quietly(shard, client, operation::WRITE, resource_type::TOPIC, t)
+                })
+        }
     }
-    ok
 }
 
 /// Whether `client` may do `operation` on the cluster.

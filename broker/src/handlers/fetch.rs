@@ -254,13 +254,43 @@ async fn wait_any(listeners: Vec<Pin<Box<event_listener::EventListener>>>, timeo
 /// Answers a fetch; the records it splices from segment files are in `splices`.
 pub async fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     request: FetchRequest,
     version: i16,
     splices: &mut Splices,
 ) -> FetchResponse {
+    use super::authz::{self, operation};
     let image = shard.image();
     let mut work = Work::default();
-    let (wanted, unknown_ids) = wanted_partitions(&image, &request, version);
+    let follower = if version >= 15 {
+        request.replica_state.replica_id.0 >= 0
+    } else {
+        request.replica_id.0 >= 0
+    };
+    // The authorizer: a follower needs CLUSTER_ACTION; a consumer READ on each topic, those
+    // it may not read answered TOPIC_AUTHORIZATION_FAILED and kept out of its session.
+    if follower && !authz::cluster(shard, client, operation::CLUSTER_ACTION) {
+        return FetchResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
+    let (mut wanted, unknown_ids) = wanted_partitions(&image, &request, version);
+    let mut denied: Vec<Wanted> = Vec::new();
+    if shard.config().authorizer && !follower {
+        let mut verdicts: std::collections::HashMap<Arc<str>, bool> = Default::default();
+        let (ok, no): (Vec<Wanted>, Vec<Wanted>) = wanted.into_iter().partition(|w| {
+            *verdicts.entry(w.topic.clone()).or_insert_with(|| {
+                authz::allowed(
+                    shard,
+                    client,
+                    operation::READ,
+                    authz::resource_type::TOPIC,
+                    &w.topic,
+                )
+            })
+        });
+        wanted = ok;
+        denied = no;
+    }
     let forgotten = forgotten_partitions(&image, &request, version);
     work.add(wanted.len() + forgotten.len());
     let applied = shard.fetch_sessions.borrow_mut().apply(
@@ -398,6 +428,18 @@ pub async fn handle(
     );
     if version >= 12 {
         leader_hints(&image, version, &wanted, &keep, &mut response);
+    }
+    for w in denied {
+        let partition = PartitionData::default()
+            .with_partition_index(w.partition)
+            .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+            .with_high_watermark(-1);
+        response.responses.push(
+            FetchableTopicResponse::default()
+                .with_topic(TopicName(StrBytes::from_string(w.topic.to_string())))
+                .with_topic_id(w.topic_id)
+                .with_partitions(vec![partition]),
+        );
     }
     for (id, partitions) in unknown_ids {
         let parts = partitions

@@ -39,13 +39,31 @@ fn key_text(c: &Coordinator) -> String {
 
 pub fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     request: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
+    use super::authz::{self, operation};
     let config = shard.config();
     let image = shard.image();
     let answer = |key: StrBytes| {
         let mut c = Coordinator::default().with_key(key);
+        // The authorizer: DESCRIBE on the group or the transactional id.
+        let denied = match request.key_type {
+            KEY_TYPE_GROUP => (!authz::group(shard, client, operation::DESCRIBE, &key_text(&c)))
+                .then_some(ResponseError::GroupAuthorizationFailed),
+            KEY_TYPE_TRANSACTION => {
+                (!authz::transactional_id(shard, client, operation::DESCRIBE, &key_text(&c)))
+                    .then_some(ResponseError::TransactionalIdAuthorizationFailed)
+            }
+            _ => None,
+        };
+        if let Some(error) = denied {
+            c.node_id = BrokerId(-1);
+            c.port = -1;
+            c.error_code = error.code();
+            return c;
+        }
         // The internal topic and partition whose leader coordinates the key, in a cluster.
         let placed = match request.key_type {
             _ if image.cluster.is_none() => None,

@@ -104,14 +104,20 @@ fn first_version(timestamp: i64) -> i16 {
 
 pub async fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     request: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
+    use super::authz::{self, operation};
     let mut response = ListOffsetsResponse::default();
     for topic in request.topics {
         let mut t = ListOffsetsTopicResponse::default().with_name(topic.name.clone());
+        // The authorizer: DESCRIBE on the topic.
+        let allowed = authz::topic(shard, client, operation::DESCRIBE, &topic.name);
         for p in topic.partitions {
-            let (code, ts, offset, epoch) = if version < first_version(p.timestamp) {
+            let (code, ts, offset, epoch) = if !allowed {
+                (ResponseError::TopicAuthorizationFailed.code(), -1, -1, -1)
+            } else if version < first_version(p.timestamp) {
                 (ResponseError::UnsupportedVersion.code(), -1, -1, -1)
             } else {
                 lookup(

@@ -14,7 +14,13 @@ use crate::cluster::{create_topic, CreateError};
 use crate::metadata::validate_topic_name;
 use crate::shard::Shard;
 
-pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -> MetadataResponse {
+pub async fn handle(
+    shard: &Rc<Shard>,
+    client: &super::Client,
+    request: MetadataRequest,
+    version: i16,
+) -> MetadataResponse {
+    use super::authz::{self, operation, resource_type};
     let config = shard.config().clone();
     let mut response = MetadataResponse::default();
     let cluster = shard.image().cluster.clone();
@@ -56,11 +62,23 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
     });
     let auto_create =
         config.auto_create_topics && (version < 4 || request.allow_auto_topic_creation);
+    // The authorizer: every topic lists only those the client may describe; a named one it
+    // may not is TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
+    let describable = |name: &str| {
+        authz::allowed(
+            shard,
+            client,
+            operation::DESCRIBE,
+            resource_type::TOPIC,
+            name,
+        )
+    };
     let names: Vec<(Option<String>, uuid::Uuid)> = match wanted {
         None => shard
             .image()
             .topics
             .keys()
+            .filter(|n| describable(n))
             .map(|n| (Some(n.clone()), uuid::Uuid::nil()))
             .collect(),
         Some(list) => list,
@@ -90,7 +108,30 @@ pub async fn handle(shard: &Rc<Shard>, request: MetadataRequest, version: i16) -
                 .push(topic.with_error_code(ResponseError::InvalidTopicException.code()));
             continue;
         }
+        if !describable(&name) {
+            response
+                .topics
+                .push(topic.with_error_code(ResponseError::TopicAuthorizationFailed.code()));
+            continue;
+        }
         let mut meta = image.topics.get(&name).cloned();
+        // Creating it needs CREATE on the cluster or on the topic.
+        if meta.is_none()
+            && auto_create
+            && !authz::cluster(shard, client, operation::CREATE)
+            && !authz::allowed(
+                shard,
+                client,
+                operation::CREATE,
+                resource_type::TOPIC,
+                &name,
+            )
+        {
+            response
+                .topics
+                .push(topic.with_error_code(ResponseError::TopicAuthorizationFailed.code()));
+            continue;
+        }
         if meta.is_none() && auto_create {
             match create_topic(
                 shard,

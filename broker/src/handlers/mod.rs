@@ -79,13 +79,123 @@ pub async fn dispatch(
     } else {
         Splices::copying()
     };
+    // The authorizer, for the APIs of one group: READ on it, or GROUP_AUTHORIZATION_FAILED.
+    let group_denied = |group: &str| !authz::group(shard, &client, authz::operation::READ, group);
+    let group_refused = ResponseError::GroupAuthorizationFailed.code();
+    // APIs whose resources the authorizer does not check one by one yet: with an authorizer,
+    // only super users may call them (the connection of anyone else is closed, with a line).
+    if shard.config().authorizer && !authz::checked(key) && !authz::is_super(shard, &client) {
+        tracing::info!(target: "sluice::authorizer", principal = %client.principal, host = %client.host, api = ?key, "denied: only super users may call this API while its ACL checks are not built; closing the connection");
+        anyhow::bail!("{key:?} by {} refused by the authorizer", client.principal);
+    }
     let response = match request {
-        // Metadata changes are the controller's (on the single-node default, its own).
-        RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(crate::cluster::create_topics(shard, r, version).await)
+        RequestKind::InitProducerId(r) if !authz::init_producer_id(shard, &client, &r) => {
+            let code = if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) {
+                ResponseError::TransactionalIdAuthorizationFailed.code()
+            } else {
+                ResponseError::ClusterAuthorizationFailed.code()
+            };
+            ResponseKind::InitProducerId(
+                kafka_protocol::messages::InitProducerIdResponse::default()
+                    .with_error_code(code)
+                    .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                    .with_producer_epoch(-1),
+            )
         }
-        RequestKind::DeleteTopics(r) => {
-            ResponseKind::DeleteTopics(crate::cluster::delete_topics(shard, r, version).await)
+        RequestKind::JoinGroup(r) if group_denied(&r.group_id) => ResponseKind::JoinGroup(
+            kafka_protocol::messages::JoinGroupResponse::default()
+                .with_error_code(group_refused)
+                .with_generation_id(-1),
+        ),
+        RequestKind::SyncGroup(r) if group_denied(&r.group_id) => ResponseKind::SyncGroup(
+            kafka_protocol::messages::SyncGroupResponse::default().with_error_code(group_refused),
+        ),
+        RequestKind::Heartbeat(r) if group_denied(&r.group_id) => ResponseKind::Heartbeat(
+            kafka_protocol::messages::HeartbeatResponse::default().with_error_code(group_refused),
+        ),
+        RequestKind::LeaveGroup(r) if group_denied(&r.group_id) => ResponseKind::LeaveGroup(
+            kafka_protocol::messages::LeaveGroupResponse::default().with_error_code(group_refused),
+        ),
+        RequestKind::ConsumerGroupHeartbeat(r) if group_denied(&r.group_id) => {
+            ResponseKind::ConsumerGroupHeartbeat(
+                kafka_protocol::messages::ConsumerGroupHeartbeatResponse::default()
+                    .with_error_code(group_refused),
+            )
+        }
+        // Metadata changes are the controller's (on the single-node default, its own).
+        RequestKind::CreateTopics(mut r) => {
+            // The authorizer: CREATE on the cluster or the topic; the others are refused here
+            // and the rest created.
+            let denied: Vec<_> = if authz::cluster(shard, &client, authz::operation::CREATE) {
+                Vec::new()
+            } else {
+                let (ok, no) = std::mem::take(&mut r.topics)
+                    .into_iter()
+                    .partition(|t| authz::topic(shard, &client, authz::operation::CREATE, &t.name));
+                r.topics = ok;
+                no
+            };
+            let mut response = crate::cluster::create_topics(shard, r, version).await;
+            for t in denied {
+                response.topics.push(
+                    kafka_protocol::messages::create_topics_response::CreatableTopicResult::default()
+                        .with_name(t.name)
+                        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1),
+                );
+            }
+            ResponseKind::CreateTopics(response)
+        }
+        RequestKind::DeleteTopics(mut r) => {
+            // The authorizer: DELETE on each topic, named or found by id.
+            let image = shard.image();
+            let name_of = |name: &Option<kafka_protocol::messages::TopicName>, id: uuid::Uuid| {
+                name.as_ref()
+                    .map(|n| n.0.to_string())
+                    .or_else(|| image.topic_by_id(id).map(|t| t.name.clone()))
+            };
+            let may_delete = |name: Option<String>| {
+                name.is_none_or(|n| {
+                    authz::allowed(
+                        shard,
+                        &client,
+                        authz::operation::DELETE,
+                        authz::resource_type::TOPIC,
+                        &n,
+                    )
+                })
+            };
+            let mut denied = Vec::new();
+            r.topic_names.retain(|n| {
+                let ok = may_delete(Some(n.0.to_string()));
+                if !ok {
+                    denied.push((Some(n.clone()), uuid::Uuid::nil()));
+                }
+                ok
+            });
+            r.topics.retain(|t| {
+                let ok = may_delete(name_of(&t.name, t.topic_id));
+                if !ok {
+                    denied.push((t.name.clone(), t.topic_id));
+                }
+                ok
+            });
+            let nothing_left = r.topic_names.is_empty() && r.topics.is_empty();
+            let mut response = if nothing_left && !denied.is_empty() {
+                kafka_protocol::messages::DeleteTopicsResponse::default()
+            } else {
+                crate::cluster::delete_topics(shard, r, version).await
+            };
+            for (name, id) in denied {
+                response.responses.push(
+                    kafka_protocol::messages::delete_topics_response::DeletableTopicResult::default()
+                        .with_name(name)
+                        .with_topic_id(id)
+                        .with_error_code(ResponseError::TopicAuthorizationFailed.code()),
+                );
+            }
+            ResponseKind::DeleteTopics(response)
         }
         RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(
             crate::cluster::create_partitions(shard, r, version).await,
@@ -130,17 +240,17 @@ pub async fn dispatch(
             shard.config(),
         )),
         RequestKind::Metadata(r) => {
-            ResponseKind::Metadata(metadata::handle(shard, r, version).await)
+            ResponseKind::Metadata(metadata::handle(shard, &client, r, version).await)
         }
-        RequestKind::Produce(r) => match produce::handle(shard, r, version, turn).await {
+        RequestKind::Produce(r) => match produce::handle(shard, &client, r, version, turn).await {
             Some(r) => ResponseKind::Produce(r),
             None => return Ok(None),
         },
         RequestKind::Fetch(r) => {
-            ResponseKind::Fetch(fetch::handle(shard, r, version, &mut splices).await)
+            ResponseKind::Fetch(fetch::handle(shard, &client, r, version, &mut splices).await)
         }
         RequestKind::ListOffsets(r) => {
-            ResponseKind::ListOffsets(list_offsets::handle(shard, r, version).await)
+            ResponseKind::ListOffsets(list_offsets::handle(shard, &client, r, version).await)
         }
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(configs::describe(shard, r, version).await)
@@ -168,7 +278,7 @@ pub async fn dispatch(
             ResponseKind::DescribeCluster(describe_cluster::handle(shard, &request))
         }
         RequestKind::FindCoordinator(r) => {
-            ResponseKind::FindCoordinator(find_coordinator::handle(shard, r, version))
+            ResponseKind::FindCoordinator(find_coordinator::handle(shard, &client, r, version))
         }
         RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(
             join_group::handle(shard, r, version, client.client_id, client.host).await,
@@ -181,10 +291,10 @@ pub async fn dispatch(
             ResponseKind::LeaveGroup(leave_group::handle(shard, r, version).await)
         }
         RequestKind::OffsetCommit(r) => {
-            ResponseKind::OffsetCommit(offset_commit::handle(shard, r, version).await)
+            ResponseKind::OffsetCommit(offset_commit::handle(shard, &client, r, version).await)
         }
         RequestKind::OffsetFetch(r) => {
-            ResponseKind::OffsetFetch(offset_fetch::handle(shard, r, version).await)
+            ResponseKind::OffsetFetch(offset_fetch::handle(shard, &client, r, version).await)
         }
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups_admin::list(shard, r).await),
         RequestKind::DescribeGroups(r) => {
@@ -202,9 +312,9 @@ pub async fn dispatch(
         RequestKind::ConsumerGroupDescribe(r) => {
             ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(shard, r).await)
         }
-        RequestKind::OffsetForLeaderEpoch(r) => {
-            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(shard, r).await)
-        }
+        RequestKind::OffsetForLeaderEpoch(r) => ResponseKind::OffsetForLeaderEpoch(
+            offset_for_leader_epoch::handle(shard, &client, r).await,
+        ),
         RequestKind::DescribeTopicPartitions(r) => {
             ResponseKind::DescribeTopicPartitions(describe_topic_partitions::handle(shard, r))
         }

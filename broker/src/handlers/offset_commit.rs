@@ -15,11 +15,16 @@ use crate::shard::Shard;
 
 pub async fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     mut request: OffsetCommitRequest,
     version: i16,
 ) -> OffsetCommitResponse {
+    use super::authz::{self, operation};
     let group_id = request.group_id.0.to_string();
     let image = shard.image();
+    // The authorizer: READ on the group (else every partition is GROUP_AUTHORIZATION_FAILED)
+    // and on each topic (else its partitions are TOPIC_AUTHORIZATION_FAILED).
+    let group_allowed = authz::group(shard, client, operation::READ, &group_id);
     // Named by id (OffsetCommit 10, TxnOffsetCommit 6): the ids this image knows become names.
     let by_id = version >= 10;
     if by_id {
@@ -30,10 +35,19 @@ pub async fn handle(
     // A commit for a topic or a partition that does not exist is refused per partition, as
     // Kafka does; the other partitions of the request are committed.
     let known = |topic: &str, partition: i32| image.has_partition(topic, partition);
+    let topic_allowed: std::collections::HashMap<String, bool> = request
+        .topics
+        .iter()
+        .map(|t| {
+            let ok = authz::topic(shard, client, operation::READ, &t.name);
+            (t.name.0.to_string(), ok)
+        })
+        .collect();
+    let allowed = |topic: &str| topic_allowed.get(topic).copied().unwrap_or(false);
     let mut commits = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {
-            if !known(t.name.0.as_str(), p.partition_index) {
+            if !known(t.name.0.as_str(), p.partition_index) || !allowed(t.name.0.as_str()) {
                 continue;
             }
             commits.push((
@@ -51,6 +65,7 @@ pub async fn handle(
         }
     }
     let code = match coordinator_shard(shard, &group_id) {
+        _ if !group_allowed => ResponseError::GroupAuthorizationFailed.code(),
         None => no_coordinator(shard, &group_id),
         Some(owner) => {
             let member_id = request.member_id.to_string();
@@ -83,7 +98,11 @@ pub async fn handle(
             .partitions
             .iter()
             .map(|p| {
-                let code = if known(t.name.0.as_str(), p.partition_index) {
+                let code = if !group_allowed {
+                    code
+                } else if !allowed(t.name.0.as_str()) {
+                    ResponseError::TopicAuthorizationFailed.code()
+                } else if known(t.name.0.as_str(), p.partition_index) {
                     code
                 } else if by_id && crate::codec::topic_ids::is_unknown_id(&t.name.0) {
                     ResponseError::UnknownTopicId.code()

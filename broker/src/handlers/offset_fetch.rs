@@ -22,6 +22,47 @@ type GroupOffsets = Result<Vec<(String, Vec<PartitionOffset>)>, i16>;
 
 /// The offsets `wanted` (all, for `None`) of a group; `member` is version 9's member id and
 /// epoch, checked for consumer groups.
+/// [`fetch`] as the authorizer allows it: DESCRIBE on the group (else
+/// GROUP_AUTHORIZATION_FAILED) and on each topic: a named topic the client may not describe is
+/// TOPIC_AUTHORIZATION_FAILED, and when every topic is asked for such topics are left out.
+async fn fetch_authorized(
+    shard: &Rc<Shard>,
+    client: &super::Client,
+    group_id: String,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
+    member: (Option<String>, i32),
+) -> GroupOffsets {
+    use super::authz::{self, operation, resource_type};
+    if !authz::group(shard, client, operation::DESCRIBE, &group_id) {
+        return Err(ResponseError::GroupAuthorizationFailed.code());
+    }
+    let named = wanted.is_some();
+    let mut topics = fetch(shard, group_id, wanted, require_stable, member).await?;
+    if shard.config().authorizer {
+        let describable =
+            |t: &str| authz::allowed(shard, client, operation::DESCRIBE, resource_type::TOPIC, t);
+        if named {
+            for (topic, partitions) in &mut topics {
+                if !describable(topic) {
+                    for p in partitions.iter_mut() {
+                        *p = (
+                            p.0,
+                            -1,
+                            -1,
+                            String::new(),
+                            ResponseError::TopicAuthorizationFailed.code(),
+                        );
+                    }
+                }
+            }
+        } else {
+            topics.retain(|(topic, _)| describable(topic));
+        }
+    }
+    Ok(topics)
+}
+
 async fn fetch(
     shard: &Rc<Shard>,
     group_id: String,
@@ -92,6 +133,7 @@ async fn fetch(
 
 pub async fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     request: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
@@ -114,8 +156,9 @@ pub async fn handle(
             });
             let mut group = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
             let member = (g.member_id.as_ref().map(|m| m.to_string()), g.member_epoch);
-            match fetch(
+            match fetch_authorized(
                 shard,
+                client,
                 g.group_id.0.to_string(),
                 wanted,
                 request.require_stable,
@@ -167,8 +210,9 @@ pub async fn handle(
             .collect()
     });
     let GroupId(group_id) = request.group_id;
-    match fetch(
+    match fetch_authorized(
         shard,
+        client,
         group_id.to_string(),
         wanted,
         request.require_stable,

@@ -111,20 +111,37 @@ async fn lookup(
 
 pub async fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     request: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
+    use super::authz::{self, operation};
+    // The authorizer: a follower (replica id 0 or more) needs CLUSTER_ACTION, a consumer
+    // DESCRIBE on each topic.
+    let follower = request.replica_id.0 >= 0;
+    let cluster_ok = !follower || authz::cluster(shard, client, operation::CLUSTER_ACTION);
     let mut response = OffsetForLeaderEpochResponse::default();
     for topic in request.topics {
         let mut t = OffsetForLeaderTopicResult::default().with_topic(topic.topic.clone());
+        let allowed = cluster_ok
+            && (follower || authz::topic(shard, client, operation::DESCRIBE, &topic.topic));
         for p in topic.partitions {
-            let (code, epoch, end) = lookup(
-                shard,
-                topic.topic.0.to_string(),
-                p.partition,
-                p.current_leader_epoch,
-                p.leader_epoch,
-            )
-            .await;
+            let (code, epoch, end) = if !allowed {
+                let code = if cluster_ok {
+                    ResponseError::TopicAuthorizationFailed
+                } else {
+                    ResponseError::ClusterAuthorizationFailed
+                };
+                (code.code(), -1, -1)
+            } else {
+                lookup(
+                    shard,
+                    topic.topic.0.to_string(),
+                    p.partition,
+                    p.current_leader_epoch,
+                    p.leader_epoch,
+                )
+                .await
+            };
             t.partitions.push(
                 EpochEndOffset::default()
                     .with_partition(p.partition)

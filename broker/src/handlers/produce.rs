@@ -322,11 +322,19 @@ const TOPIC_ID_VERSION: i16 = 13;
 /// order once every batch holds its place in its log, before the appends are durable.
 pub async fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     request: ProduceRequest,
     version: i16,
     turn: &mut Turn,
 ) -> Option<ProduceResponse> {
+    use super::authz::{self, operation};
     let acks = request.acks;
+    // The authorizer, once per request and topic: WRITE on the transactional id, if any, and
+    // on each topic.
+    let txn_allowed = request
+        .transactional_id
+        .as_ref()
+        .is_none_or(|id| authz::transactional_id(shard, client, operation::WRITE, id.0.as_str()));
     let txn = Txn {
         transactional_id: request.transactional_id.as_ref().map(|t| t.0.to_string()),
         version,
@@ -350,6 +358,7 @@ pub async fn handle(
             true
         };
         let name = topic.name.0.to_string();
+        let topic_allowed = known && authz::topic(shard, client, operation::WRITE, &topic.name);
         for p in topic.partition_data {
             let shard = shard.clone();
             let name = name.clone();
@@ -359,6 +368,16 @@ pub async fn handle(
                 Err(Outcome::error(
                     ResponseError::UnknownTopicId.code(),
                     Some(format!("unknown topic id {}", topic.topic_id)),
+                ))
+            } else if !txn_allowed {
+                Err(Outcome::error(
+                    ResponseError::TransactionalIdAuthorizationFailed.code(),
+                    None,
+                ))
+            } else if !topic_allowed {
+                Err(Outcome::error(
+                    ResponseError::TopicAuthorizationFailed.code(),
+                    None,
                 ))
             } else if !matches!(acks, -1..=1) {
                 Err(Outcome::error(
