@@ -1,0 +1,196 @@
+"""ACLs with Kafka's StandardAuthorizer rules (`authorizer.class.name`), stored in the metadata
+log: Apache Kafka's `kafka-acls` adds, lists and removes them (literal, prefixed, deny over
+allow), and librdkafka clients logged in over SASL get exactly what the ACLs give them:
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED and CLUSTER_AUTHORIZATION_FAILED where
+they give nothing, and no topic names they may not describe."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, NewTopic, \
+    ResourcePatternType, ResourceType
+
+from harness import Broker, admin
+from reference import java
+
+ADMIN_PW = "admin-Pw-acl1"
+ALICE_PW = "alice-Pw-acl2"
+BOB_PW = "bob-Pw-acl3"
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        f'user_admin="{ADMIN_PW}" user_alice="{ALICE_PW}" user_bob="{BOB_PW}";')
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def login(user: str, password: str, **extra) -> dict:
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": user,
+            "sasl.password": password, **extra}
+
+
+ADMIN = login("admin", ADMIN_PW)
+ALICE = login("alice", ALICE_PW)
+BOB = login("bob", BOB_PW)
+
+
+@pytest.fixture(scope="module")
+def broker():
+    b = Broker(cores=2, num_partitions=2, name="acl", listener_name="CLIENT", client_config=ADMIN,
+               extra_args=["--listener-security-protocol-map", "CLIENT:SASL_PLAINTEXT",
+                           "--sasl-enabled-mechanisms", "PLAIN",
+                           "--override", f"listener.name.client.plain.sasl.jaas.config={JAAS}",
+                           "--override", f"authorizer.class.name={AUTHORIZER}",
+                           "--override", "super.users=User:admin"])
+    b.start()
+    a = admin(b.bootstrap, **ADMIN)
+    for f in a.create_topics([NewTopic(t, 2, 1) for t in ["orders", "orders-secret", "pay-in", "hidden"]]).values():
+        f.result(15)
+    yield b
+    b.stop()
+    b.remove()
+
+
+def acls_tool(b: Broker, *args: str):
+    props = Path(tempfile.mkstemp(prefix="admin-", suffix=".properties", dir=b.root)[1])
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                     f'username="admin" password="{ADMIN_PW}";\n')
+    return java("org.apache.kafka.tools.AclCommand", "--bootstrap-server", b.bootstrap,
+                "--command-config", str(props), *args)
+
+
+def produce(b: Broker, config: dict, topic: str, n: int = 20) -> list:
+    """Produces `n` records; the delivery errors, by name (empty when all were written)."""
+    errors = []
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "message.timeout.ms": 8000, **config})
+    for i in range(n):
+        p.produce(topic, value=b"v%d" % i, partition=i % 2,
+                  on_delivery=lambda err, _m: err and errors.append(err.name()))
+    p.flush(15)
+    return errors
+
+
+def consume(b: Broker, config: dict, topic: str, group: str, n: int) -> tuple[list, list]:
+    """Reads up to `n` records in `group`: the values, and the errors reported."""
+    values, errors = [], []
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "error_cb": lambda e: errors.append(e.name()), **config})
+    c.subscribe([topic])
+    try:
+        for _ in range(40):
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                errors.append(m.error().name())
+                if m.error().code() in (KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED):
+                    break
+            else:
+                values.append(m.value())
+            if len(values) >= n:
+                break
+    finally:
+        c.close()
+    return values, errors
+
+
+def topics_seen(b: Broker, config: dict) -> set:
+    a = admin(b.bootstrap, **config)
+    return {t for t in a.list_topics(timeout=10).topics if not t.startswith("__")}
+
+
+def test_without_acls_only_the_super_user_gets_anything(broker):
+    assert {"orders", "orders-secret", "pay-in", "hidden"} <= topics_seen(broker, ADMIN)
+    assert topics_seen(broker, ALICE) == set()
+    assert set(produce(broker, ALICE, "orders", n=4)) == {"TOPIC_AUTHORIZATION_FAILED"}
+    # CreateAcls needs ALTER on the cluster.
+    a = admin(broker.bootstrap, **ALICE)
+    binding = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.WRITE, AclPermissionType.ALLOW)
+    with pytest.raises(KafkaException) as e:
+        a.create_acls([binding])[binding].result(15)
+    assert e.value.args[0].name() == "CLUSTER_AUTHORIZATION_FAILED"
+    assert "denied" in broker.log_path.read_text()
+
+
+def test_kafka_acls_grants_and_revokes_what_clients_may_do(broker):
+    b = broker
+    # alice: write and read "orders" in group "billing"; anything on topics prefixed "pay-";
+    # reading "orders-secret" denied even though a prefixed allow covers it.
+    for args in [
+        ["--add", "--allow-principal", "User:alice", "--operation", "Write", "--operation", "Describe",
+         "--topic", "orders"],
+        ["--add", "--allow-principal", "User:alice", "--consumer", "--topic", "orders", "--group", "billing"],
+        ["--add", "--allow-principal", "User:alice", "--operation", "All", "--topic", "pay-",
+         "--resource-pattern-type", "prefixed"],
+        ["--add", "--allow-principal", "User:alice", "--operation", "Read", "--operation", "Describe",
+         "--topic", "orders-", "--resource-pattern-type", "prefixed"],
+        ["--add", "--deny-principal", "User:alice", "--operation", "Read", "--topic", "orders-secret"],
+    ]:
+        done = acls_tool(b, *args, "--force")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    listed = acls_tool(b, "--list", "--topic", "orders")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert "principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW" in listed.stdout, listed.stdout
+    prefixed = acls_tool(b, "--list", "--topic", "pay-", "--resource-pattern-type", "prefixed")
+    assert "operation=ALL, permissionType=ALLOW" in prefixed.stdout, prefixed.stdout
+
+    # What alice sees and may do now.
+    assert topics_seen(b, ALICE) == {"orders", "orders-secret", "pay-in"}
+    assert produce(b, ALICE, "orders") == []
+    assert produce(b, ALICE, "pay-in") == []
+    assert set(produce(b, ALICE, "hidden", n=4)) == {"TOPIC_AUTHORIZATION_FAILED"}
+    values, errors = consume(b, ALICE, "orders", "billing", 20)
+    assert sorted(values, key=lambda v: int(v[1:])) == [b"v%d" % i for i in range(20)], errors
+    values, errors = consume(b, ALICE, "orders", "other-group", 20)
+    assert values == [] and "GROUP_AUTHORIZATION_FAILED" in errors, errors
+    # Deny wins over the prefixed allow: alice may describe orders-secret but not read it.
+    values, errors = consume(b, ALICE, "orders-secret", "billing", 1)
+    assert values == [] and "TOPIC_AUTHORIZATION_FAILED" in errors, errors
+    # bob has nothing: no topic names, and his producer is refused.
+    assert topics_seen(b, BOB) == set()
+    assert set(produce(b, BOB, "orders", n=2)) == {"TOPIC_AUTHORIZATION_FAILED"}
+
+    # Removed: alice loses write on orders.
+    removed = acls_tool(b, "--remove", "--allow-principal", "User:alice", "--operation", "Write",
+                        "--topic", "orders", "--force")
+    assert removed.returncode == 0, removed.stderr[-2000:]
+    assert set(produce(b, ALICE, "orders", n=2)) == {"TOPIC_AUTHORIZATION_FAILED"}
+    assert "orders" in topics_seen(b, ALICE)  # still described: DESCRIBE and READ remain
+
+
+def test_the_admin_client_describes_and_deletes_acls(broker):
+    a = admin(broker.bootstrap, **ADMIN)
+    binding = AclBinding(ResourceType.GROUP, "ops-", ResourcePatternType.PREFIXED, "User:bob", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    a.create_acls([binding])[binding].result(15)
+    match = AclBindingFilter(ResourceType.GROUP, "ops-team", ResourcePatternType.MATCH, None, None,
+                             AclOperation.ANY, AclPermissionType.ANY)
+    assert a.describe_acls(match).result(15) == [binding]
+    any_bob = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None,
+                               AclOperation.ANY, AclPermissionType.ANY)
+    deleted = a.delete_acls([any_bob])[any_bob].result(15)
+    assert deleted == [binding]
+    assert a.describe_acls(any_bob).result(15) == []
+    # An invalid ACL is refused with Kafka's INVALID_REQUEST.
+    bad = AclBinding(ResourceType.BROKER, "not-the-cluster", ResourcePatternType.LITERAL, "User:bob", "*",
+                     AclOperation.ALTER, AclPermissionType.ALLOW)
+    with pytest.raises(KafkaException) as e:
+        a.create_acls([bad])[bad].result(15)
+    assert e.value.args[0].name() == "INVALID_REQUEST" and "kafka-cluster" in str(e.value)
+
+
+def test_acls_survive_a_restart(broker):
+    a = admin(broker.bootstrap, **ADMIN)
+    topic = f"restart-{uuid.uuid4().hex[:6]}"
+    a.create_topics([NewTopic(topic, 2, 1)])[topic].result(15)
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:bob", "*",
+                         AclOperation.WRITE, AclPermissionType.ALLOW)
+    a.create_acls([binding])[binding].result(15)
+    broker.stop()
+    broker.start()
+    assert produce(broker, BOB, topic, n=6) == []
+    assert topics_seen(broker, BOB) == {topic}
