@@ -194,3 +194,66 @@ def test_acls_survive_a_restart(broker):
     broker.start()
     assert produce(broker, BOB, topic, n=6) == []
     assert topics_seen(broker, BOB) == {topic}
+
+
+def test_transactions_configs_and_groups_follow_the_acls(broker):
+    b = broker
+    a = admin(b.bootstrap, **ADMIN)
+    topic = f"tx-{uuid.uuid4().hex[:6]}"
+    a.create_topics([NewTopic(topic, 2, 1)])[topic].result(15)
+
+    def transactional(txn_id: str) -> Producer:
+        return Producer({"bootstrap.servers": b.bootstrap, "transactional.id": txn_id,
+                         "transaction.timeout.ms": 10000, **BOB})
+
+    # Without WRITE on the transactional id: refused at InitProducerId.
+    p = transactional("bob-tx")
+    with pytest.raises(KafkaException) as e:
+        p.init_transactions(15)
+    assert e.value.args[0].name() == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", e.value
+    # kafka-acls --producer --transactional-id: WRITE and DESCRIBE on both.
+    done = acls_tool(b, "--add", "--allow-principal", "User:bob", "--producer", "--topic", topic,
+                     "--transactional-id", "bob-tx", "--force")
+    assert done.returncode == 0, done.stderr[-2000:]
+    p = transactional("bob-tx")
+    p.init_transactions(15)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, value=b"t%d" % i, partition=i % 2)
+    p.commit_transaction(15)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"check-{topic}", "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", **ADMIN})
+    c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    got = []
+    for _ in range(40):
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+        if len(got) >= 10:
+            break
+    c.close()
+    assert sorted(got, key=lambda v: int(v[1:])) == [b"t%d" % i for i in range(10)]
+
+    # DescribeConfigs needs DESCRIBE_CONFIGS on the topic.
+    from confluent_kafka.admin import ConfigResource
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    bob_admin = admin(b.bootstrap, **BOB)
+    with pytest.raises(KafkaException) as e:
+        bob_admin.describe_configs([resource])[resource].result(15)
+    assert e.value.args[0].name() == "TOPIC_AUTHORIZATION_FAILED", e.value
+    configs = a.describe_configs([resource])[resource].result(15)
+    assert "retention.ms" in configs
+
+    # ListGroups shows bob only the groups he may describe: none; the super user sees them.
+    listed = bob_admin.list_consumer_groups().result(15)
+    assert listed.valid == []
+    everyone = a.list_consumer_groups().result(15)
+    assert f"check-{topic}" in {g.group_id for g in everyone.valid}
+
+    # An API whose checks are not built yet (CreatePartitions) is for super users only: bob's
+    # connection is closed and the log says why.
+    from confluent_kafka.admin import NewPartitions
+    with pytest.raises(KafkaException):
+        bob_admin.create_partitions([NewPartitions(topic, 4)], request_timeout=3)[topic].result(10)
+    assert "only super users may call this API" in b.log_path.read_text()
+    assert len(a.list_topics(topic, timeout=10).topics[topic].partitions) == 2

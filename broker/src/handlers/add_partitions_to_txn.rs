@@ -30,12 +30,33 @@ const BROKER_VERSION: i16 = 4;
 
 pub async fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     request: AddPartitionsToTxnRequest,
     version: i16,
 ) -> AddPartitionsToTxnResponse {
+    use super::authz::{self, operation};
     if version >= BROKER_VERSION {
+        // Sent by brokers (KIP-890): CLUSTER_ACTION.
+        if !authz::cluster(shard, client, operation::CLUSTER_ACTION) {
+            return AddPartitionsToTxnResponse::default()
+                .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+        }
         return handle_batched(shard, request).await;
     }
+    // The authorizer: WRITE on the transactional id, then on each topic; if a topic is
+    // refused, the others are not attempted, as in Kafka.
+    let txn_allowed = authz::transactional_id(
+        shard,
+        client,
+        operation::WRITE,
+        request.v3_and_below_transactional_id.0.as_str(),
+    );
+    let refused_topics: Vec<String> = request
+        .v3_and_below_topics
+        .iter()
+        .filter(|t| txn_allowed && !authz::topic(shard, client, operation::WRITE, &t.name))
+        .map(|t| t.name.0.to_string())
+        .collect();
     let transactional_id = request.v3_and_below_transactional_id.0.to_string();
     let partitions: Vec<TopicPartition> = request
         .v3_and_below_topics
@@ -53,7 +74,22 @@ pub async fn handle(
             .get(&tp.topic)
             .is_none_or(|t| usize::try_from(tp.partition).map_or(true, |p| p >= t.shards.len()))
     };
-    let codes: Vec<(TopicPartition, i16)> = if partitions.iter().any(unknown) {
+    let codes: Vec<(TopicPartition, i16)> = if !txn_allowed {
+        let code = ResponseError::TransactionalIdAuthorizationFailed.code();
+        partitions.iter().map(|tp| (tp.clone(), code)).collect()
+    } else if !refused_topics.is_empty() {
+        partitions
+            .iter()
+            .map(|tp| {
+                let code = if refused_topics.contains(&tp.topic) {
+                    ResponseError::TopicAuthorizationFailed
+                } else {
+                    ResponseError::OperationNotAttempted
+                };
+                (tp.clone(), code.code())
+            })
+            .collect()
+    } else if partitions.iter().any(unknown) {
         partitions
             .iter()
             .map(|tp| {

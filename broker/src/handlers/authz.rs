@@ -2,7 +2,9 @@
 //! Without `authorizer.class.name` everything is allowed, as in Kafka. The rules are Kafka's
 //! StandardAuthorizer's (`sluice_replication::acl`), over the ACLs of this shard's image.
 
-use kafka_protocol::messages::{ApiKey, TopicName};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use sluice_replication::acl::{self, Action, Requester};
 
 use super::Client;
@@ -29,6 +31,17 @@ pub fn allowed(
         tracing::info!(target: "sluice::authorizer", principal = %client.principal, host = %client.host.trim_start_matches('/'), operation = operation_name(operation), resource_type = resource_type_name(resource_type), resource = name, "denied");
     }
     ok
+}
+
+/// [`allowed`] without the log line, for listings that leave out what the client may not see.
+pub fn permitted(
+    shard: &Shard,
+    client: &Client,
+    operation: i8,
+    resource_type: i8,
+    name: &str,
+) -> bool {
+    allowed_quietly(shard, client, operation, resource_type, name)
 }
 
 fn allowed_quietly(
@@ -74,6 +87,10 @@ pub fn checked(key: ApiKey) -> bool {
             | ListOffsets
             | OffsetForLeaderEpoch
             | InitProducerId
+            | AddPartitionsToTxn
+            | AddOffsetsToTxn
+            | TxnOffsetCommit
+            | EndTxn
             | FindCoordinator
             | JoinGroup
             | SyncGroup
@@ -84,6 +101,23 @@ pub fn checked(key: ApiKey) -> bool {
             | OffsetFetch
             | CreateTopics
             | DeleteTopics
+            | DescribeConfigs
+            | DescribeCluster
+            | ElectLeaders
+            | AlterPartitionReassignments
+            | ListPartitionReassignments
+            | UpdateFeatures
+            | DescribeQuorum
+            | DescribeLogDirs
+            | DescribeUserScramCredentials
+            | AlterUserScramCredentials
+            | DescribeClientQuotas
+            | DescribeTopicPartitions
+            | ListGroups
+            | DescribeGroups
+            | DeleteGroups
+            | AlterConfigs
+            | IncrementalAlterConfigs
             | CreateAcls
             | DescribeAcls
             | DeleteAcls
@@ -119,6 +153,143 @@ pub fn init_producer_id(
                 })
         }
     }
+}
+
+/// The answer to a request the authorizer refuses whole: the APIs of one group (READ on it),
+/// of one transactional id (WRITE on it; AddOffsetsToTxn also READ on its group),
+/// InitProducerId, and the cluster's own (ALTER, DESCRIBE or DESCRIBE_CONFIGS on it). `None` lets the request through (its handler may still refuse parts).
+pub fn refusal(shard: &Shard, client: &Client, request: &RequestKind) -> Option<ResponseKind> {
+    use kafka_protocol::messages::*;
+    if !shard.config().authorizer {
+        return None;
+    }
+    let group_refused = ResponseError::GroupAuthorizationFailed.code();
+    let cluster_refused = ResponseError::ClusterAuthorizationFailed.code();
+    let txn_refused = ResponseError::TransactionalIdAuthorizationFailed.code();
+    let read_group = |g: &GroupId| group(shard, client, operation::READ, g.as_str());
+    let write_txn =
+        |t: &TransactionalId| transactional_id(shard, client, operation::WRITE, t.as_str());
+    Some(match request {
+        RequestKind::InitProducerId(r) if !init_producer_id(shard, client, r) => {
+            let code = if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) {
+                txn_refused
+            } else {
+                ResponseError::ClusterAuthorizationFailed.code()
+            };
+            ResponseKind::InitProducerId(
+                InitProducerIdResponse::default()
+                    .with_error_code(code)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1),
+            )
+        }
+        RequestKind::EndTxn(r) if !write_txn(&r.transactional_id) => ResponseKind::EndTxn(
+            EndTxnResponse::default()
+                .with_error_code(txn_refused)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        ),
+        RequestKind::AddOffsetsToTxn(r) => {
+            let code = if !write_txn(&r.transactional_id) {
+                txn_refused
+            } else if !read_group(&r.group_id) {
+                group_refused
+            } else {
+                return None;
+            };
+            ResponseKind::AddOffsetsToTxn(AddOffsetsToTxnResponse::default().with_error_code(code))
+        }
+        RequestKind::JoinGroup(r) if !read_group(&r.group_id) => ResponseKind::JoinGroup(
+            JoinGroupResponse::default()
+                .with_error_code(group_refused)
+                .with_generation_id(-1),
+        ),
+        RequestKind::SyncGroup(r) if !read_group(&r.group_id) => {
+            ResponseKind::SyncGroup(SyncGroupResponse::default().with_error_code(group_refused))
+        }
+        RequestKind::Heartbeat(r) if !read_group(&r.group_id) => {
+            ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(group_refused))
+        }
+        RequestKind::LeaveGroup(r) if !read_group(&r.group_id) => {
+            ResponseKind::LeaveGroup(LeaveGroupResponse::default().with_error_code(group_refused))
+        }
+        RequestKind::ConsumerGroupHeartbeat(r) if !read_group(&r.group_id) => {
+            ResponseKind::ConsumerGroupHeartbeat(
+                ConsumerGroupHeartbeatResponse::default().with_error_code(group_refused),
+            )
+        }
+        // Cluster operations, answered with one error.
+        RequestKind::ElectLeaders(_) if !cluster(shard, client, operation::ALTER) => {
+            ResponseKind::ElectLeaders(
+                ElectLeadersResponse::default().with_error_code(cluster_refused),
+            )
+        }
+        RequestKind::AlterPartitionReassignments(_)
+            if !cluster(shard, client, operation::ALTER) =>
+        {
+            ResponseKind::AlterPartitionReassignments(
+                AlterPartitionReassignmentsResponse::default().with_error_code(cluster_refused),
+            )
+        }
+        RequestKind::ListPartitionReassignments(_)
+            if !cluster(shard, client, operation::DESCRIBE) =>
+        {
+            ResponseKind::ListPartitionReassignments(
+                ListPartitionReassignmentsResponse::default().with_error_code(cluster_refused),
+            )
+        }
+        RequestKind::UpdateFeatures(_) if !cluster(shard, client, operation::ALTER) => {
+            ResponseKind::UpdateFeatures(
+                UpdateFeaturesResponse::default().with_error_code(cluster_refused),
+            )
+        }
+        RequestKind::DescribeQuorum(_) if !cluster(shard, client, operation::DESCRIBE) => {
+            ResponseKind::DescribeQuorum(
+                DescribeQuorumResponse::default().with_error_code(cluster_refused),
+            )
+        }
+        RequestKind::DescribeLogDirs(_) if !cluster(shard, client, operation::DESCRIBE) => {
+            ResponseKind::DescribeLogDirs(
+                DescribeLogDirsResponse::default().with_error_code(cluster_refused),
+            )
+        }
+        RequestKind::DescribeUserScramCredentials(_)
+            if !cluster(shard, client, operation::DESCRIBE) =>
+        {
+            ResponseKind::DescribeUserScramCredentials(
+                DescribeUserScramCredentialsResponse::default().with_error_code(cluster_refused),
+            )
+        }
+        RequestKind::AlterUserScramCredentials(r) if !cluster(shard, client, operation::ALTER) => {
+            use alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+            let users: std::collections::BTreeSet<&str> = r
+                .deletions
+                .iter()
+                .map(|d| d.name.as_str())
+                .chain(r.upsertions.iter().map(|u| u.name.as_str()))
+                .collect();
+            ResponseKind::AlterUserScramCredentials(
+                AlterUserScramCredentialsResponse::default().with_results(
+                    users
+                        .into_iter()
+                        .map(|u| {
+                            AlterUserScramCredentialsResult::default()
+                                .with_user(StrBytes::from_string(u.to_string()))
+                                .with_error_code(cluster_refused)
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        RequestKind::DescribeClientQuotas(_)
+            if !cluster(shard, client, operation::DESCRIBE_CONFIGS) =>
+        {
+            ResponseKind::DescribeClientQuotas(
+                DescribeClientQuotasResponse::default().with_error_code(cluster_refused),
+            )
+        }
+        _ => return None,
+    })
 }
 
 /// Whether `client` may do `operation` on the cluster.

@@ -29,6 +29,8 @@ use crate::shard::Shard;
 use crate::topic_config::TOPIC_SETTINGS;
 
 pub const RESOURCE_TOPIC: i8 = 2;
+/// A group's configs (KIP-848).
+const RESOURCE_GROUP: i8 = 32;
 pub use crate::cluster::broker_configs::RESOURCE_BROKER;
 use crate::cluster::broker_configs::{RESTART_ONLY_IN_SLUICE, TYPE_STRING};
 // DescribeConfigs `config_source`, Kafka's values.
@@ -266,8 +268,36 @@ fn describe_topic(
     out
 }
 
+/// The error for a config resource the client may not `operation` (DESCRIBE_CONFIGS or
+/// ALTER_CONFIGS), if it may not.
+pub fn refused_configs(
+    shard: &Shard,
+    client: &super::Client,
+    operation: i8,
+    resource_type: i8,
+    name: &str,
+) -> Option<i16> {
+    use super::authz::{self, resource_type as rt};
+    let (allowed, error) = match resource_type {
+        RESOURCE_TOPIC => (
+            authz::allowed(shard, client, operation, rt::TOPIC, name),
+            ResponseError::TopicAuthorizationFailed,
+        ),
+        RESOURCE_GROUP => (
+            authz::group(shard, client, operation, name),
+            ResponseError::GroupAuthorizationFailed,
+        ),
+        _ => (
+            authz::cluster(shard, client, operation),
+            ResponseError::ClusterAuthorizationFailed,
+        ),
+    };
+    (!allowed).then(|| error.code())
+}
+
 pub async fn describe(
     shard: &Rc<Shard>,
+    client: &super::Client,
     request: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
@@ -276,6 +306,24 @@ pub async fn describe(
     let image = shard.image();
     for resource in request.resources {
         let name = resource.resource_name.to_string();
+        // The authorizer: DESCRIBE_CONFIGS on the topic, the group, or (broker and logger
+        // resources) the cluster.
+        if let Some(code) = refused_configs(
+            shard,
+            client,
+            super::authz::operation::DESCRIBE_CONFIGS,
+            resource.resource_type,
+            &name,
+        ) {
+            response.results.push(
+                DescribeConfigsResult::default()
+                    .with_resource_type(resource.resource_type)
+                    .with_resource_name(resource.resource_name.clone())
+                    .with_error_code(code)
+                    .with_error_message(None),
+            );
+            continue;
+        }
         let wanted = |key: &str| {
             resource
                 .configuration_keys

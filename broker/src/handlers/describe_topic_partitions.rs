@@ -41,13 +41,31 @@ fn topic_name(name: &str) -> TopicName {
 
 pub fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     request: DescribeTopicPartitionsRequest,
 ) -> DescribeTopicPartitionsResponse {
+    use super::authz::{self, operation, resource_type};
     let image = shard.image();
     let node = BrokerId(shard.config().node_id);
     let every_topic = request.topics.is_empty();
+    // The authorizer, as for Metadata: every topic lists those the client may describe; a
+    // named one it may not is TOPIC_AUTHORIZATION_FAILED.
+    let describable = |name: &str| {
+        authz::permitted(
+            shard,
+            client,
+            operation::DESCRIBE,
+            resource_type::TOPIC,
+            name,
+        )
+    };
     let mut names: Vec<String> = if every_topic {
-        image.topics.keys().cloned().collect()
+        image
+            .topics
+            .keys()
+            .filter(|n| describable(n))
+            .cloned()
+            .collect()
     } else {
         request
             .topics
@@ -91,6 +109,22 @@ pub fn handle(
         let mut topic = DescribeTopicPartitionsResponseTopic::default()
             .with_name(Some(topic_name(name)))
             .with_topic_authorized_operations(TOPIC_OPERATIONS_ALL);
+        if !every_topic
+            && !authz::allowed(
+                shard,
+                client,
+                operation::DESCRIBE,
+                resource_type::TOPIC,
+                name,
+            )
+        {
+            response.topics.push(
+                topic
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    .with_topic_authorized_operations(OPERATIONS_UNKNOWN),
+            );
+            continue;
+        }
         if validate_topic_name(name).is_err() {
             response
                 .topics

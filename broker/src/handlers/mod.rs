@@ -79,49 +79,22 @@ pub async fn dispatch(
     } else {
         Splices::copying()
     };
-    // The authorizer, for the APIs of one group: READ on it, or GROUP_AUTHORIZATION_FAILED.
-    let group_denied = |group: &str| !authz::group(shard, &client, authz::operation::READ, group);
-    let group_refused = ResponseError::GroupAuthorizationFailed.code();
     // APIs whose resources the authorizer does not check one by one yet: with an authorizer,
     // only super users may call them (the connection of anyone else is closed, with a line).
     if shard.config().authorizer && !authz::checked(key) && !authz::is_super(shard, &client) {
         tracing::info!(target: "sluice::authorizer", principal = %client.principal, host = %client.host, api = ?key, "denied: only super users may call this API while its ACL checks are not built; closing the connection");
         anyhow::bail!("{key:?} by {} refused by the authorizer", client.principal);
     }
+    // Requests refused whole by the authorizer (one resource, one error code).
+    if let Some(refused) = authz::refusal(shard, &client, &request) {
+        return Ok(Some(Answer {
+            response: refused,
+            version,
+            splices,
+        }));
+    }
+    const ALTER_CONFIGS: i8 = authz::operation::ALTER_CONFIGS;
     let response = match request {
-        RequestKind::InitProducerId(r) if !authz::init_producer_id(shard, &client, &r) => {
-            let code = if r.transactional_id.as_ref().is_some_and(|t| !t.is_empty()) {
-                ResponseError::TransactionalIdAuthorizationFailed.code()
-            } else {
-                ResponseError::ClusterAuthorizationFailed.code()
-            };
-            ResponseKind::InitProducerId(
-                kafka_protocol::messages::InitProducerIdResponse::default()
-                    .with_error_code(code)
-                    .with_producer_id(kafka_protocol::messages::ProducerId(-1))
-                    .with_producer_epoch(-1),
-            )
-        }
-        RequestKind::JoinGroup(r) if group_denied(&r.group_id) => ResponseKind::JoinGroup(
-            kafka_protocol::messages::JoinGroupResponse::default()
-                .with_error_code(group_refused)
-                .with_generation_id(-1),
-        ),
-        RequestKind::SyncGroup(r) if group_denied(&r.group_id) => ResponseKind::SyncGroup(
-            kafka_protocol::messages::SyncGroupResponse::default().with_error_code(group_refused),
-        ),
-        RequestKind::Heartbeat(r) if group_denied(&r.group_id) => ResponseKind::Heartbeat(
-            kafka_protocol::messages::HeartbeatResponse::default().with_error_code(group_refused),
-        ),
-        RequestKind::LeaveGroup(r) if group_denied(&r.group_id) => ResponseKind::LeaveGroup(
-            kafka_protocol::messages::LeaveGroupResponse::default().with_error_code(group_refused),
-        ),
-        RequestKind::ConsumerGroupHeartbeat(r) if group_denied(&r.group_id) => {
-            ResponseKind::ConsumerGroupHeartbeat(
-                kafka_protocol::messages::ConsumerGroupHeartbeatResponse::default()
-                    .with_error_code(group_refused),
-            )
-        }
         // Metadata changes are the controller's (on the single-node default, its own).
         RequestKind::CreateTopics(mut r) => {
             // The authorizer: CREATE on the cluster or the topic; the others are refused here
@@ -200,12 +173,47 @@ pub async fn dispatch(
         RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(
             crate::cluster::create_partitions(shard, r, version).await,
         ),
-        RequestKind::AlterConfigs(r) => {
-            ResponseKind::AlterConfigs(crate::cluster::alter_configs(shard, r).await)
+        RequestKind::AlterConfigs(mut r) => {
+            // The authorizer: ALTER_CONFIGS on each resource; the refused ones answered here.
+            let mut refused = Vec::new();
+            r.resources.retain(|c| {
+                let name = c.resource_name.to_string();
+                let code =
+                    configs::refused_configs(shard, &client, ALTER_CONFIGS, c.resource_type, &name);
+                refused.extend(code.map(|code| (c.resource_type, c.resource_name.clone(), code)));
+                code.is_none()
+            });
+            let mut response = crate::cluster::alter_configs(shard, r).await;
+            for (resource_type, resource_name, code) in refused {
+                response.responses.push(
+                    kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default()
+                        .with_resource_type(resource_type)
+                        .with_resource_name(resource_name)
+                        .with_error_code(code),
+                );
+            }
+            ResponseKind::AlterConfigs(response)
         }
-        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
-            crate::cluster::incremental_alter_configs(shard, r, version).await,
-        ),
+        RequestKind::IncrementalAlterConfigs(mut r) => {
+            let mut refused = Vec::new();
+            r.resources.retain(|c| {
+                let name = c.resource_name.to_string();
+                let code =
+                    configs::refused_configs(shard, &client, ALTER_CONFIGS, c.resource_type, &name);
+                refused.extend(code.map(|code| (c.resource_type, c.resource_name.clone(), code)));
+                code.is_none()
+            });
+            let mut response = crate::cluster::incremental_alter_configs(shard, r, version).await;
+            for (resource_type, resource_name, code) in refused {
+                response.responses.push(
+                    kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                        .with_resource_type(resource_type)
+                        .with_resource_name(resource_name)
+                        .with_error_code(code),
+                );
+            }
+            ResponseKind::IncrementalAlterConfigs(response)
+        }
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(crate::cluster::elect_leaders(shard, r, version).await)
         }
@@ -253,7 +261,7 @@ pub async fn dispatch(
             ResponseKind::ListOffsets(list_offsets::handle(shard, &client, r, version).await)
         }
         RequestKind::DescribeConfigs(r) => {
-            ResponseKind::DescribeConfigs(configs::describe(shard, r, version).await)
+            ResponseKind::DescribeConfigs(configs::describe(shard, &client, r, version).await)
         }
         RequestKind::DeleteRecords(r) => {
             ResponseKind::DeleteRecords(delete_records::handle(shard, r).await)
@@ -261,15 +269,15 @@ pub async fn dispatch(
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(shard, r, version).await)
         }
-        RequestKind::AddPartitionsToTxn(r) => {
-            ResponseKind::AddPartitionsToTxn(add_partitions_to_txn::handle(shard, r, version).await)
-        }
+        RequestKind::AddPartitionsToTxn(r) => ResponseKind::AddPartitionsToTxn(
+            add_partitions_to_txn::handle(shard, &client, r, version).await,
+        ),
         RequestKind::AddOffsetsToTxn(r) => {
             ResponseKind::AddOffsetsToTxn(add_offsets_to_txn::handle(shard, r, version).await)
         }
-        RequestKind::TxnOffsetCommit(r) => {
-            ResponseKind::TxnOffsetCommit(txn_offset_commit::handle(shard, r, version).await)
-        }
+        RequestKind::TxnOffsetCommit(r) => ResponseKind::TxnOffsetCommit(
+            txn_offset_commit::handle(shard, &client, r, version).await,
+        ),
         RequestKind::EndTxn(r) => ResponseKind::EndTxn(end_txn::handle(shard, r, version).await),
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(crate::cluster::describe_quorum(shard, r, version).await)
@@ -296,12 +304,60 @@ pub async fn dispatch(
         RequestKind::OffsetFetch(r) => {
             ResponseKind::OffsetFetch(offset_fetch::handle(shard, &client, r, version).await)
         }
-        RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups_admin::list(shard, r).await),
-        RequestKind::DescribeGroups(r) => {
-            ResponseKind::DescribeGroups(groups_admin::describe(shard, r, version).await)
+        RequestKind::ListGroups(r) => {
+            // The authorizer: every group with DESCRIBE on the cluster, else those the client
+            // may describe.
+            let mut response = groups_admin::list(shard, r).await;
+            if !authz::permitted(
+                shard,
+                &client,
+                authz::operation::DESCRIBE,
+                authz::resource_type::CLUSTER,
+                sluice_replication::acl::CLUSTER_NAME,
+            ) {
+                response.groups.retain(|g| {
+                    authz::permitted(
+                        shard,
+                        &client,
+                        authz::operation::DESCRIBE,
+                        authz::resource_type::GROUP,
+                        &g.group_id,
+                    )
+                });
+            }
+            ResponseKind::ListGroups(response)
         }
-        RequestKind::DeleteGroups(r) => {
-            ResponseKind::DeleteGroups(groups_admin::delete(shard, r).await)
+        RequestKind::DescribeGroups(mut r) => {
+            // The authorizer: DESCRIBE on each group; the refused ones after the others, as
+            // in Kafka's answer.
+            let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups)
+                .into_iter()
+                .partition(|g| authz::group(shard, &client, authz::operation::DESCRIBE, g));
+            r.groups = ok;
+            let mut response = groups_admin::describe(shard, r, version).await;
+            for g in refused {
+                response.groups.push(
+                    kafka_protocol::messages::describe_groups_response::DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+                );
+            }
+            ResponseKind::DescribeGroups(response)
+        }
+        RequestKind::DeleteGroups(mut r) => {
+            let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups_names)
+                .into_iter()
+                .partition(|g| authz::group(shard, &client, authz::operation::DELETE, g));
+            r.groups_names = ok;
+            let mut response = groups_admin::delete(shard, r).await;
+            for g in refused {
+                response.results.push(
+                    kafka_protocol::messages::delete_groups_response::DeletableGroupResult::default()
+                        .with_group_id(g)
+                        .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+                );
+            }
+            ResponseKind::DeleteGroups(response)
         }
         RequestKind::OffsetDelete(r) => {
             ResponseKind::OffsetDelete(groups_admin::offset_delete(shard, r).await)
@@ -315,9 +371,9 @@ pub async fn dispatch(
         RequestKind::OffsetForLeaderEpoch(r) => ResponseKind::OffsetForLeaderEpoch(
             offset_for_leader_epoch::handle(shard, &client, r).await,
         ),
-        RequestKind::DescribeTopicPartitions(r) => {
-            ResponseKind::DescribeTopicPartitions(describe_topic_partitions::handle(shard, r))
-        }
+        RequestKind::DescribeTopicPartitions(r) => ResponseKind::DescribeTopicPartitions(
+            describe_topic_partitions::handle(shard, &client, r),
+        ),
         RequestKind::DescribeLogDirs(r) => {
             ResponseKind::DescribeLogDirs(describe_log_dirs::handle(shard, r).await)
         }

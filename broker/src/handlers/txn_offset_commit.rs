@@ -51,11 +51,15 @@ fn verification_error(error: ResponseError, version: i16) -> ResponseError {
 
 pub async fn handle(
     shard: &Rc<Shard>,
+    client: &super::Client,
     mut request: TxnOffsetCommitRequest,
     version: i16,
 ) -> TxnOffsetCommitResponse {
+    use super::authz::{self, operation};
     let group_id = request.group_id.0.to_string();
     let image = shard.image();
+    // The authorizer, as for OffsetCommit: READ on the group and on each topic.
+    let group_allowed = authz::group(shard, client, operation::READ, &group_id);
     // Named by id (OffsetCommit 10, TxnOffsetCommit 6): the ids this image knows become names.
     let by_id = version >= 6;
     if by_id {
@@ -65,10 +69,19 @@ pub async fn handle(
     }
     // A partition that does not exist is refused on its own, as in OffsetCommit.
     let known = |topic: &str, partition: i32| image.has_partition(topic, partition);
+    let topic_allowed: std::collections::HashMap<String, bool> = request
+        .topics
+        .iter()
+        .map(|t| {
+            let ok = authz::topic(shard, client, operation::READ, &t.name);
+            (t.name.0.to_string(), ok)
+        })
+        .collect();
+    let allowed = |topic: &str| topic_allowed.get(topic).copied().unwrap_or(false);
     let mut commits = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {
-            if !known(t.name.0.as_str(), p.partition_index) {
+            if !known(t.name.0.as_str(), p.partition_index) || !allowed(t.name.0.as_str()) {
                 continue;
             }
             commits.push((
@@ -86,6 +99,7 @@ pub async fn handle(
         }
     }
     let code = match coordinator_shard(shard, &group_id) {
+        _ if !group_allowed => ResponseError::GroupAuthorizationFailed.code(),
         None => no_coordinator(shard, &group_id),
         Some(owner) => {
             let member_id = request.member_id.to_string();
@@ -169,7 +183,11 @@ pub async fn handle(
             .partitions
             .iter()
             .map(|p| {
-                let code = if known(t.name.0.as_str(), p.partition_index) {
+                let code = if !group_allowed {
+                    code
+                } else if !allowed(t.name.0.as_str()) {
+                    ResponseError::TopicAuthorizationFailed.code()
+                } else if known(t.name.0.as_str(), p.partition_index) {
                     code
                 } else if by_id && crate::codec::topic_ids::is_unknown_id(&t.name.0) {
                     ResponseError::UnknownTopicId.code()
