@@ -250,10 +250,18 @@ def test_transactions_configs_and_groups_follow_the_acls(broker):
     everyone = a.list_consumer_groups().result(15)
     assert f"check-{topic}" in {g.group_id for g in everyone.valid}
 
-    # An API whose checks are not built yet (CreatePartitions) is for super users only: bob's
-    # connection is closed and the log says why.
+    # CreatePartitions needs ALTER on the topic.
     from confluent_kafka.admin import NewPartitions
+    with pytest.raises(KafkaException) as e:
+        bob_admin.create_partitions([NewPartitions(topic, 4)])[topic].result(15)
+    assert e.value.args[0].name() == "TOPIC_AUTHORIZATION_FAILED", e.value
+    # An API whose checks are not built yet (DeleteRecords) is for super users only: bob's
+    # connection is closed and the log says why; nothing is deleted.
     with pytest.raises(KafkaException):
-        bob_admin.create_partitions([NewPartitions(topic, 4)], request_timeout=3)[topic].result(10)
+        bob_admin.delete_records([TopicPartition(topic, 0, 5)], request_timeout=3)[
+            TopicPartition(topic, 0, 5)].result(10)
     assert "only super users may call this API" in b.log_path.read_text()
+    low, _ = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm", **ADMIN}).get_watermark_offsets(
+        TopicPartition(topic, 0), timeout=10)
+    assert low == 0
     assert len(a.list_topics(topic, timeout=10).topics[topic].partitions) == 2

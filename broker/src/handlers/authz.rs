@@ -100,6 +100,7 @@ pub fn checked(key: ApiKey) -> bool {
             | OffsetCommit
             | OffsetFetch
             | CreateTopics
+            | CreatePartitions
             | DeleteTopics
             | DescribeConfigs
             | DescribeCluster

@@ -170,9 +170,22 @@ pub async fn dispatch(
             }
             ResponseKind::DeleteTopics(response)
         }
-        RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(
-            crate::cluster::create_partitions(shard, r, version).await,
-        ),
+        RequestKind::CreatePartitions(mut r) => {
+            // The authorizer: ALTER on each topic; the refused ones answered here.
+            let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.topics)
+                .into_iter()
+                .partition(|t| authz::topic(shard, &client, authz::operation::ALTER, &t.name));
+            r.topics = ok;
+            let mut response = crate::cluster::create_partitions(shard, r, version).await;
+            for t in refused {
+                response.results.push(
+                    kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult::default()
+                        .with_name(t.name)
+                        .with_error_code(ResponseError::TopicAuthorizationFailed.code()),
+                );
+            }
+            ResponseKind::CreatePartitions(response)
+        }
         RequestKind::AlterConfigs(mut r) => {
             // The authorizer: ALTER_CONFIGS on each resource; the refused ones answered here.
             let mut refused = Vec::new();
