@@ -35,6 +35,9 @@ use config::BrokerConfig;
 pub mod wire {
     pub use crate::codec::{decode_request, supported, SUPPORTED};
     pub use crate::net::frame::{body_len, decode_frame, decode_header, Decoded, Header};
+    /// SASL as a connection runs it, for the fuzz targets.
+    pub use crate::net::sasl::{Authenticator, Outcome, SaslServer};
+    pub use crate::scram::Mechanism as ScramMechanism;
 }
 
 #[derive(Parser, Debug)]

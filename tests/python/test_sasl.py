@@ -366,3 +366,24 @@ def test_bad_sasl_settings_stop_the_start():
         "--sasl-enabled-mechanisms", "PLAIN", "--override",
         "listener.name.client.plain.sasl.jaas.config="
         "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"a\";")
+
+
+def test_sasl_frames_that_lie_about_their_sizes_close_only_their_connection(broker):
+    """A SaslAuthenticate whose token claims more bytes than its frame holds, a SaslHandshake
+    whose mechanism does, and a frame whose size prefix claims a gigabyte: each connection is
+    closed unanswered (or answered no further), and a client logging in beside them is served."""
+    lying = [
+        request(17, 1, 1, struct.pack(">h", 200) + b"PLAIN"),
+        handshake(1, "PLAIN") + request(36, 1, 2, struct.pack(">i", 1 << 30) + b"\0alice\0"),
+        struct.pack(">i", 1 << 30) + b"\0\x11\0\x01",
+    ]
+    for frames in lying:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+            s.sendall(frames)
+            answered = read_frames(s, 3)
+            assert len(answered) <= 1, answered
+            assert closed_within(s, 5) is not None
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        s.sendall(handshake(1, "PLAIN") + authenticate(2, f"\0alice\0{ALICE_PW}".encode()) + metadata(3))
+        frames = read_frames(s, 3)
+        assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2, 3]

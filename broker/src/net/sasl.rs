@@ -57,6 +57,11 @@ impl SaslServer {
         }
     }
 
+    /// A server with these mechanisms and PLAIN users, as the settings would give it.
+    pub fn with_users(mechanisms: Vec<String>, plain: HashMap<String, String>) -> SaslServer {
+        SaslServer { mechanisms, plain }
+    }
+
     /// PLAIN's check: the password of `user`, compared in constant time.
     fn plain_ok(&self, user: &str, password: &[u8]) -> bool {
         match self.plain.get(user) {

@@ -302,5 +302,24 @@ fn main() {
             write(dir, &format!("{name}-flags{flags}"), &seed);
         }
     }
+
+    // SASL exchanges: the mechanism byte, the handshake version bit, then tokens, each a
+    // length byte and its bytes.
+    let dir = Path::new("corpus/sasl_exchange");
+    std::fs::create_dir_all(dir).unwrap();
+    let exchange = |mechanism: u8, version: u8, tokens: &[&[u8]]| {
+        let mut out = vec![mechanism, version];
+        for t in tokens {
+            out.push(t.len() as u8);
+            out.extend_from_slice(t);
+        }
+        out
+    };
+    write(dir, "plain-v1", &exchange(0, 1, &[b"\0alice\0alice-pw"]));
+    write(dir, "plain-v0", &exchange(0, 0, &[b"\0alice\0alice-pw"]));
+    write(dir, "plain-wrong", &exchange(0, 1, &[b"alice\0alice\0nope"]));
+    write(dir, "scram256-v1", &exchange(1, 1, &[b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL", b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="]));
+    write(dir, "scram512-v0-escaped", &exchange(2, 0, &[b"n,a=al=2Cice,n=al=2Cice,r=x,ext=1", b"c=biws,r=x,p=AAAA"]));
+    write(dir, "gssapi", &exchange(3, 1, &[b"x"]));
     println!("seeds written under corpus/");
 }
