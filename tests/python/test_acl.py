@@ -6,6 +6,8 @@ they give nothing, and no topic names they may not describe."""
 
 from __future__ import annotations
 
+import socket
+import struct
 import tempfile
 import uuid
 from pathlib import Path
@@ -255,13 +257,24 @@ def test_transactions_configs_and_groups_follow_the_acls(broker):
     with pytest.raises(KafkaException) as e:
         bob_admin.create_partitions([NewPartitions(topic, 4)])[topic].result(15)
     assert e.value.args[0].name() == "TOPIC_AUTHORIZATION_FAILED", e.value
-    # An API whose checks are not built yet (DeleteRecords) is for super users only: bob's
-    # connection is closed and the log says why; nothing is deleted.
-    with pytest.raises(KafkaException):
-        bob_admin.delete_records([TopicPartition(topic, 0, 5)], request_timeout=3)[
-            TopicPartition(topic, 0, 5)].result(10)
-    assert "only super users may call this API" in b.log_path.read_text()
+    # DeleteRecords needs DELETE on the topic: nothing is deleted.
+    tp = TopicPartition(topic, 0, 5)
+    with pytest.raises(KafkaException) as e:
+        bob_admin.delete_records([tp])[tp].result(15)
+    assert e.value.args[0].name() == "TOPIC_AUTHORIZATION_FAILED", e.value
     low, _ = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm", **ADMIN}).get_watermark_offsets(
         TopicPartition(topic, 0), timeout=10)
     assert low == 0
     assert len(a.list_topics(topic, timeout=10).topics[topic].partitions) == 2
+    # An API whose checks are not built yet (AlterReplicaLogDirs) is for super users only:
+    # bob's connection is closed unanswered, with a log line; admin's is answered.
+    from test_sasl import authenticate, closed_within, handshake, read_frames, request
+    alter_dirs = request(34, 1, 3, struct.pack(">i", 0))
+    for user, password, answered in [("bob", BOB_PW, False), ("admin", ADMIN_PW, True)]:
+        with socket.create_connection(("127.0.0.1", b.port), timeout=10) as s:
+            s.sendall(handshake(1, "PLAIN") + authenticate(2, f"\0{user}\0{password}".encode()) + alter_dirs)
+            frames = read_frames(s, 3)
+            assert [struct.unpack(">i", f[:4])[0] for f in frames] == ([1, 2, 3] if answered else [1, 2])
+            if not answered:
+                assert closed_within(s, 5) is not None
+    assert "only super users may call this API" in b.log_path.read_text()

@@ -117,6 +117,12 @@ pub fn checked(key: ApiKey) -> bool {
             | ListGroups
             | DescribeGroups
             | DeleteGroups
+            | OffsetDelete
+            | ConsumerGroupDescribe
+            | DeleteRecords
+            | DescribeProducers
+            | DescribeTransactions
+            | ListTransactions
             | AlterConfigs
             | IncrementalAlterConfigs
             | CreateAcls

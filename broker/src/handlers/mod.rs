@@ -276,8 +276,32 @@ pub async fn dispatch(
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(configs::describe(shard, &client, r, version).await)
         }
-        RequestKind::DeleteRecords(r) => {
-            ResponseKind::DeleteRecords(delete_records::handle(shard, r).await)
+        RequestKind::DeleteRecords(mut r) => {
+            // The authorizer: DELETE on each topic.
+            let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.topics)
+                .into_iter()
+                .partition(|t| authz::topic(shard, &client, authz::operation::DELETE, &t.name));
+            r.topics = ok;
+            let mut response = delete_records::handle(shard, r).await;
+            use kafka_protocol::messages::delete_records_response::*;
+            for t in refused {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        DeleteRecordsPartitionResult::default()
+                            .with_partition_index(p.partition_index)
+                            .with_low_watermark(-1)
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    })
+                    .collect();
+                response.topics.push(
+                    DeleteRecordsTopicResult::default()
+                        .with_name(t.name)
+                        .with_partitions(partitions),
+                );
+            }
+            ResponseKind::DeleteRecords(response)
         }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(init_producer_id::handle(shard, r, version).await)
@@ -372,14 +396,58 @@ pub async fn dispatch(
             }
             ResponseKind::DeleteGroups(response)
         }
-        RequestKind::OffsetDelete(r) => {
-            ResponseKind::OffsetDelete(groups_admin::offset_delete(shard, r).await)
+        RequestKind::OffsetDelete(mut r) => {
+            // The authorizer: DELETE on the group (else the whole request is refused), READ on
+            // each topic.
+            use kafka_protocol::messages::offset_delete_response::*;
+            if !authz::group(shard, &client, authz::operation::DELETE, &r.group_id) {
+                ResponseKind::OffsetDelete(
+                    kafka_protocol::messages::OffsetDeleteResponse::default()
+                        .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+                )
+            } else {
+                let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.topics)
+                    .into_iter()
+                    .partition(|t| authz::topic(shard, &client, authz::operation::READ, &t.name));
+                r.topics = ok;
+                let mut response = groups_admin::offset_delete(shard, r).await;
+                for t in refused {
+                    let partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            OffsetDeleteResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                        })
+                        .collect();
+                    response.topics.push(
+                        OffsetDeleteResponseTopic::default()
+                            .with_name(t.name)
+                            .with_partitions(partitions),
+                    );
+                }
+                ResponseKind::OffsetDelete(response)
+            }
         }
         RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
             consumer_group_heartbeat::handle(shard, r, client.client_id, client.host).await,
         ),
-        RequestKind::ConsumerGroupDescribe(r) => {
-            ResponseKind::ConsumerGroupDescribe(consumer_group_describe::handle(shard, r).await)
+        RequestKind::ConsumerGroupDescribe(mut r) => {
+            // The authorizer: DESCRIBE on each group; the refused ones after the others.
+            let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
+                .into_iter()
+                .partition(|g| authz::group(shard, &client, authz::operation::DESCRIBE, g));
+            r.group_ids = ok;
+            let mut response = consumer_group_describe::handle(shard, r).await;
+            for g in refused {
+                response.groups.push(
+                    kafka_protocol::messages::consumer_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+                );
+            }
+            ResponseKind::ConsumerGroupDescribe(response)
         }
         RequestKind::OffsetForLeaderEpoch(r) => ResponseKind::OffsetForLeaderEpoch(
             offset_for_leader_epoch::handle(shard, &client, r).await,
@@ -396,14 +464,63 @@ pub async fn dispatch(
         RequestKind::ListConfigResources(r) => {
             ResponseKind::ListConfigResources(list_config_resources::handle(shard, r, version))
         }
-        RequestKind::DescribeProducers(r) => {
-            ResponseKind::DescribeProducers(describe_producers::handle(shard, r).await)
+        RequestKind::DescribeProducers(mut r) => {
+            // The authorizer: READ on each topic.
+            let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.topics)
+                .into_iter()
+                .partition(|t| authz::topic(shard, &client, authz::operation::READ, &t.name));
+            r.topics = ok;
+            let mut response = describe_producers::handle(shard, r).await;
+            use kafka_protocol::messages::describe_producers_response::*;
+            for t in refused {
+                let partitions = t
+                    .partition_indexes
+                    .iter()
+                    .map(|&p| {
+                        PartitionResponse::default()
+                            .with_partition_index(p)
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    })
+                    .collect();
+                response.topics.push(
+                    TopicResponse::default()
+                        .with_name(t.name)
+                        .with_partitions(partitions),
+                );
+            }
+            ResponseKind::DescribeProducers(response)
         }
-        RequestKind::DescribeTransactions(r) => {
-            ResponseKind::DescribeTransactions(describe_transactions::handle(shard, r).await)
+        RequestKind::DescribeTransactions(mut r) => {
+            // The authorizer: DESCRIBE on each transactional id.
+            let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.transactional_ids)
+                .into_iter()
+                .partition(|t| {
+                    authz::transactional_id(shard, &client, authz::operation::DESCRIBE, t)
+                });
+            r.transactional_ids = ok;
+            let mut response = describe_transactions::handle(shard, r).await;
+            for t in refused {
+                response.transaction_states.push(
+                    kafka_protocol::messages::describe_transactions_response::TransactionState::default()
+                        .with_transactional_id(t)
+                        .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code()),
+                );
+            }
+            ResponseKind::DescribeTransactions(response)
         }
         RequestKind::ListTransactions(r) => {
-            ResponseKind::ListTransactions(list_transactions::handle(shard, r, version).await)
+            // The authorizer: only the transactional ids the client may describe.
+            let mut response = list_transactions::handle(shard, r, version).await;
+            response.transaction_states.retain(|t| {
+                authz::permitted(
+                    shard,
+                    &client,
+                    authz::operation::DESCRIBE,
+                    authz::resource_type::TRANSACTIONAL_ID,
+                    &t.transactional_id,
+                )
+            });
+            ResponseKind::ListTransactions(response)
         }
         RequestKind::WriteTxnMarkers(r) => {
             ResponseKind::WriteTxnMarkers(write_txn_markers::handle(shard, r).await)
