@@ -320,6 +320,20 @@ pub fn topic(shard: &Shard, client: &Client, operation: i8, topic: &TopicName) -
     )
 }
 
+/// The names among `topics` that `client` may `operation`.
+pub fn topics_allowed<'a>(
+    shard: &Shard,
+    client: &Client,
+    operation: i8,
+    topics: impl IntoIterator<Item = &'a TopicName>,
+) -> std::collections::HashSet<String> {
+    topics
+        .into_iter()
+        .filter(|t| topic(shard, client, operation, t))
+        .map(|t| t.0.to_string())
+        .collect()
+}
+
 pub fn group(shard: &Shard, client: &Client, operation: i8, group: &str) -> bool {
     allowed(shard, client, operation, resource_type::GROUP, group)
 }

@@ -35,15 +35,13 @@ pub async fn handle(
     // A commit for a topic or a partition that does not exist is refused per partition, as
     // Kafka does; the other partitions of the request are committed.
     let known = |topic: &str, partition: i32| image.has_partition(topic, partition);
-    let topic_allowed: std::collections::HashMap<String, bool> = request
-        .topics
-        .iter()
-        .map(|t| {
-            let ok = authz::topic(shard, client, operation::READ, &t.name);
-            (t.name.0.to_string(), ok)
-        })
-        .collect();
-    let allowed = |topic: &str| topic_allowed.get(topic).copied().unwrap_or(false);
+    let topics_allowed = authz::topics_allowed(
+        shard,
+        client,
+        operation::READ,
+        request.topics.iter().map(|t| &t.name),
+    );
+    let allowed = |topic: &str| topics_allowed.contains(topic);
     let mut commits = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {

@@ -69,15 +69,13 @@ pub async fn handle(
     }
     // A partition that does not exist is refused on its own, as in OffsetCommit.
     let known = |topic: &str, partition: i32| image.has_partition(topic, partition);
-    let topic_allowed: std::collections::HashMap<String, bool> = request
-        .topics
-        .iter()
-        .map(|t| {
-            let ok = authz::topic(shard, client, operation::READ, &t.name);
-            (t.name.0.to_string(), ok)
-        })
-        .collect();
-    let allowed = |topic: &str| topic_allowed.get(topic).copied().unwrap_or(false);
+    let topics_allowed = authz::topics_allowed(
+        shard,
+        client,
+        operation::READ,
+        request.topics.iter().map(|t| &t.name),
+    );
+    let allowed = |topic: &str| topics_allowed.contains(topic);
     let mut commits = Vec::new();
     for t in &request.topics {
         for p in &t.partitions {
