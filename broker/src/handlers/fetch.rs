@@ -268,29 +268,12 @@ pub async fn handle(
         request.replica_id.0 >= 0
     };
     // The authorizer: a follower needs CLUSTER_ACTION; a consumer READ on each topic, those
-    // it may not read answered TOPIC_AUTHORIZATION_FAILED and kept out of its session.
+    // it may not read answered TOPIC_AUTHORIZATION_FAILED.
     if follower && !authz::cluster(shard, client, operation::CLUSTER_ACTION) {
         return FetchResponse::default()
             .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
     }
-    let (mut wanted, unknown_ids) = wanted_partitions(&image, &request, version);
-    let mut denied: Vec<Wanted> = Vec::new();
-    if shard.config().authorizer && !follower {
-        let mut verdicts: std::collections::HashMap<Arc<str>, bool> = Default::default();
-        let (ok, no): (Vec<Wanted>, Vec<Wanted>) = wanted.into_iter().partition(|w| {
-            *verdicts.entry(w.topic.clone()).or_insert_with(|| {
-                authz::allowed(
-                    shard,
-                    client,
-                    operation::READ,
-                    authz::resource_type::TOPIC,
-                    &w.topic,
-                )
-            })
-        });
-        wanted = ok;
-        denied = no;
-    }
+    let (wanted, unknown_ids) = wanted_partitions(&image, &request, version);
     let forgotten = forgotten_partitions(&image, &request, version);
     work.add(wanted.len() + forgotten.len());
     let applied = shard.fetch_sessions.borrow_mut().apply(
@@ -316,6 +299,25 @@ pub async fn handle(
             );
             return FetchResponse::default().with_error_code(code);
         }
+    };
+    // Checked after the session is applied, as Kafka does: a partition already in an
+    // incremental session is checked on every fetch too, so a revoked READ takes effect at once.
+    // Denied partitions stay in the session and are answered with the error each time.
+    let (wanted, denied) = if shard.config().authorizer && !follower {
+        let mut verdicts: std::collections::HashMap<Arc<str>, bool> = Default::default();
+        wanted.into_iter().partition(|w: &Wanted| {
+            *verdicts.entry(w.topic.clone()).or_insert_with(|| {
+                authz::allowed(
+                    shard,
+                    client,
+                    operation::READ,
+                    authz::resource_type::TOPIC,
+                    &w.topic,
+                )
+            })
+        })
+    } else {
+        (wanted, Vec::new())
     };
     let max_wait = Duration::from_millis(request.max_wait_ms.clamp(0, FETCH_WAIT_MS_MAX) as u64);
     let deadline = Instant::now() + max_wait;
