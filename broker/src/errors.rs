@@ -14,10 +14,6 @@ pub enum Disabled {
     /// Delete do not).
     Authorizer,
     AuthorizerDescribe,
-    /// No quota store: quotas can be described (there are none) but not set. Kafka always
-    /// stores quotas, so no Kafka code says this; INVALID_REQUEST is the one clients show with
-    /// the message.
-    ClientQuotas,
 }
 
 impl Disabled {
@@ -26,7 +22,6 @@ impl Disabled {
             Disabled::Authorizer | Disabled::AuthorizerDescribe => {
                 ResponseError::SecurityDisabled.code()
             }
-            Disabled::ClientQuotas => ResponseError::InvalidRequest.code(),
         }
     }
 
@@ -34,9 +29,6 @@ impl Disabled {
         match self {
             Disabled::Authorizer => "No Authorizer is configured.",
             Disabled::AuthorizerDescribe => "No Authorizer is configured on the broker",
-            Disabled::ClientQuotas => {
-                "Client quotas are not supported by this broker: it neither stores nor enforces them"
-            }
         }
     }
 }

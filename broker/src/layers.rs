@@ -19,9 +19,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the transaction coordinator, I/O-free", &["txn"]),
     ("the group coordinator, I/O-free", &["group"]),
     (
-        "the wire, other brokers, errors, features, metrics, SCRAM's arithmetic",
+        "the wire, other brokers, errors, features, metrics, SCRAM's arithmetic, quota rates",
         &[
-            "codec", "peer", "errors", "features", "metrics", "loggers", "scram",
+            "codec", "peer", "errors", "features", "metrics", "loggers", "scram", "quota",
         ],
     ),
     ("the metadata image", &["metadata"]),

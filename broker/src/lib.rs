@@ -22,6 +22,7 @@ mod metadata;
 mod metrics;
 mod net;
 mod peer;
+mod quota;
 mod scram;
 mod server;
 mod shard;

@@ -224,6 +224,10 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
             .map(|_| std::sync::atomic::AtomicBool::new(false))
             .collect(),
         metrics: Arc::new(crate::metrics::Metrics::new(shards)),
+        quotas: crate::quota::Sensors::new(crate::quota::Window {
+            samples: config.quota_window_num,
+            sample_ms: u64::from(config.quota_window_size_seconds) * 1000,
+        }),
     });
     if let Some(listener) = &config.metrics_listener {
         // The lag comes from this broker's own listener, asked as a plaintext client would

@@ -24,7 +24,10 @@ use crate::image::{MetadataImage, PartitionRegistration, TopicImage};
 use crate::placement::{place, PlacementBroker, PlacementError};
 use crate::records::*;
 
+mod client_quotas;
 mod reassignment;
+
+pub use client_quotas::*;
 
 /// The config KIP-966 counts eligible leader replicas against.
 pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
@@ -354,6 +357,7 @@ pub enum ControllerRequest {
     AlterUserScramCredentials(AlterUserScramCredentialsRequest),
     CreateAcls(CreateAclsRequest),
     DeleteAcls(DeleteAclsRequest),
+    AlterClientQuotas(AlterClientQuotasRequest),
 }
 
 /// Kafka's UpdateFeatures: new finalized levels of cluster-wide features. The levels were
@@ -510,6 +514,8 @@ pub enum ControllerResponse {
     CreateAcls(Vec<AclCreationResult>),
     /// One result per filter, in order.
     DeleteAcls(Vec<DeleteAclsFilterResult>),
+    /// One result per entry, in order.
+    AlterClientQuotas(Vec<QuotaAlterationResult>),
 }
 
 impl ControllerRequest {
@@ -638,6 +644,15 @@ impl ControllerRequest {
                 r.creations
                     .iter()
                     .map(|_| AclCreationResult {
+                        error_code,
+                        error_message: None,
+                    })
+                    .collect(),
+            ),
+            ControllerRequest::AlterClientQuotas(r) => ControllerResponse::AlterClientQuotas(
+                r.entries
+                    .iter()
+                    .map(|_| QuotaAlterationResult {
                         error_code,
                         error_message: None,
                     })
@@ -780,6 +795,7 @@ impl Controller {
             ControllerRequest::AlterUserScramCredentials(r) => self.alter_scram(r),
             ControllerRequest::CreateAcls(r) => self.create_acls(r),
             ControllerRequest::DeleteAcls(r) => self.delete_acls(r),
+            ControllerRequest::AlterClientQuotas(r) => self.alter_client_quotas(r),
         };
         ControllerResult { records, response }
     }
@@ -3578,6 +3594,85 @@ mod tests {
                 .collect(),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn client_quotas_are_set_removed_and_kept_in_snapshots() {
+        let mut h = Harness::new();
+        let entry = |parts: &[(&str, Option<&str>)], ops: &[(&str, Option<f64>)]| QuotaAlteration {
+            entity: parts
+                .iter()
+                .map(|(t, n)| (t.to_string(), n.map(str::to_string)))
+                .collect(),
+            ops: ops
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.map(QuotaValue)))
+                .collect(),
+        };
+        let alter = |entries: Vec<QuotaAlteration>, validate_only: bool| {
+            ControllerRequest::AlterClientQuotas(AlterClientQuotasRequest {
+                entries,
+                validate_only,
+            })
+        };
+        let codes = |response: ControllerResponse| match response {
+            ControllerResponse::AlterClientQuotas(r) => {
+                r.iter().map(|e| e.error_code).collect::<Vec<_>>()
+            }
+            other => panic!("{other:?}"),
+        };
+        let alice = vec![("user".to_string(), Some("alice".to_string()))];
+        let request = alter(
+            vec![
+                entry(
+                    &[("user", Some("alice"))],
+                    &[
+                        ("producer_byte_rate", Some(1024.0)),
+                        ("consumer_byte_rate", Some(2048.0)),
+                    ],
+                ),
+                entry(&[("user", Some("bob"))], &[("producer_byte_rate", Some(0.5))]),
+            ],
+            true,
+        );
+        assert_eq!(codes(h.run(request.clone())), vec![NONE, INVALID_REQUEST]);
+        assert!(h.image.client_quotas().is_empty(), "validate_only writes nothing");
+        assert_eq!(codes(h.run(alter(
+            match request {
+                ControllerRequest::AlterClientQuotas(r) => r.entries,
+                _ => unreachable!(),
+            },
+            false,
+        ))), vec![NONE, INVALID_REQUEST]);
+        let keys = &h.image.client_quotas()[&alice];
+        assert_eq!(keys["producer_byte_rate"], QuotaValue(1024.0));
+        assert_eq!(keys["consumer_byte_rate"], QuotaValue(2048.0));
+        assert_eq!(h.image.client_quotas().len(), 1, "bob's refused entry wrote nothing");
+        // A default entity, and a removal.
+        assert_eq!(
+            codes(h.run(alter(
+                vec![
+                    entry(&[("client-id", None)], &[("consumer_byte_rate", Some(10.0))]),
+                    entry(&[("user", Some("alice"))], &[("producer_byte_rate", None)]),
+                ],
+                false
+            ))),
+            vec![NONE, NONE]
+        );
+        assert_eq!(
+            h.image.client_quotas()[&alice].keys().collect::<Vec<_>>(),
+            vec!["consumer_byte_rate"]
+        );
+        let snapshot = MetadataImage::from_snapshot(h.image.offset(), &h.image.snapshot_records())
+            .unwrap();
+        assert_eq!(snapshot, h.image);
+        assert_eq!(snapshot.client_quotas().len(), 2);
+        // Removing the last key removes the entity.
+        h.run(alter(
+            vec![entry(&[("user", Some("alice"))], &[("consumer_byte_rate", None)])],
+            false,
+        ));
+        assert!(!h.image.client_quotas().contains_key(&alice));
     }
 
     #[test]

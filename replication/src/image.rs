@@ -62,6 +62,8 @@ pub struct MetadataImage {
     scram: BTreeMap<(String, i8), UserScramCredentialRecord>,
     /// ACLs by id.
     acls: BTreeMap<uuid::Uuid, crate::acl::AclBinding>,
+    /// Client quotas by entity, then key.
+    quotas: BTreeMap<QuotaEntity, BTreeMap<String, QuotaValue>>,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -173,6 +175,11 @@ impl MetadataImage {
     /// Every SCRAM credential, by user name then mechanism.
     pub fn scram_credentials(&self) -> impl Iterator<Item = &UserScramCredentialRecord> {
         self.scram.values()
+    }
+
+    /// Every client quota, by entity then key (Kafka's quota names).
+    pub fn client_quotas(&self) -> &BTreeMap<QuotaEntity, BTreeMap<String, QuotaValue>> {
+        &self.quotas
     }
 
     /// Every ACL, by id.
@@ -369,6 +376,21 @@ impl MetadataImage {
             Record::RemoveAccessControlEntry(r) => {
                 self.acls.remove(&r.id);
             }
+            Record::ClientQuota(r) => {
+                if r.remove {
+                    if let Some(keys) = self.quotas.get_mut(&r.entity) {
+                        keys.remove(&r.key);
+                        if keys.is_empty() {
+                            self.quotas.remove(&r.entity);
+                        }
+                    }
+                } else {
+                    self.quotas
+                        .entry(r.entity.clone())
+                        .or_default()
+                        .insert(r.key.clone(), r.value);
+                }
+            }
             Record::NoOp | Record::LeaderChange(_) => {}
         }
         Ok(())
@@ -459,6 +481,16 @@ impl MetadataImage {
                 acl: acl.clone(),
             })
         }));
+        for (entity, keys) in &self.quotas {
+            for (key, value) in keys {
+                records.push(Record::ClientQuota(ClientQuotaRecord {
+                    entity: entity.clone(),
+                    key: key.clone(),
+                    value: *value,
+                    remove: false,
+                }));
+            }
+        }
         records
     }
 

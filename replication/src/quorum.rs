@@ -1076,6 +1076,10 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
             f.error_message = None;
             f.matching.clear();
         }),
+        R::AlterClientQuotas(results) => results.iter_mut().for_each(|e| {
+            e.error_code = NOT_CONTROLLER;
+            e.error_message = None;
+        }),
     }
     r
 }

@@ -245,6 +245,33 @@ pub struct RemoveAccessControlEntryRecord {
     pub id: uuid::Uuid,
 }
 
+/// The entity a client quota applies to: `(entity type, name)` pairs sorted by type, Kafka's
+/// types (`user`, `client-id`, `ip`); a `None` name is the type's default entity.
+pub type QuotaEntity = Vec<(String, Option<String>)>;
+
+/// A quota value (Kafka's are doubles): compared by its bits, so records and images stay `Eq`.
+#[derive(Clone, Copy, Debug)]
+pub struct QuotaValue(pub f64);
+
+impl PartialEq for QuotaValue {
+    fn eq(&self, other: &QuotaValue) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+impl Eq for QuotaValue {}
+
+/// One client quota set or removed (AlterClientQuotas, `kafka-configs --entity-type users
+/// --alter --add-config producer_byte_rate=...`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientQuotaRecord {
+    pub entity: QuotaEntity,
+    /// Kafka's quota key: `producer_byte_rate`, `consumer_byte_rate`, `request_percentage`,
+    /// `controller_mutation_rate`, `connection_creation_rate`.
+    pub key: String,
+    pub value: QuotaValue,
+    pub remove: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoveUserScramCredentialRecord {
     pub name: String,
@@ -268,6 +295,7 @@ pub enum Record {
     RemoveUserScramCredential(RemoveUserScramCredentialRecord),
     AccessControlEntry(AccessControlEntryRecord),
     RemoveAccessControlEntry(RemoveAccessControlEntryRecord),
+    ClientQuota(ClientQuotaRecord),
     NoOp,
     LeaderChange(LeaderChangeRecord),
 }
@@ -286,6 +314,7 @@ pub mod record_type {
     pub const REMOVE_TOPIC: u16 = 9;
     pub const USER_SCRAM_CREDENTIAL: u16 = 11;
     pub const FEATURE_LEVEL: u16 = 12;
+    pub const CLIENT_QUOTA: u16 = 14;
     pub const PRODUCER_IDS: u16 = 15;
     pub const REMOVE_ACCESS_CONTROL_ENTRY: u16 = 16;
     pub const NO_OP: u16 = 20;
@@ -377,6 +406,9 @@ impl Writer<'_> {
     fn i64(&mut self, v: i64) {
         self.buf.extend_from_slice(&v.to_be_bytes());
     }
+    fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_be_bytes());
+    }
     fn uuid(&mut self, v: &uuid::Uuid) {
         self.buf.extend_from_slice(v.as_bytes());
     }
@@ -460,6 +492,9 @@ impl<'a> Reader<'a> {
     fn i64(&mut self) -> Result<i64, DecodeError> {
         Ok(i64::from_be_bytes(self.array()?))
     }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_be_bytes(self.array()?))
+    }
     fn uuid(&mut self) -> Result<uuid::Uuid, DecodeError> {
         Ok(uuid::Uuid::from_bytes(self.array()?))
     }
@@ -527,6 +562,7 @@ impl Record {
             Record::RemoveUserScramCredential(_) => REMOVE_USER_SCRAM_CREDENTIAL,
             Record::AccessControlEntry(_) => ACCESS_CONTROL_ENTRY,
             Record::RemoveAccessControlEntry(_) => REMOVE_ACCESS_CONTROL_ENTRY,
+            Record::ClientQuota(_) => CLIENT_QUOTA,
             Record::NoOp => NO_OP,
             Record::LeaderChange(_) => LEADER_CHANGE,
         }
@@ -660,6 +696,16 @@ impl Record {
                 w.i8(r.acl.permission);
             }
             Record::RemoveAccessControlEntry(r) => w.uuid(&r.id),
+            Record::ClientQuota(r) => {
+                w.u32(u32::try_from(r.entity.len()).expect("entity parts fit u32"));
+                for (entity_type, name) in &r.entity {
+                    w.string(entity_type);
+                    w.nullable_string(name.as_deref());
+                }
+                w.string(&r.key);
+                w.u64(r.value.0.to_bits());
+                w.bool(r.remove);
+            }
             Record::NoOp => {}
             Record::LeaderChange(r) => {
                 w.i32(r.leader_id.0);
@@ -718,6 +764,7 @@ impl Record {
                 | REMOVE_USER_SCRAM_CREDENTIAL
                 | ACCESS_CONTROL_ENTRY
                 | REMOVE_ACCESS_CONTROL_ENTRY
+                | CLIENT_QUOTA
                 | NO_OP
                 | LEADER_CHANGE
         );
@@ -873,6 +920,20 @@ impl Record {
             }),
             REMOVE_ACCESS_CONTROL_ENTRY => {
                 Record::RemoveAccessControlEntry(RemoveAccessControlEntryRecord { id: r.uuid()? })
+            }
+            CLIENT_QUOTA => {
+                // Each part is two strings of at least their two length bytes.
+                let count = r.count(4)?;
+                let mut entity = Vec::with_capacity(count);
+                for _ in 0..count {
+                    entity.push((r.string()?, r.nullable_string()?));
+                }
+                Record::ClientQuota(ClientQuotaRecord {
+                    entity,
+                    key: r.string()?,
+                    value: QuotaValue(f64::from_bits(r.u64()?)),
+                    remove: r.bool()?,
+                })
             }
             NO_OP => Record::NoOp,
             LEADER_CHANGE => Record::LeaderChange(LeaderChangeRecord {
@@ -1143,6 +1204,20 @@ mod tests {
                     id: uuid::Uuid::from_u128(id)
                 }
             )),
+            (
+                proptest::collection::vec((name(), proptest::option::of(name())), 0..3),
+                name(),
+                any::<f64>(),
+                any::<bool>()
+            )
+                .prop_map(|(entity, key, value, remove)| {
+                    Record::ClientQuota(ClientQuotaRecord {
+                        entity,
+                        key,
+                        value: QuotaValue(value),
+                        remove,
+                    })
+                }),
             Just(Record::NoOp),
             (any::<i32>(), any::<i32>()).prop_map(|(l, e)| Record::LeaderChange(
                 LeaderChangeRecord {

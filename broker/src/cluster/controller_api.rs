@@ -51,6 +51,7 @@ pub const FORWARDED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::CreateAcls, 0, 3),
     (ApiKey::DeleteAcls, 0, 3),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 fn answered(table: &[(ApiKey, i16, i16)], key: ApiKey, version: i16) -> bool {
@@ -519,6 +520,29 @@ pub fn controller_request(request: &RequestKind) -> Option<core::ControllerReque
                 })
                 .collect(),
         }),
+        RequestKind::AlterClientQuotas(r) => C::AlterClientQuotas(core::AlterClientQuotasRequest {
+            entries: r
+                .entries
+                .iter()
+                .map(|e| core::QuotaAlteration {
+                    entity: e
+                        .entity
+                        .iter()
+                        .map(|p| (name(&p.entity_type), p.entity_name.as_ref().map(name)))
+                        .collect(),
+                    ops: e
+                        .ops
+                        .iter()
+                        .map(|op| {
+                            let value = (!op.remove)
+                                .then_some(sluice_replication::records::QuotaValue(op.value));
+                            (name(&op.key), value)
+                        })
+                        .collect(),
+                })
+                .collect(),
+            validate_only: r.validate_only,
+        }),
         _ => return None,
     })
 }
@@ -940,6 +964,23 @@ pub fn admin_response(response: core::ControllerResponse, version: i16) -> Respo
                                 .with_user(StrBytes::from_string(u.user))
                                 .with_error_code(u.error_code)
                                 .with_error_message(u.error_message.map(StrBytes::from_string))
+                        })
+                        .collect(),
+                ),
+            )
+        }
+        // The entities are the request's: the broker that took it fills them in
+        // (`cluster::alter_client_quotas`).
+        R::AlterClientQuotas(results) => {
+            use kafka_protocol::messages::alter_client_quotas_response::EntryData;
+            ResponseKind::AlterClientQuotas(
+                AlterClientQuotasResponse::default().with_entries(
+                    results
+                        .into_iter()
+                        .map(|e| {
+                            EntryData::default()
+                                .with_error_code(e.error_code)
+                                .with_error_message(e.error_message.map(StrBytes::from_string))
                         })
                         .collect(),
                 ),

@@ -457,6 +457,80 @@ pub async fn alter_user_scram_credentials(
     r
 }
 
+/// AlterClientQuotas (`kafka-configs --entity-type users|clients --alter --add-config
+/// producer_byte_rate=...`): checked and stored at the controller, answered once this node's
+/// image has every accepted change, so that this broker enforces it from the next request. The
+/// controller answers without the entities; they are the request's, in its order.
+pub async fn alter_client_quotas(
+    shard: &Rc<Shard>,
+    request: kafka_protocol::messages::AlterClientQuotasRequest,
+    version: i16,
+) -> kafka_protocol::messages::AlterClientQuotasResponse {
+    use kafka_protocol::messages::alter_client_quotas_response::EntityData;
+    use sluice_replication::records::QuotaEntity;
+    let name = |s: &kafka_protocol::protocol::StrBytes| s.to_string();
+    // Each entry's entity (sorted, as stored) and the keys it sets (`Some`) or removes.
+    type Keys = Vec<(String, Option<f64>)>;
+    let expected: Vec<(QuotaEntity, Keys)> = request
+        .entries
+        .iter()
+        .map(|e| {
+            let mut entity: QuotaEntity = e
+                .entity
+                .iter()
+                .map(|p| (name(&p.entity_type), p.entity_name.as_ref().map(name)))
+                .collect();
+            entity.sort();
+            let ops = e
+                .ops
+                .iter()
+                .map(|op| (name(&op.key), (!op.remove).then_some(op.value)))
+                .collect();
+            (entity, ops)
+        })
+        .collect();
+    let entities: Vec<Vec<EntityData>> = request
+        .entries
+        .iter()
+        .map(|e| {
+            e.entity
+                .iter()
+                .map(|p| {
+                    EntityData::default()
+                        .with_entity_type(p.entity_type.clone())
+                        .with_entity_name(p.entity_name.clone())
+                })
+                .collect()
+        })
+        .collect();
+    let validate_only = request.validate_only;
+    let wait = applied_wait(0);
+    let mut r = admin_as!(AlterClientQuotas, shard, version, request, wait, |r, image| {
+        let Some(cluster) = image.cluster.as_ref() else {
+            return true;
+        };
+        validate_only
+            || r.entries
+                .iter()
+                .zip(&expected)
+                .filter(|(e, _)| e.error_code == 0)
+                .all(|(_, (entity, ops))| {
+                    let have = cluster.quotas.get(entity);
+                    ops.iter().all(|(key, want)| {
+                        let value = have.and_then(|keys| keys.get(key)).map(|v| v.0);
+                        value.map(f64::to_bits) == want.map(f64::to_bits)
+                    })
+                })
+    });
+    for (entry, entity) in r.entries.iter_mut().zip(entities) {
+        entry.entity = entity;
+    }
+    for e in r.entries.iter().filter(|e| e.error_code != 0) {
+        tracing::info!(error_code = e.error_code, message = ?e.error_message, "AlterClientQuotas entry refused");
+    }
+    r
+}
+
 /// UpdateFeatures (`kafka-features upgrade|downgrade|disable`): every requested level is checked
 /// here against this build and the cluster's levels (all or nothing, as Kafka's controller
 /// does), then finalized at the controller. The first one writes every feature's level, so

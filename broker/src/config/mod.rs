@@ -145,6 +145,10 @@ pub struct BrokerConfig {
     /// request read and no response written) is closed. Bytes of an unfinished request do not
     /// count as progress, so a client trickling a request byte by byte is closed too.
     pub connections_max_idle_ms: u64,
+    /// `quota.window.num`: samples of a client quota's rate (`crate::quota`).
+    pub quota_window_num: u32,
+    /// `quota.window.size.seconds`: the length of each sample.
+    pub quota_window_size_seconds: u32,
     /// `max.in.flight.requests.per.connection`: requests of one connection read and not yet
     /// answered before the broker stops reading from it (Kafka has no broker-side name for this;
     /// the client-side name says the same thing from the other end).
@@ -420,6 +424,8 @@ impl BrokerConfig {
             max_connections: 0,
             max_connections_per_ip: 0,
             connections_max_idle_ms: 0,
+            quota_window_num: 0,
+            quota_window_size_seconds: 0,
             max_in_flight_requests_per_connection: 0,
             log_retention_check_interval_ms: 0,
             replica_lag_time_max_ms: 0,

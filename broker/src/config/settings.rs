@@ -587,6 +587,36 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         },
         get: |c| show(c.connections_max_idle_ms),
     },
+    Setting {
+        name: "quota.window.num",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("11"),
+        doc: "How many samples a client quota's rate is measured over (producer_byte_rate, \
+              consumer_byte_rate; set with AlterClientQuotas, kafka-configs --entity-type \
+              users|clients). The rate is what the samples hold over their time, at least all \
+              but one full sample.",
+        set: |c, v| {
+            c.quota_window_num = at_least("quota.window.num", v, 2)?;
+            Ok(())
+        },
+        get: |c| show(c.quota_window_num),
+    },
+    Setting {
+        name: "quota.window.size.seconds",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("1"),
+        doc: "The time span of each client quota sample; also the longest a client is throttled \
+              for at once.",
+        set: |c, v| {
+            c.quota_window_size_seconds = at_least("quota.window.size.seconds", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.quota_window_size_seconds),
+    },
     // ---- Storage and topics.
     Setting {
         name: "log.dirs",

@@ -113,6 +113,7 @@ pub fn checked(key: ApiKey) -> bool {
             | DescribeUserScramCredentials
             | AlterUserScramCredentials
             | DescribeClientQuotas
+            | AlterClientQuotas
             | DescribeTopicPartitions
             | ListGroups
             | DescribeGroups

@@ -1,10 +1,14 @@
-//! DescribeClientQuotas: no quotas are set on this broker (it has no quota store), so a valid
-//! filter matches nothing, as on a Kafka where none were set. Filters are checked as Kafka checks
-//! them, so a bad filter is refused here as it would be there.
+//! DescribeClientQuotas (`kafka-configs --describe --entity-type users|clients|ips`): the
+//! quotas of the metadata image whose entities match the filter, as Kafka matches them. Filters
+//! are checked as Kafka checks them, so a bad filter is refused here as it would be there.
 
+use kafka_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
 use kafka_protocol::messages::{DescribeClientQuotasRequest, DescribeClientQuotasResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use sluice_replication::records::QuotaEntity;
+
+use crate::metadata::MetadataImage;
 
 /// The client quota entity types Kafka knows.
 pub const ENTITY_TYPES: &[&str] = &["user", "client-id", "ip"];
@@ -65,11 +69,54 @@ fn check(request: &DescribeClientQuotasRequest) -> Result<(), (ResponseError, St
     Ok(())
 }
 
-pub fn handle(request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
+/// Whether `entity` matches every component of the filter (and, when `strict`, has no other
+/// type): EXACT names the entity, DEFAULT is the type's default, SPECIFIED any named entity.
+fn matches(request: &DescribeClientQuotasRequest, entity: &QuotaEntity) -> bool {
+    let all = request.components.iter().all(|c| {
+        let Some((_, name)) = entity.iter().find(|(t, _)| t == c.entity_type.as_str()) else {
+            return false;
+        };
+        match c.match_type {
+            MATCH_EXACT => name.as_deref() == c._match.as_ref().map(|m| m.as_str()),
+            MATCH_DEFAULT => name.is_none(),
+            _ => name.is_some(),
+        }
+    });
+    all && (!request.strict || entity.len() == request.components.len())
+}
+
+pub fn handle(request: DescribeClientQuotasRequest, image: &MetadataImage) -> DescribeClientQuotasResponse {
     match check(&request) {
-        Ok(()) => DescribeClientQuotasResponse::default()
-            .with_error_message(Some(StrBytes::from_static_str("")))
-            .with_entries(Some(vec![])),
+        Ok(()) => {
+            let text = |s: &str| StrBytes::from_string(s.to_string());
+            let entries = image
+                .cluster
+                .iter()
+                .flat_map(|c| &c.quotas)
+                .filter(|(entity, _)| matches(&request, entity))
+                .map(|(entity, keys)| {
+                    EntryData::default()
+                        .with_entity(
+                            entity
+                                .iter()
+                                .map(|(t, n)| {
+                                    EntityData::default()
+                                        .with_entity_type(text(t))
+                                        .with_entity_name(n.as_deref().map(text))
+                                })
+                                .collect(),
+                        )
+                        .with_values(
+                            keys.iter()
+                                .map(|(k, v)| ValueData::default().with_key(text(k)).with_value(v.0))
+                                .collect(),
+                        )
+                })
+                .collect();
+            DescribeClientQuotasResponse::default()
+                .with_error_message(Some(StrBytes::from_static_str("")))
+                .with_entries(Some(entries))
+        }
         Err((error, message)) => DescribeClientQuotasResponse::default()
             .with_error_code(error.code())
             .with_error_message(Some(StrBytes::from_string(message)))

@@ -62,6 +62,37 @@ pub struct Client {
     pub zero_copy: bool,
     /// Who the client authenticated as (`User:ANONYMOUS` without SASL), for the authorizer.
     pub principal: std::rc::Rc<str>,
+    /// Until when the connection is muted for a quota: nothing more of it is read or run
+    /// before then (`crate::quota`).
+    pub throttled_until: Rc<std::cell::Cell<std::time::Instant>>,
+}
+
+impl Client {
+    /// The quota on `key` this client is held to, if any (never for this node itself).
+    fn quota(&self, shard: &Shard, key: &'static str) -> Option<crate::quota::Applied> {
+        if &*self.principal == authz::NODE_PRINCIPAL {
+            return None;
+        }
+        let image = shard.image();
+        let cluster = image.cluster.as_ref()?;
+        let user = crate::quota::user_of(&self.principal);
+        crate::quota::resolve(&cluster.quotas, key, user, &self.client_id)
+    }
+
+    /// Records `bytes` against the client's quota and mutes its connection for the throttle
+    /// time, which it returns (ms) for the response's `throttle_time_ms`.
+    fn throttle(&self, shard: &Shard, applied: &crate::quota::Applied, bytes: usize) -> i32 {
+        let throttle = shard.shared.quotas.record(applied, bytes as f64);
+        if throttle.is_zero() {
+            return 0;
+        }
+        let until = std::time::Instant::now() + throttle;
+        if until > self.throttled_until.get() {
+            self.throttled_until.set(until);
+        }
+        tracing::debug!(target: "sluice::quota", principal = %self.principal, client_id = %self.client_id, quota = applied.sensor.key, bound = applied.bound, throttle_ms = throttle.as_millis() as u64, "throttled");
+        i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX)
+    }
 }
 
 /// Runs one request. `Ok(None)` means the API sends no response (produce with acks=0).
@@ -73,6 +104,7 @@ pub async fn dispatch(
     client: Client,
     turn: &mut Turn,
 ) -> anyhow::Result<Option<Answer>> {
+    let request_bytes = body.len();
     let request = decode_request(key, version, body)?;
     let mut splices = if client.zero_copy {
         Splices::default()
@@ -263,12 +295,39 @@ pub async fn dispatch(
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(shard, &client, r, version).await)
         }
-        RequestKind::Produce(r) => match produce::handle(shard, &client, r, version, turn).await {
-            Some(r) => ResponseKind::Produce(r),
-            None => return Ok(None),
-        },
-        RequestKind::Fetch(r) => {
-            ResponseKind::Fetch(fetch::handle(shard, &client, r, version, &mut splices).await)
+        // Client quotas: produce request bytes count against `producer_byte_rate`, fetched
+        // record bytes against `consumer_byte_rate` (`crate::quota`).
+        RequestKind::Produce(r) => {
+            let quota = client.quota(shard, crate::quota::PRODUCER_BYTE_RATE);
+            let response = produce::handle(shard, &client, r, version, turn).await;
+            let throttle_ms = quota.map_or(0, |q| client.throttle(shard, &q, request_bytes));
+            match response {
+                Some(r) => ResponseKind::Produce(r.with_throttle_time_ms(throttle_ms)),
+                None => return Ok(None),
+            }
+        }
+        RequestKind::Fetch(mut r) => {
+            let follower = r.replica_id.0 >= 0 || r.replica_state.replica_id.0 >= 0;
+            let quota = (!follower)
+                .then(|| client.quota(shard, crate::quota::CONSUMER_BYTE_RATE))
+                .flatten();
+            if let Some(q) = &quota {
+                // At most what the quota lets through in a window, as Kafka bounds it, so a
+                // fetch larger than the quota still gets records.
+                let within = shard.shared.quotas.window().bytes_within(q.bound);
+                r.max_bytes = r.max_bytes.min(within.clamp(1.0, i32::MAX as f64) as i32);
+            }
+            let mut response = fetch::handle(shard, &client, r, version, &mut splices).await;
+            if let Some(q) = &quota {
+                let bytes: usize = response
+                    .responses
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .filter_map(|p| p.records.as_ref().map(|b| b.len()))
+                    .sum();
+                response.throttle_time_ms = client.throttle(shard, q, bytes);
+            }
+            ResponseKind::Fetch(response)
         }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets::handle(shard, &client, r, version).await)
@@ -535,10 +594,12 @@ pub async fn dispatch(
             ResponseKind::DeleteAcls(delete_acls::handle(shard, &client, r, version).await)
         }
         RequestKind::DescribeClientQuotas(r) => {
-            ResponseKind::DescribeClientQuotas(describe_client_quotas::handle(r))
+            ResponseKind::DescribeClientQuotas(describe_client_quotas::handle(r, &shard.image()))
         }
         RequestKind::AlterClientQuotas(r) => {
-            ResponseKind::AlterClientQuotas(alter_client_quotas::handle(r))
+            ResponseKind::AlterClientQuotas(
+                alter_client_quotas::handle(shard, &client, r, version).await,
+            )
         }
         RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
             describe_user_scram_credentials::handle(r, &shard.image()),

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use sluice_replication::image::MetadataImage as ClusterImage;
-use sluice_replication::records::{ConfigResourceType, UserScramCredentialRecord};
+use sluice_replication::records::{
+    ConfigResourceType, QuotaEntity, QuotaValue, UserScramCredentialRecord,
+};
 
 use super::{MetadataImage, TopicMeta, NOT_HOSTED};
 
@@ -54,6 +56,8 @@ pub struct ClusterView {
     pub scram: BTreeMap<(String, i8), UserScramCredentialRecord>,
     /// Every ACL of the cluster (`handlers/authz.rs`).
     pub acls: Vec<sluice_replication::acl::AclBinding>,
+    /// Client quotas by entity, then key (`crate::quota`).
+    pub quotas: BTreeMap<QuotaEntity, BTreeMap<String, QuotaValue>>,
 }
 
 impl ClusterView {
@@ -109,6 +113,7 @@ pub fn broker_image(
             .map(|c| ((c.name.clone(), c.mechanism), c.clone()))
             .collect(),
         acls: cluster.acls().values().cloned().collect(),
+        quotas: cluster.client_quotas().clone(),
         ..ClusterView::default()
     };
     for b in cluster.brokers() {

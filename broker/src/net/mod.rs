@@ -555,7 +555,14 @@ where
     let mut principal: Rc<str> = Rc::from(sasl::ANONYMOUS);
     let mut chain = crate::handlers::order::Chain::default();
     let mut idle_at: Option<&'static str> = None;
+    // Muted by a quota until then (`crate::quota`): nothing more is read before it.
+    let throttled_until = Rc::new(Cell::new(Instant::now()));
     let result: anyhow::Result<&'static str> = loop {
+        let muted = throttled_until.get().saturating_duration_since(Instant::now());
+        if !muted.is_zero() {
+            glommio::timer::sleep(muted).await;
+            progress.set(Instant::now());
+        }
         let mut size = [0u8; 4];
         let read = unless_idle(reader.read_exact(&mut size), &progress, idle).await;
         match read {
@@ -651,6 +658,7 @@ where
             peer,
             splice_fd.is_some(),
             principal.clone(),
+            throttled_until.clone(),
             chain.next(),
         ) {
             Ok(task) => match unless_idle(tx.send(task), &progress, idle).await {
@@ -702,7 +710,8 @@ pub async fn loopback(shard: Rc<Shard>, frame: Bytes) -> std::io::Result<Vec<u8>
     let body = frame.slice(4.min(frame.len())..);
     let mut chain = crate::handlers::order::Chain::default();
     let node = Rc::from(crate::handlers::authz::NODE_PRINCIPAL);
-    let task = prepare(&shard, body, None, false, node, chain.next())
+    let unmuted = Rc::new(Cell::new(Instant::now()));
+    let task = prepare(&shard, body, None, false, node, unmuted, chain.next())
         .map_err(|e| std::io::Error::other(format!("loopback request: {e}")))?;
     match task.await {
         Some(Ok(Some(Frame::Bytes(frame)))) => Ok(frame[4.min(frame.len())..].to_vec()),
@@ -724,6 +733,7 @@ fn prepare(
     peer: Option<SocketAddr>,
     zero_copy: bool,
     principal: Rc<str>,
+    throttled_until: Rc<Cell<Instant>>,
     mut turn: crate::handlers::order::Turn,
 ) -> anyhow::Result<Pending> {
     let (key, version, header) = match frame::decode_header(&mut body)? {
@@ -759,11 +769,17 @@ fn prepare(
         } else {
             turn.after_earlier_done().await;
         }
+        // Read before a quota muted the connection: held until the mute ends, as if unread.
+        let muted = throttled_until.get().saturating_duration_since(Instant::now());
+        if !muted.is_zero() {
+            glommio::timer::sleep(muted).await;
+        }
         let client = handlers::Client {
             client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
             host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
             zero_copy,
             principal,
+            throttled_until,
         };
         let result = handlers::dispatch(&shard, key, version, &mut body, client, &mut turn).await;
         turn.finish().await;

@@ -75,6 +75,8 @@ pub struct Shared {
     pub coordinators: Vec<std::sync::atomic::AtomicBool>,
     /// Counters and gauges for the Prometheus exporter (`metrics.rs`).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Client quota measurements of this broker (`crate::quota`).
+    pub quotas: crate::quota::Sensors,
 }
 
 impl Shared {
