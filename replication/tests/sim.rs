@@ -811,6 +811,9 @@ impl Sim {
             ControllerResponse::DeleteAcls(r) => {
                 r.iter().any(|f| f.error_code == error_code::NOT_CONTROLLER)
             }
+            ControllerResponse::AlterClientQuotas(r) => {
+                r.iter().any(|e| e.error_code == error_code::NOT_CONTROLLER)
+            }
         };
         if not_controller {
             self.acked.not_controller += 1;
