@@ -13,7 +13,8 @@
 //! The rate is Kafka's sampled rate: `quota.window.num` samples of `quota.window.size.seconds`
 //! each, the bytes they hold over the time they span, at least all but one full sample (so a
 //! client's first second is not judged alone). Over the bound, the throttle time is how long the
-//! client must send nothing for the rate to come back to it, at most one sample's length.
+//! client must send nothing for the rate to come back to it (unbounded for byte rates, as in
+//! Kafka: a client that took ten windows' worth at once waits about that long).
 //!
 //! The measurements are the one place where shards share state on the data path: a client's
 //! connections may sit on any shard, and the quota is the broker's. They are behind one lock,
@@ -50,7 +51,9 @@ pub struct Applied {
 
 /// The user a principal is for quotas: its name after the type (`User:alice` is `alice`).
 pub fn user_of(principal: &str) -> &str {
-    principal.split_once(':').map_or(principal, |(_, name)| name)
+    principal
+        .split_once(':')
+        .map_or(principal, |(_, name)| name)
 }
 
 /// The quota on `key` that applies to `user` with `client_id`, in Kafka's order of precedence.
@@ -227,6 +230,15 @@ impl Sensors {
         self.record_at(applied, bytes, self.now_ms())
     }
 
+    /// Takes back what `record` counted, for a response that was not sent after all.
+    pub fn unrecord(&self, applied: &Applied, bytes: f64) {
+        let now_ms = self.now_ms();
+        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rate) = rates.by_key.get_mut(&applied.sensor) {
+            rate.record(-bytes, now_ms, self.window);
+        }
+    }
+
     fn record_at(&self, applied: &Applied, bytes: f64, now_ms: u64) -> Duration {
         let w = self.window;
         let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
@@ -245,7 +257,7 @@ impl Sensors {
         }
         let span = rate.span_ms(now_ms, w) as f64;
         let throttle_ms = ((measured - applied.bound) / applied.bound * span).round() as u64;
-        Duration::from_millis(throttle_ms.min(w.sample_ms))
+        Duration::from_millis(throttle_ms)
     }
 }
 
@@ -253,7 +265,10 @@ impl Sensors {
 mod tests {
     use super::*;
 
-    fn quotas(entries: &[(&[(&str, Option<&str>)], &str, f64)]) -> Quotas {
+    /// An entity's parts, a quota key and its value.
+    type Entry<'a> = (&'a [(&'a str, Option<&'a str>)], &'a str, f64);
+
+    fn quotas(entries: &[Entry]) -> Quotas {
         let mut q = Quotas::new();
         for (entity, key, value) in entries {
             let mut entity: QuotaEntity = entity
@@ -270,12 +285,28 @@ mod tests {
 
     #[test]
     fn the_most_specific_quota_applies_in_kafkas_order() {
-        let all: Vec<(&[(&str, Option<&str>)], &str, f64)> = vec![
-            (&[("user", Some("alice")), ("client-id", Some("c1"))], PRODUCER_BYTE_RATE, 1.0),
-            (&[("user", Some("alice")), ("client-id", None)], PRODUCER_BYTE_RATE, 2.0),
+        let all: Vec<Entry> = vec![
+            (
+                &[("user", Some("alice")), ("client-id", Some("c1"))],
+                PRODUCER_BYTE_RATE,
+                1.0,
+            ),
+            (
+                &[("user", Some("alice")), ("client-id", None)],
+                PRODUCER_BYTE_RATE,
+                2.0,
+            ),
             (&[("user", Some("alice"))], PRODUCER_BYTE_RATE, 3.0),
-            (&[("user", None), ("client-id", Some("c1"))], PRODUCER_BYTE_RATE, 4.0),
-            (&[("user", None), ("client-id", None)], PRODUCER_BYTE_RATE, 5.0),
+            (
+                &[("user", None), ("client-id", Some("c1"))],
+                PRODUCER_BYTE_RATE,
+                4.0,
+            ),
+            (
+                &[("user", None), ("client-id", None)],
+                PRODUCER_BYTE_RATE,
+                5.0,
+            ),
             (&[("user", None)], PRODUCER_BYTE_RATE, 6.0),
             (&[("client-id", Some("c1"))], PRODUCER_BYTE_RATE, 7.0),
             (&[("client-id", None)], PRODUCER_BYTE_RATE, 8.0),
@@ -286,9 +317,15 @@ mod tests {
             let applied = resolve(&q, PRODUCER_BYTE_RATE, "alice", "c1").unwrap();
             assert_eq!(applied.bound, (i + 1) as f64, "with levels {}.. set", i + 1);
         }
-        assert_eq!(resolve(&quotas(&[]), PRODUCER_BYTE_RATE, "alice", "c1"), None);
+        assert_eq!(
+            resolve(&quotas(&[]), PRODUCER_BYTE_RATE, "alice", "c1"),
+            None
+        );
         // Another key is not this one's quota.
-        assert_eq!(resolve(&quotas(&all), CONSUMER_BYTE_RATE, "alice", "c1"), None);
+        assert_eq!(
+            resolve(&quotas(&all), CONSUMER_BYTE_RATE, "alice", "c1"),
+            None
+        );
         // The measurement is the matched entity's, with the client's names for defaults.
         let q = quotas(&[(&[("user", None)], PRODUCER_BYTE_RATE, 6.0)]);
         let bob = resolve(&q, PRODUCER_BYTE_RATE, "bob", "x").unwrap().sensor;
@@ -300,8 +337,16 @@ mod tests {
                 client_id: None
             }
         );
-        assert_ne!(resolve(&q, PRODUCER_BYTE_RATE, "carol", "x").unwrap().sensor, bob);
-        assert_eq!(resolve(&q, PRODUCER_BYTE_RATE, "bob", "y").unwrap().sensor, bob);
+        assert_ne!(
+            resolve(&q, PRODUCER_BYTE_RATE, "carol", "x")
+                .unwrap()
+                .sensor,
+            bob
+        );
+        assert_eq!(
+            resolve(&q, PRODUCER_BYTE_RATE, "bob", "y").unwrap().sensor,
+            bob
+        );
         assert_eq!(user_of("User:alice"), "alice");
         assert_eq!(user_of("User:ANONYMOUS"), "ANONYMOUS");
     }
@@ -323,7 +368,11 @@ mod tests {
         };
         // 900 bytes a second for 30 s: never throttled.
         for t in 0..30 {
-            assert_eq!(sensors.record_at(&applied, 900.0, t * 1000), Duration::ZERO, "{t}");
+            assert_eq!(
+                sensors.record_at(&applied, 900.0, t * 1000),
+                Duration::ZERO,
+                "{t}"
+            );
         }
         // A client that sends whenever it is not throttled, 500 bytes at a time, for 60 s:
         // what it gets through is its quota, give or take the first window.
@@ -346,19 +395,24 @@ mod tests {
         }
         assert!(throttled > 0);
         let rate = sent / 60.0;
-        assert!((950.0..=1_200.0).contains(&rate), "{rate} bytes/s against 1000");
-        // The throttle is at most one sample long.
+        assert!(
+            (950.0..=1_200.0).contains(&rate),
+            "{rate} bytes/s against 1000"
+        );
+        // The throttle is how long it takes the rate back to the bound.
         let hog = Applied {
             sensor: SensorKey {
                 key: PRODUCER_BYTE_RATE,
                 user: Some("w".into()),
                 client_id: None,
             },
-            bound: 1.0,
+            bound: 1000.0,
         };
+        // 20,000 bytes over the 10 s the rate is measured over at least: 2,000 a second,
+        // twice the bound, so 10 s more without any.
         assert_eq!(
-            sensors.record_at(&hog, 1e9, 100_000),
-            Duration::from_millis(1000)
+            sensors.record_at(&hog, 20_000.0, 100_000),
+            Duration::from_millis(10_000)
         );
     }
 }

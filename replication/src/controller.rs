@@ -3631,28 +3631,44 @@ mod tests {
                         ("consumer_byte_rate", Some(2048.0)),
                     ],
                 ),
-                entry(&[("user", Some("bob"))], &[("producer_byte_rate", Some(0.5))]),
+                entry(
+                    &[("user", Some("bob"))],
+                    &[("producer_byte_rate", Some(0.5))],
+                ),
             ],
             true,
         );
         assert_eq!(codes(h.run(request.clone())), vec![NONE, INVALID_REQUEST]);
-        assert!(h.image.client_quotas().is_empty(), "validate_only writes nothing");
-        assert_eq!(codes(h.run(alter(
-            match request {
-                ControllerRequest::AlterClientQuotas(r) => r.entries,
-                _ => unreachable!(),
-            },
-            false,
-        ))), vec![NONE, INVALID_REQUEST]);
+        assert!(
+            h.image.client_quotas().is_empty(),
+            "validate_only writes nothing"
+        );
+        assert_eq!(
+            codes(h.run(alter(
+                match request {
+                    ControllerRequest::AlterClientQuotas(r) => r.entries,
+                    _ => unreachable!(),
+                },
+                false,
+            ))),
+            vec![NONE, INVALID_REQUEST]
+        );
         let keys = &h.image.client_quotas()[&alice];
         assert_eq!(keys["producer_byte_rate"], QuotaValue(1024.0));
         assert_eq!(keys["consumer_byte_rate"], QuotaValue(2048.0));
-        assert_eq!(h.image.client_quotas().len(), 1, "bob's refused entry wrote nothing");
+        assert_eq!(
+            h.image.client_quotas().len(),
+            1,
+            "bob's refused entry wrote nothing"
+        );
         // A default entity, and a removal.
         assert_eq!(
             codes(h.run(alter(
                 vec![
-                    entry(&[("client-id", None)], &[("consumer_byte_rate", Some(10.0))]),
+                    entry(
+                        &[("client-id", None)],
+                        &[("consumer_byte_rate", Some(10.0))]
+                    ),
                     entry(&[("user", Some("alice"))], &[("producer_byte_rate", None)]),
                 ],
                 false
@@ -3663,13 +3679,16 @@ mod tests {
             h.image.client_quotas()[&alice].keys().collect::<Vec<_>>(),
             vec!["consumer_byte_rate"]
         );
-        let snapshot = MetadataImage::from_snapshot(h.image.offset(), &h.image.snapshot_records())
-            .unwrap();
+        let snapshot =
+            MetadataImage::from_snapshot(h.image.offset(), &h.image.snapshot_records()).unwrap();
         assert_eq!(snapshot, h.image);
         assert_eq!(snapshot.client_quotas().len(), 2);
         // Removing the last key removes the entity.
         h.run(alter(
-            vec![entry(&[("user", Some("alice"))], &[("consumer_byte_rate", None)])],
+            vec![entry(
+                &[("user", Some("alice"))],
+                &[("consumer_byte_rate", None)],
+            )],
             false,
         ));
         assert!(!h.image.client_quotas().contains_key(&alice));

@@ -505,23 +505,30 @@ pub async fn alter_client_quotas(
         .collect();
     let validate_only = request.validate_only;
     let wait = applied_wait(0);
-    let mut r = admin_as!(AlterClientQuotas, shard, version, request, wait, |r, image| {
-        let Some(cluster) = image.cluster.as_ref() else {
-            return true;
-        };
-        validate_only
-            || r.entries
-                .iter()
-                .zip(&expected)
-                .filter(|(e, _)| e.error_code == 0)
-                .all(|(_, (entity, ops))| {
-                    let have = cluster.quotas.get(entity);
-                    ops.iter().all(|(key, want)| {
-                        let value = have.and_then(|keys| keys.get(key)).map(|v| v.0);
-                        value.map(f64::to_bits) == want.map(f64::to_bits)
+    let mut r = admin_as!(
+        AlterClientQuotas,
+        shard,
+        version,
+        request,
+        wait,
+        |r, image| {
+            let Some(cluster) = image.cluster.as_ref() else {
+                return true;
+            };
+            validate_only
+                || r.entries
+                    .iter()
+                    .zip(&expected)
+                    .filter(|(e, _)| e.error_code == 0)
+                    .all(|(_, (entity, ops))| {
+                        let have = cluster.quotas.get(entity);
+                        ops.iter().all(|(key, want)| {
+                            let value = have.and_then(|keys| keys.get(key)).map(|v| v.0);
+                            value.map(f64::to_bits) == want.map(f64::to_bits)
+                        })
                     })
-                })
-    });
+        }
+    );
     for (entry, entity) in r.entries.iter_mut().zip(entities) {
         entry.entity = entity;
     }

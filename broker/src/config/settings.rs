@@ -609,8 +609,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         dynamic: false,
         kind: Kind::Int,
         default: Some("1"),
-        doc: "The time span of each client quota sample; also the longest a client is throttled \
-              for at once.",
+        doc: "The time span of each client quota sample.",
         set: |c, v| {
             c.quota_window_size_seconds = at_least("quota.window.size.seconds", v, 1)?;
             Ok(())

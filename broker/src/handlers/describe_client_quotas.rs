@@ -70,7 +70,8 @@ fn check(request: &DescribeClientQuotasRequest) -> Result<(), (ResponseError, St
 }
 
 /// Whether `entity` matches every component of the filter (and, when `strict`, has no other
-/// type): EXACT names the entity, DEFAULT is the type's default, SPECIFIED any named entity.
+/// type): EXACT names the entity, DEFAULT is the type's default, SPECIFIED any entity of the
+/// type, its default included (as Kafka answers it).
 fn matches(request: &DescribeClientQuotasRequest, entity: &QuotaEntity) -> bool {
     let all = request.components.iter().all(|c| {
         let Some((_, name)) = entity.iter().find(|(t, _)| t == c.entity_type.as_str()) else {
@@ -79,13 +80,16 @@ fn matches(request: &DescribeClientQuotasRequest, entity: &QuotaEntity) -> bool 
         match c.match_type {
             MATCH_EXACT => name.as_deref() == c._match.as_ref().map(|m| m.as_str()),
             MATCH_DEFAULT => name.is_none(),
-            _ => name.is_some(),
+            _ => true,
         }
     });
     all && (!request.strict || entity.len() == request.components.len())
 }
 
-pub fn handle(request: DescribeClientQuotasRequest, image: &MetadataImage) -> DescribeClientQuotasResponse {
+pub fn handle(
+    request: DescribeClientQuotasRequest,
+    image: &MetadataImage,
+) -> DescribeClientQuotasResponse {
     match check(&request) {
         Ok(()) => {
             let text = |s: &str| StrBytes::from_string(s.to_string());
@@ -108,7 +112,9 @@ pub fn handle(request: DescribeClientQuotasRequest, image: &MetadataImage) -> De
                         )
                         .with_values(
                             keys.iter()
-                                .map(|(k, v)| ValueData::default().with_key(text(k)).with_value(v.0))
+                                .map(|(k, v)| {
+                                    ValueData::default().with_key(text(k)).with_value(v.0)
+                                })
                                 .collect(),
                         )
                 })

@@ -295,19 +295,23 @@ pub async fn dispatch(
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(metadata::handle(shard, &client, r, version).await)
         }
-        // Client quotas: produce request bytes count against `producer_byte_rate`, fetched
+        // Client quotas: produce request bytes count against `producer_byte_rate` as the
+        // request is taken (so that requests read behind it wait out its throttle), fetched
         // record bytes against `consumer_byte_rate` (`crate::quota`).
         RequestKind::Produce(r) => {
             let quota = client.quota(shard, crate::quota::PRODUCER_BYTE_RATE);
-            let response = produce::handle(shard, &client, r, version, turn).await;
             let throttle_ms = quota.map_or(0, |q| client.throttle(shard, &q, request_bytes));
-            match response {
+            match produce::handle(shard, &client, r, version, turn).await {
                 Some(r) => ResponseKind::Produce(r.with_throttle_time_ms(throttle_ms)),
                 None => return Ok(None),
             }
         }
         RequestKind::Fetch(mut r) => {
-            let follower = r.replica_id.0 >= 0 || r.replica_state.replica_id.0 >= 0;
+            let follower = if version >= 15 {
+                r.replica_state.replica_id.0 >= 0
+            } else {
+                r.replica_id.0 >= 0
+            };
             let quota = (!follower)
                 .then(|| client.quota(shard, crate::quota::CONSUMER_BYTE_RATE))
                 .flatten();
@@ -317,6 +321,7 @@ pub async fn dispatch(
                 let within = shard.shared.quotas.window().bytes_within(q.bound);
                 r.max_bytes = r.max_bytes.min(within.clamp(1.0, i32::MAX as f64) as i32);
             }
+            let full = r.session_epoch <= 0;
             let mut response = fetch::handle(shard, &client, r, version, &mut splices).await;
             if let Some(q) = &quota {
                 let bytes: usize = response
@@ -325,7 +330,19 @@ pub async fn dispatch(
                     .flat_map(|t| &t.partitions)
                     .filter_map(|p| p.records.as_ref().map(|b| b.len()))
                     .sum();
-                response.throttle_time_ms = client.throttle(shard, q, bytes);
+                let throttle_ms = client.throttle(shard, q, bytes);
+                if throttle_ms > 0 {
+                    // Over the quota: nothing is sent and nothing counted, only the throttle
+                    // time, as Kafka answers (a full fetch without a session, an incremental
+                    // one in its session); the client asks again once it has waited.
+                    shard.shared.quotas.unrecord(q, bytes as f64);
+                    response.responses.clear();
+                    splices = Splices::copying();
+                    if full {
+                        response.session_id = 0;
+                    }
+                    response.throttle_time_ms = throttle_ms;
+                }
             }
             ResponseKind::Fetch(response)
         }
@@ -596,11 +613,9 @@ pub async fn dispatch(
         RequestKind::DescribeClientQuotas(r) => {
             ResponseKind::DescribeClientQuotas(describe_client_quotas::handle(r, &shard.image()))
         }
-        RequestKind::AlterClientQuotas(r) => {
-            ResponseKind::AlterClientQuotas(
-                alter_client_quotas::handle(shard, &client, r, version).await,
-            )
-        }
+        RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
+            alter_client_quotas::handle(shard, &client, r, version).await,
+        ),
         RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
             describe_user_scram_credentials::handle(r, &shard.image()),
         ),

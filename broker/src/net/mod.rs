@@ -558,7 +558,9 @@ where
     // Muted by a quota until then (`crate::quota`): nothing more is read before it.
     let throttled_until = Rc::new(Cell::new(Instant::now()));
     let result: anyhow::Result<&'static str> = loop {
-        let muted = throttled_until.get().saturating_duration_since(Instant::now());
+        let muted = throttled_until
+            .get()
+            .saturating_duration_since(Instant::now());
         if !muted.is_zero() {
             glommio::timer::sleep(muted).await;
             progress.set(Instant::now());

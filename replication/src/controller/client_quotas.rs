@@ -173,17 +173,28 @@ mod tests {
             .contains("Unhandled client quota entity type: group"));
         assert!(ok(&[("ip", None), ("user", Some("u"))], &[]).is_err());
         assert!(ok(&[("user", Some("a")), ("user", Some("b"))], &[]).is_err());
-        assert!(ok(&[("user", Some("u"))], &[("connection_creation_rate", Some(1.0))])
-            .unwrap_err()
-            .contains("Invalid configuration key"));
-        assert!(ok(&[("user", Some("u"))], &[("producer_byte_rate", Some(0.0))])
-            .unwrap_err()
-            .contains("greater than 0"));
-        assert!(ok(&[("user", Some("u"))], &[("producer_byte_rate", Some(1.5))])
-            .unwrap_err()
-            .contains("fractional"));
+        assert!(ok(
+            &[("user", Some("u"))],
+            &[("connection_creation_rate", Some(1.0))]
+        )
+        .unwrap_err()
+        .contains("Invalid configuration key"));
+        assert!(
+            ok(&[("user", Some("u"))], &[("producer_byte_rate", Some(0.0))])
+                .unwrap_err()
+                .contains("greater than 0")
+        );
+        assert!(
+            ok(&[("user", Some("u"))], &[("producer_byte_rate", Some(1.5))])
+                .unwrap_err()
+                .contains("fractional")
+        );
         assert!(ok(&[("user", Some("u"))], &[("request_percentage", Some(1.5))]).is_ok());
-        assert!(ok(&[("ip", Some("10.0.0.1"))], &[("connection_creation_rate", Some(5.0))]).is_ok());
+        assert!(ok(
+            &[("ip", Some("10.0.0.1"))],
+            &[("connection_creation_rate", Some(5.0))]
+        )
+        .is_ok());
         assert!(ok(&[("user", Some("u"))], &[("producer_byte_rate", None)]).is_ok());
     }
 }
