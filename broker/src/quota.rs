@@ -358,14 +358,16 @@ mod tests {
             sample_ms: 1000,
         };
         let sensors = Sensors::new(w);
-        let applied = Applied {
+        // A producer quota of 1,000 bytes a second on a user.
+        let on_user = |user: &str| Applied {
             sensor: SensorKey {
                 key: PRODUCER_BYTE_RATE,
-                user: Some("u".into()),
+                user: Some(user.into()),
                 client_id: None,
             },
             bound: 1000.0,
         };
+        let applied = on_user("u");
         // 900 bytes a second for 30 s: never throttled.
         for t in 0..30 {
             assert_eq!(
@@ -376,14 +378,7 @@ mod tests {
         }
         // A client that sends whenever it is not throttled, 500 bytes at a time, for 60 s:
         // what it gets through is its quota, give or take the first window.
-        let other = Applied {
-            sensor: SensorKey {
-                key: PRODUCER_BYTE_RATE,
-                user: Some("v".into()),
-                client_id: None,
-            },
-            bound: 1000.0,
-        };
+        let other = on_user("v");
         let (mut now, mut sent, mut throttled) = (0u64, 0.0, 0);
         while now < 60_000 {
             sent += 500.0;
@@ -400,14 +395,7 @@ mod tests {
             "{rate} bytes/s against 1000"
         );
         // The throttle is how long it takes the rate back to the bound.
-        let hog = Applied {
-            sensor: SensorKey {
-                key: PRODUCER_BYTE_RATE,
-                user: Some("w".into()),
-                client_id: None,
-            },
-            bound: 1000.0,
-        };
+        let hog = on_user("w");
         // 20,000 bytes over the 10 s the rate is measured over at least: 2,000 a second,
         // twice the bound, so 10 s more without any.
         assert_eq!(

@@ -6,12 +6,11 @@ use kafka_protocol::messages::describe_client_quotas_response::{EntityData, Entr
 use kafka_protocol::messages::{DescribeClientQuotasRequest, DescribeClientQuotasResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use sluice_replication::controller::QUOTA_ENTITY_TYPES;
 use sluice_replication::records::QuotaEntity;
 
 use crate::metadata::MetadataImage;
 
-/// The client quota entity types Kafka knows.
-pub const ENTITY_TYPES: &[&str] = &["user", "client-id", "ip"];
 const MATCH_EXACT: i8 = 0;
 const MATCH_DEFAULT: i8 = 1;
 const MATCH_SPECIFIED: i8 = 2;
@@ -20,7 +19,7 @@ fn check(request: &DescribeClientQuotasRequest) -> Result<(), (ResponseError, St
     let mut seen: Vec<&str> = Vec::new();
     for c in &request.components {
         let entity_type = c.entity_type.as_str();
-        if !ENTITY_TYPES.contains(&entity_type) {
+        if !QUOTA_ENTITY_TYPES.contains(&entity_type) {
             return Err((
                 ResponseError::UnsupportedVersion,
                 format!("Unsupported entity type {entity_type}"),
