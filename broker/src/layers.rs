@@ -18,11 +18,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("the transaction coordinator, I/O-free", &["txn"]),
     ("the group coordinator, I/O-free", &["group"]),
+    ("links to the other nodes", &["peer"]),
+    ("TLS, SASL and SCRAM", &["security"]),
     (
-        "the wire, other brokers, errors, features, metrics, SCRAM's arithmetic, quota rates",
-        &[
-            "codec", "peer", "errors", "features", "metrics", "loggers", "scram", "quota",
-        ],
+        "the wire, errors, features, metrics, quota rates",
+        &["codec", "errors", "features", "metrics", "loggers", "quota"],
     ),
     ("the metadata image", &["metadata"]),
     ("topic configs", &["topic_config"]),

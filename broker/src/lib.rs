@@ -23,7 +23,7 @@ mod metrics;
 mod net;
 mod peer;
 mod quota;
-mod scram;
+mod security;
 mod server;
 mod shard;
 mod topic_config;
@@ -34,11 +34,11 @@ use config::BrokerConfig;
 /// Request decoding exactly as a connection does it (size prefix, header, body), for the fuzz
 /// targets in `fuzz/` and for tests.
 pub mod wire {
+    pub use crate::codec::frame::{body_len, decode_frame, decode_header, Decoded, Header};
     pub use crate::codec::{decode_request, supported, SUPPORTED};
-    pub use crate::net::frame::{body_len, decode_frame, decode_header, Decoded, Header};
     /// SASL as a connection runs it, for the fuzz targets.
-    pub use crate::net::sasl::{Authenticator, Outcome, SaslServer};
-    pub use crate::scram::Mechanism as ScramMechanism;
+    pub use crate::security::sasl::{Authenticator, Outcome, SaslServer};
+    pub use crate::security::scram::Mechanism as ScramMechanism;
 }
 
 #[derive(Parser, Debug)]

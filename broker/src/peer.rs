@@ -1,7 +1,15 @@
-//! Calls to other brokers: a connection with the timeouts every link between nodes has, and one
+//! Calls to other nodes: a connection with the timeouts every link between nodes has, and one
 //! Kafka request and its answer on it (the replica fetchers, the transaction coordinator's
-//! markers and verifications, the group coordinator's first load). Frames are encoded and
-//! decoded by `codec`.
+//! markers and verifications, the group coordinator's first load, calls to the controllers).
+//! Frames are encoded and decoded by `codec`.
+//!
+//! A link speaks the security protocol of the listener it dials ([`Route`]): the inter-broker
+//! listener's (`inter.broker.listener.name`) to brokers, the controller listener's to
+//! controllers. Over `SSL` and `SASL_SSL` it is a TLS session that checks the other node's
+//! certificate against `ssl.truststore.*` and shows this node's own; over `SASL_*` this node
+//! logs in (SaslHandshake and SaslAuthenticate, `sasl.mechanism.inter.broker.protocol` or
+//! `sasl.mechanism.controller.protocol`) with the username and password of that listener's
+//! JAAS entry, before the first request, as Kafka's brokers do.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -10,9 +18,19 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use anyhow::Context as _;
 use bytes::Bytes;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::TcpStream;
+use kafka_protocol::messages::{
+    ApiKey, RequestKind, ResponseKind, SaslAuthenticateRequest, SaslHandshakeRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::config::BrokerConfig;
 
 /// The largest frame accepted on the CONTROLLER listener (a snapshot travels in one message).
 pub const FRAME_MAX: usize = 256 << 20;
@@ -24,7 +42,289 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// long partition resumes minutes after the network heals).
 pub const INTERNODE_USER_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub async fn connect(addr: &str) -> std::io::Result<TcpStream> {
+/// Which listener of the other node a link dials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// A broker's `inter.broker.listener.name` listener.
+    InterBroker,
+    /// A controller's listener (the first of `controller.listener.names`).
+    Controller,
+}
+
+/// How this node opens links on one route.
+struct Dialer {
+    tls: Option<Arc<rustls::ClientConfig>>,
+    login: Option<Login>,
+}
+
+/// A SASL login. No `Debug`: it holds a password.
+struct Login {
+    mechanism: String,
+    user: String,
+    password: String,
+}
+
+/// How this node opens links to the other nodes, per route; made once from the settings
+/// (which `BrokerConfig::validate` checked).
+#[derive(Clone)]
+pub struct Dialers {
+    inter_broker: Arc<Dialer>,
+    controller: Arc<Dialer>,
+}
+
+impl Dialers {
+    pub fn new(config: &BrokerConfig) -> anyhow::Result<Dialers> {
+        let dialer = |listener: &str,
+                      protocol: crate::config::security::SecurityProtocol,
+                      mechanism: &str|
+         -> anyhow::Result<Dialer> {
+            let tls = if protocol.tls() {
+                Some(
+                    crate::security::tls::client_config(&config.ssl).with_context(|| {
+                        format!("TLS to the other nodes' {listener} listener ({protocol})")
+                    })?,
+                )
+            } else {
+                None
+            };
+            let login = if protocol.sasl() {
+                let (user, password) = config.login(listener, mechanism)?;
+                Some(Login {
+                    mechanism: mechanism.to_string(),
+                    user,
+                    password,
+                })
+            } else {
+                None
+            };
+            Ok(Dialer { tls, login })
+        };
+        let inter = config.inter_broker_listener();
+        let inter_protocol = config
+            .security_protocol_of(inter)
+            .unwrap_or(crate::config::security::SecurityProtocol::Plaintext);
+        Ok(Dialers {
+            inter_broker: Arc::new(dialer(
+                inter,
+                inter_protocol,
+                &config.sasl_mechanism_inter_broker_protocol,
+            )?),
+            controller: Arc::new(dialer(
+                config.controller_listener_name(),
+                config.controller_security_protocol(),
+                &config.sasl_mechanism_controller_protocol,
+            )?),
+        })
+    }
+}
+
+thread_local! {
+    /// This shard's dialers; plaintext links without them (a single node).
+    static DIALERS: RefCell<Option<Dialers>> = const { RefCell::new(None) };
+}
+
+/// Links opened from this shard's thread dial with `dialers`.
+pub fn set_dialers(dialers: Dialers) {
+    DIALERS.with(|d| *d.borrow_mut() = Some(dialers));
+}
+
+fn dialer(route: Route) -> Option<Arc<Dialer>> {
+    DIALERS.with(|d| {
+        d.borrow().as_ref().map(|d| match route {
+            Route::InterBroker => d.inter_broker.clone(),
+            Route::Controller => d.controller.clone(),
+        })
+    })
+}
+
+/// A link to another node: the socket, or a TLS session over it.
+pub enum Link {
+    Plain(TcpStream),
+    Tls(Box<futures_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Link {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Link::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Link::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Link {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Link::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Link::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Link::Plain(s) => Pin::new(s).poll_flush(cx),
+            Link::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Link::Plain(s) => Pin::new(s).poll_close(cx),
+            Link::Tls(s) => Pin::new(s.as_mut()).poll_close(cx),
+        }
+    }
+}
+
+/// Opens a link to `addr` on `route`: connected, its TLS handshake done and this node logged
+/// in, within the connect timeout each.
+pub async fn connect(addr: &str, route: Route) -> std::io::Result<Link> {
+    let stream = connect_tcp(addr).await?;
+    let Some(dialer) = dialer(route) else {
+        return Ok(Link::Plain(stream));
+    };
+    let mut link = match &dialer.tls {
+        None => Link::Plain(stream),
+        Some(config) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = rustls_pki_types::ServerName::try_from(host.to_string())
+                .map_err(|_| std::io::Error::other(format!("{host} is not a TLS server name")))?;
+            let connector = futures_rustls::TlsConnector::from(config.clone());
+            let session = within(
+                CONNECT_TIMEOUT,
+                "TLS handshake",
+                connector.connect(name, stream),
+            )
+            .await?;
+            Link::Tls(Box::new(session))
+        }
+    };
+    if let Some(login) = &dialer.login {
+        within(CONNECT_TIMEOUT, "SASL login", sasl_login(&mut link, login)).await?;
+    }
+    Ok(link)
+}
+
+/// `fut`, or a timed-out error naming `what` after `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    what: &str,
+    fut: impl Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    futures_lite::future::or(fut, async {
+        glommio::timer::sleep(timeout).await;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{what} timed out"),
+        ))
+    })
+    .await
+}
+
+/// Logs in over `link` with SaslHandshake (version 1) and SaslAuthenticate requests.
+async fn sasl_login(link: &mut Link, login: &Login) -> std::io::Result<()> {
+    let refused = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+    let handshake = RequestKind::SaslHandshake(
+        SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_string(login.mechanism.clone())),
+    );
+    match exchange(link, ApiKey::SaslHandshake, 1, 1, &handshake).await? {
+        ResponseKind::SaslHandshake(r) if r.error_code == 0 => {}
+        ResponseKind::SaslHandshake(r) => {
+            let enabled: Vec<String> = r.mechanisms.iter().map(|m| m.to_string()).collect();
+            return Err(refused(format!(
+                "the other node does not run SASL {} (it runs {})",
+                login.mechanism,
+                enabled.join(", ")
+            )));
+        }
+        _ => {
+            return Err(std::io::Error::other(
+                "SaslHandshake answered as another API",
+            ))
+        }
+    }
+    match crate::security::scram::Mechanism::from_name(&login.mechanism) {
+        None => {
+            // PLAIN: authorization id (none), user, password.
+            let mut token = Vec::with_capacity(2 + login.user.len() + login.password.len());
+            token.push(0);
+            token.extend_from_slice(login.user.as_bytes());
+            token.push(0);
+            token.extend_from_slice(login.password.as_bytes());
+            authenticate(link, login, 2, token).await?;
+        }
+        Some(mechanism) => {
+            let mut scram = crate::security::scram::ClientExchange::new(
+                mechanism,
+                &login.user,
+                &login.password,
+            );
+            let server_first = authenticate(link, login, 2, scram.first()).await?;
+            let last = scram.last(&server_first).map_err(refused)?;
+            let server_final = authenticate(link, login, 3, last).await?;
+            scram.verify(&server_final).map_err(refused)?;
+        }
+    }
+    Ok(())
+}
+
+/// One SaslAuthenticate round: `token` sent, the server's answer back.
+async fn authenticate(
+    link: &mut Link,
+    login: &Login,
+    correlation_id: i32,
+    token: Vec<u8>,
+) -> std::io::Result<Bytes> {
+    let request = RequestKind::SaslAuthenticate(
+        SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token)),
+    );
+    match exchange(link, ApiKey::SaslAuthenticate, 2, correlation_id, &request).await? {
+        ResponseKind::SaslAuthenticate(r) if r.error_code == 0 => Ok(r.auth_bytes),
+        ResponseKind::SaslAuthenticate(r) => Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "SASL {} login as {} refused: {}",
+                login.mechanism,
+                login.user,
+                r.error_message
+                    .as_deref()
+                    .unwrap_or("authentication failed")
+            ),
+        )),
+        _ => Err(std::io::Error::other(
+            "SaslAuthenticate answered as another API",
+        )),
+    }
+}
+
+/// Sends one request on `link` and decodes its response.
+async fn exchange(
+    link: &mut Link,
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    request: &RequestKind,
+) -> std::io::Result<ResponseKind> {
+    let frame = crate::codec::encode_request(key, version, correlation_id, request)
+        .map_err(|e| std::io::Error::other(format!("{key:?}: {e}")))?;
+    link.write_all(&frame).await?;
+    link.flush().await?;
+    let body = read_frame(link).await?;
+    crate::codec::decode_response(key, version, body)
+        .map_err(|e| std::io::Error::other(format!("{key:?} response: {e}")))
+}
+
+/// A TCP connection to `addr` with the options of links between nodes.
+async fn connect_tcp(addr: &str) -> std::io::Result<TcpStream> {
     let addr: SocketAddr = match addr.parse() {
         Ok(a) => a,
         Err(_) => std::net::ToSocketAddrs::to_socket_addrs(addr)?
@@ -111,16 +411,21 @@ fn loopback(addr: &str) -> Option<Loopback> {
     })
 }
 
-/// Sends one Kafka request frame to `addr` on a fresh connection and returns the response
+/// Sends one Kafka request frame to `addr` on `route` on a fresh link and returns the response
 /// frame's body (after the size), within `timeout`.
-pub async fn call(addr: &str, frame: Bytes, timeout: Duration) -> std::io::Result<Vec<u8>> {
+pub async fn call(
+    route: Route,
+    addr: &str,
+    frame: Bytes,
+    timeout: Duration,
+) -> std::io::Result<Vec<u8>> {
     let local = loopback(addr);
     futures_lite::future::or(
         async {
             if let Some(serve) = local {
                 return serve(frame).await;
             }
-            let stream = connect(addr).await?;
+            let stream = connect(addr, route).await?;
             let (mut reader, mut writer) = futures_lite::io::split(stream);
             writer.write_all(&frame).await?;
             writer.flush().await?;

@@ -11,6 +11,7 @@ use glommio::channels::channel_mesh::{Full, MeshBuilder};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
 
+use crate::config::security::SecurityProtocol;
 use crate::config::BrokerConfig;
 use crate::metadata::MetadataImage;
 use crate::shard::{Job, Shard, Shared, MESH_QUEUE_DEPTH};
@@ -191,17 +192,38 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
     // Shards bind their own SO_REUSEPORT sockets, which would quietly share the port with
     // another broker; so bind once here first, to fail fast with a clear error.
     if config.process_roles.broker {
-        check_port_free(config.listener)
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listener))?;
+        for l in &config.broker_listeners {
+            check_port_free(l.addr)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {} ({}): {e}", l.addr, l.name))?;
+        }
     }
     // An SSL listener's key material is loaded once here, so that a missing or bad file stops
     // the start with a clear error rather than every shard's handshakes.
     let protocol = config.client_security_protocol()?;
-    if config.process_roles.broker && protocol.tls() {
-        crate::net::tls::server_config(&config.ssl).map_err(|e| {
-            anyhow::anyhow!("listener {} ({protocol}): {e:#}", config.listener_name)
-        })?;
-        if crate::net::tls::kernel_tls_available() {
+    let mut served = Vec::new();
+    if config.process_roles.broker {
+        served.extend(config.broker_listeners.iter().map(|l| l.name.clone()));
+    }
+    if config.is_cluster() && config.process_roles.controller {
+        served.push(config.controller_listener_name().to_string());
+    }
+    let mut tls_listeners = Vec::new();
+    for name in served {
+        let protocol = config
+            .security_protocol_of(&name)
+            .unwrap_or(SecurityProtocol::Plaintext);
+        if protocol.tls() {
+            crate::security::tls::server_config(&config.ssl)
+                .map_err(|e| anyhow::anyhow!("listener {name} ({protocol}): {e:#}"))?;
+            tls_listeners.push(name);
+        }
+    }
+    if config.is_cluster() {
+        // This node's own TLS client, for the connections it opens to the other nodes.
+        crate::peer::Dialers::new(&config).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    }
+    if !tls_listeners.is_empty() {
+        if crate::security::tls::kernel_tls_available() {
             tracing::info!("fetches over SSL copy records through the broker: handing TLS to the kernel (kTLS) is not built yet");
         } else {
             tracing::info!("fetches over SSL copy records through the broker: this kernel has no kernel TLS (kTLS) to splice them through");
@@ -258,10 +280,15 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 let (senders, receivers) = mesh.join().await.map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
                 let id = senders.peer_id();
                 let shard = Shard::new(id, shared.clone(), image.clone(), senders);
-                if protocol != crate::config::security::SecurityProtocol::Plaintext {
-                    // This node's calls to itself (peer.rs) speak neither TLS nor SASL: they
-                    // are served in-process.
-                    let own = format!("{}:{}", shared.config.advertised_host, shared.config.advertised_port);
+                if shared.config.is_cluster() {
+                    crate::peer::set_dialers(crate::peer::Dialers::new(&shared.config).map_err(|e| anyhow::anyhow!("{e:#}"))?);
+                }
+                let inter = shared.config.inter_broker_listener();
+                if shared.config.security_protocol_of(inter).is_ok_and(|p| p != SecurityProtocol::Plaintext) {
+                    // This node's calls to itself (peer.rs) are served in-process, not
+                    // through its own TLS and SASL.
+                    let (host, port) = shared.config.advertised_on(inter);
+                    let own = format!("{host}:{port}");
                     let weak = Rc::downgrade(&shard);
                     crate::peer::set_loopback(own, Rc::new(move |frame| {
                         let shard = weak.upgrade();
@@ -349,15 +376,17 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 while cluster && !caught_up(&shard) && !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(5)).await;
                 }
-                let server = if shared.config.process_roles.broker && !STOP.load(Ordering::SeqCst) {
-                    let listener = TcpListener::bind(shared.config.listener).map_err(|e| anyhow::anyhow!("shard {id}: binding: {e}"))?;
-                    if id == 0 {
-                        tracing::info!(listener = %shared.config.listener, name = %shared.config.listener_name, security_protocol = %protocol, "serving the Kafka protocol");
+                let mut servers = Vec::new();
+                if shared.config.process_roles.broker && !STOP.load(Ordering::SeqCst) {
+                    for l in &shared.config.broker_listeners {
+                        let listener = TcpListener::bind(l.addr).map_err(|e| anyhow::anyhow!("shard {id}: binding {} ({}): {e}", l.addr, l.name))?;
+                        if id == 0 {
+                            let protocol = shared.config.security_protocol_of(&l.name).unwrap_or(SecurityProtocol::Plaintext);
+                            tracing::info!(listener = %l.addr, name = %l.name, security_protocol = %protocol, "serving the Kafka protocol");
+                        }
+                        servers.push(glommio::spawn_local(crate::net::serve(shard.clone(), listener, Rc::from(l.name.as_str()))));
                     }
-                    Some(glommio::spawn_local(crate::net::serve(shard.clone(), listener)))
-                } else {
-                    None
-                };
+                }
                 while !STOP.load(Ordering::SeqCst) {
                     glommio::timer::sleep(Duration::from_millis(100)).await;
                 }
@@ -378,7 +407,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
                 }
                 // Stop accepting, let requests in flight finish (they may need other shards, which
                 // keep serving jobs), then close the logs once every shard has drained.
-                if let Some(server) = server {
+                for server in servers {
                     server.cancel().await;
                 }
                 let started = std::time::Instant::now();

@@ -115,7 +115,7 @@ fn parse_scram(
     let usage = "--add-scram takes MECHANISM=[name=<user>,password=<password>], e.g. \
                  'SCRAM-SHA-256=[name=alice,password=alice-secret]'";
     let (mechanism, rest) = arg.split_once('=').ok_or_else(|| anyhow::anyhow!(usage))?;
-    let m = crate::scram::Mechanism::from_name(mechanism.trim()).ok_or_else(|| {
+    let m = crate::security::scram::Mechanism::from_name(mechanism.trim()).ok_or_else(|| {
         anyhow::anyhow!("--add-scram: {mechanism:?} is not SCRAM-SHA-256 or SCRAM-SHA-512")
     })?;
     let body = rest
@@ -154,7 +154,7 @@ fn parse_scram(
             "--add-scram: iterations must be {SCRAM_ITERATIONS_MIN} to {SCRAM_ITERATIONS_MAX}, not {iterations}"
         );
     }
-    let salt = salt.unwrap_or_else(|| crate::scram::random_bytes(32));
+    let salt = salt.unwrap_or_else(|| crate::security::scram::random_bytes(32));
     let salted = m.salted_password(password.as_bytes(), &salt, iterations as u32);
     Ok(m.credential(&name, &salt, &salted, iterations))
 }
@@ -206,7 +206,7 @@ mod tests {
             ("bob", 2, 8192)
         );
         assert_eq!(c.salt, b"salt");
-        let m = crate::scram::Mechanism::Sha512;
+        let m = crate::security::scram::Mechanism::Sha512;
         assert_eq!(
             c,
             m.credential(

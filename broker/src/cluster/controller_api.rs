@@ -475,18 +475,22 @@ pub fn controller_request(request: &RequestKind) -> Option<core::ControllerReque
                 upsertions: r
                     .upsertions
                     .iter()
-                    .map(|u| match crate::scram::Mechanism::from_id(u.mechanism) {
-                        Some(m) => m.credential(&u.name, &u.salt, &u.salted_password, u.iterations),
-                        // Refused by the controller as an unknown mechanism.
-                        None => sluice_replication::records::UserScramCredentialRecord {
-                            name: name(&u.name),
-                            mechanism: u.mechanism,
-                            salt: Vec::new(),
-                            stored_key: Vec::new(),
-                            server_key: Vec::new(),
-                            iterations: u.iterations,
+                    .map(
+                        |u| match crate::security::scram::Mechanism::from_id(u.mechanism) {
+                            Some(m) => {
+                                m.credential(&u.name, &u.salt, &u.salted_password, u.iterations)
+                            }
+                            // Refused by the controller as an unknown mechanism.
+                            None => sluice_replication::records::UserScramCredentialRecord {
+                                name: name(&u.name),
+                                mechanism: u.mechanism,
+                                salt: Vec::new(),
+                                stored_key: Vec::new(),
+                                server_key: Vec::new(),
+                                iterations: u.iterations,
+                            },
                         },
-                    })
+                    )
                     .collect(),
             })
         }

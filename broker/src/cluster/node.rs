@@ -28,6 +28,9 @@ use crate::shard::{ControllerChannel, Shard};
 
 /// How long one inter-node request may take (Kafka's `controller.quorum.request.timeout.ms`).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection to the CONTROLLER listener may take over its TLS handshake and SASL
+/// login (bounded by `connections.max.idle.ms` too).
+const CONTROLLER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the shards may take to open the partitions of an imported metadata file.
 const APPLIED_WAIT_MIGRATION: Duration = Duration::from_secs(600);
 /// How long an admin request keeps looking for an active controller before it fails.
@@ -206,8 +209,33 @@ impl ClusterNode {
         if let Some(addr) = config.controller_listener {
             let listener = glommio::net::TcpListener::bind(addr)
                 .map_err(|e| anyhow::anyhow!("binding the CONTROLLER listener {addr}: {e}"))?;
-            glommio::spawn_local(me.transport.clone().serve(listener, me.clone())).detach();
-            tracing::info!(listener = %addr, "serving the controller quorum");
+            let name = config.controller_listener_name();
+            let protocol = config.controller_security_protocol();
+            let security = super::transport::ListenerSecurity {
+                tls: if protocol.tls() {
+                    Some(
+                        crate::security::tls::Tls::new(&config.ssl)
+                            .map_err(|e| anyhow::anyhow!("listener {name} ({protocol}): {e:#}"))?,
+                    )
+                } else {
+                    None
+                },
+                sasl: protocol
+                    .sasl()
+                    .then(|| Rc::new(crate::security::sasl::SaslServer::new(&config, name))),
+                failed_authentication_delay: Duration::from_millis(
+                    config.sasl.failed_authentication_delay_ms,
+                ),
+                handshake_timeout: Duration::from_millis(config.connections_max_idle_ms)
+                    .min(CONTROLLER_HANDSHAKE_TIMEOUT),
+            };
+            glommio::spawn_local(me.transport.clone().serve(
+                listener,
+                me.clone(),
+                Rc::new(security),
+            ))
+            .detach();
+            tracing::info!(listener = %addr, name, security_protocol = %protocol, "serving the controller quorum");
         }
         me.transport.connect_to_voters(me.clone());
         glommio::spawn_local(me.clone().drive()).detach();
@@ -277,9 +305,14 @@ impl ClusterNode {
         let mut frame = Vec::with_capacity(body.len() + 4);
         frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
         frame.extend_from_slice(body);
-        let response = crate::peer::call(&addr, Bytes::from(frame), REQUEST_TIMEOUT)
-            .await
-            .ok()?;
+        let response = crate::peer::call(
+            crate::peer::Route::Controller,
+            &addr,
+            Bytes::from(frame),
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .ok()?;
         let mut out = Vec::with_capacity(response.len() + 4);
         out.extend_from_slice(&(response.len() as u32).to_be_bytes());
         out.extend_from_slice(&response);
@@ -474,7 +507,14 @@ impl ClusterNode {
         let addr = self.controller_address()?;
         let (key, version, kafka) = controller_api::kafka_request(&request)?;
         let frame = encode_request(key, version, 1, &kafka).ok()?;
-        let body = match crate::peer::call(&addr, frame, REQUEST_TIMEOUT).await {
+        let body = match crate::peer::call(
+            crate::peer::Route::Controller,
+            &addr,
+            frame,
+            REQUEST_TIMEOUT,
+        )
+        .await
+        {
             Ok(b) => b,
             Err(e) => {
                 tracing::debug!(%addr, error = %e, ?key, "controller call failed");
@@ -497,12 +537,20 @@ impl ClusterNode {
                     broker_id: BrokerId(self.node_id),
                     cluster_id: self.config.cluster_id.clone(),
                     incarnation_id: incarnation,
-                    listeners: vec![Endpoint {
-                        name: "PLAINTEXT".into(),
-                        host: self.config.advertised_host.clone(),
-                        port: self.config.advertised_port,
-                        security_protocol: 0,
-                    }],
+                    listeners: self
+                        .config
+                        .broker_listeners
+                        .iter()
+                        .map(|l| Endpoint {
+                            name: l.name.clone(),
+                            host: l.advertised_host.clone(),
+                            port: l.advertised_port,
+                            security_protocol: self
+                                .config
+                                .security_protocol_of(&l.name)
+                                .map_or(0, |p| p.id()),
+                        })
+                        .collect(),
                     rack: self.config.broker_rack.clone(),
                     previous_broker_epoch: previous_epoch,
                 });
@@ -809,9 +857,14 @@ impl ClusterNode {
                 .with_client_host_address(Bytes::from_static(&[127, 0, 0, 1])),
         );
         let frame = encode_request(ApiKey::Envelope, 0, 1, &envelope).ok()?;
-        let body = crate::peer::call(&addr, frame, REQUEST_TIMEOUT)
-            .await
-            .ok()?;
+        let body = crate::peer::call(
+            crate::peer::Route::Controller,
+            &addr,
+            frame,
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .ok()?;
         let ResponseKind::Envelope(outer) = decode_response(ApiKey::Envelope, 0, body).ok()? else {
             return None;
         };
@@ -869,6 +922,39 @@ impl Inbound for ClusterNode {
 
     fn request(self: Rc<Self>, frame: Bytes) -> futures_lite::future::BoxedLocal<Option<Bytes>> {
         Box::pin(async move { controller_api::answer(&self, frame).await })
+    }
+
+    fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: i8,
+    ) -> Option<sluice_replication::records::UserScramCredentialRecord> {
+        self.node
+            .borrow()
+            .image()
+            .scram_credential(user, mechanism)
+            .cloned()
+    }
+
+    fn may_join(&self, principal: &str, host: &str) -> bool {
+        if !self.config.authorizer {
+            return true;
+        }
+        let node = self.node.borrow();
+        sluice_replication::acl::authorize(
+            node.image().acls().values(),
+            &self.config.authorizer_config,
+            sluice_replication::acl::Requester { principal, host },
+            sluice_replication::acl::Action {
+                operation: sluice_replication::acl::operation::CLUSTER_ACTION,
+                resource_type: sluice_replication::acl::resource_type::CLUSTER,
+                resource_name: sluice_replication::acl::CLUSTER_NAME,
+            },
+        )
+    }
+
+    fn authentication_failed(&self) {
+        crate::metrics::Metrics::count(&self.shared.metrics.failed_authentication, 1);
     }
 }
 

@@ -27,10 +27,13 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_lite::AsyncWriteExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use glommio::net::{TcpListener, TcpStream};
+use glommio::net::TcpListener;
 
-use crate::peer::{connect, read_frame, set_user_timeout, INTERNODE_USER_TIMEOUT};
+use crate::peer::{connect, read_frame, set_user_timeout, Route, INTERNODE_USER_TIMEOUT};
+use crate::security::{before_auth, BeforeAuth};
+use futures_lite::{AsyncRead, AsyncWrite};
 use sluice_replication::quorum::{codec, node_id_of, raft_id, Message};
+use sluice_replication::records::UserScramCredentialRecord;
 
 /// Sluice's API key for raft messages between controllers: outside Kafka's range.
 pub const RAFT_API_KEY: i16 = 32_000;
@@ -46,6 +49,25 @@ pub trait Inbound {
     fn raft_message(&self, message: Message);
     /// Answers one Kafka request frame (header included), or `None` to close the connection.
     fn request(self: Rc<Self>, frame: Bytes) -> futures_lite::future::BoxedLocal<Option<Bytes>>;
+    /// The SCRAM credential of `user` for the mechanism id `mechanism`, as the metadata log
+    /// holds it now (a SASL SCRAM controller listener).
+    fn scram_credential(&self, user: &str, mechanism: i8) -> Option<UserScramCredentialRecord>;
+    /// Whether `principal`, connecting from `host`, may speak to the controllers: Kafka's
+    /// CLUSTER_ACTION on the cluster, when ACLs are enforced.
+    fn may_join(&self, principal: &str, host: &str) -> bool;
+    /// Counts a failed authentication on the CONTROLLER listener.
+    fn authentication_failed(&self);
+}
+
+/// How the CONTROLLER listener secures the connections it accepts: its security protocol's
+/// TLS and SASL (`listener.security.protocol.map`), with the client listeners' settings.
+pub struct ListenerSecurity {
+    pub tls: Option<crate::security::tls::Tls>,
+    pub sasl: Option<Rc<crate::security::sasl::SaslServer>>,
+    /// `connection.failed.authentication.delay.ms`
+    pub failed_authentication_delay: Duration,
+    /// How long a connection may take to finish its handshake and login.
+    pub handshake_timeout: Duration,
 }
 
 /// Encodes a raft message as a frame.
@@ -149,7 +171,7 @@ impl Transport {
             glommio::spawn_local(async move {
                 let mut backoff = RECONNECT_MIN;
                 loop {
-                    match connect(&addr).await {
+                    match connect(&addr, Route::Controller).await {
                         Ok(stream) => {
                             backoff = RECONNECT_MIN;
                             tracing::debug!(peer = id, %addr, "connected to controller");
@@ -169,11 +191,13 @@ impl Transport {
         }
     }
 
-    /// Serves the CONTROLLER listener.
+    /// Serves the CONTROLLER listener: each connection's TLS handshake and SASL login first,
+    /// as `security` asks, then raft messages and controller requests.
     pub async fn serve<I: Inbound + 'static>(
         self: Rc<Self>,
         listener: TcpListener,
         inbound: Rc<I>,
+        security: Rc<ListenerSecurity>,
     ) {
         loop {
             match listener.accept().await {
@@ -181,11 +205,39 @@ impl Transport {
                     if let Err(e) = set_user_timeout(&stream, INTERNODE_USER_TIMEOUT) {
                         tracing::debug!(error = %e, "could not set TCP_USER_TIMEOUT");
                     }
+                    let _ = stream.set_nodelay(true);
+                    let peer = stream.peer_addr().ok();
                     let me = self.clone();
                     let inbound = inbound.clone();
+                    let security = security.clone();
+                    let acceptor = security.tls.as_ref().map(|t| t.acceptor(0));
                     glommio::spawn_local(async move {
-                        let why = run_connection(&me, stream, inbound, None, None).await;
-                        tracing::debug!(why, "controller listener connection ended");
+                        let why = match acceptor {
+                            None => secured(&me, stream, inbound, &security, peer).await,
+                            Some(acceptor) => {
+                                let handshake = futures_lite::future::or(
+                                    async { Some(acceptor.accept(stream).await) },
+                                    async {
+                                        glommio::timer::sleep(security.handshake_timeout).await;
+                                        None
+                                    },
+                                )
+                                .await;
+                                match handshake {
+                                    Some(Ok(tls)) => secured(&me, tls, inbound, &security, peer).await,
+                                    Some(Err(e)) => {
+                                        inbound.authentication_failed();
+                                        tracing::info!(?peer, error = %e, "SSL handshake on the CONTROLLER listener failed; closing the connection");
+                                        "SSL handshake failed"
+                                    }
+                                    None => {
+                                        tracing::info!(?peer, "SSL handshake on the CONTROLLER listener not done in time; closing the connection");
+                                        "SSL handshake timed out"
+                                    }
+                                }
+                            }
+                        };
+                        tracing::debug!(?peer, why, "controller listener connection ended");
                     })
                     .detach();
                 }
@@ -198,16 +250,127 @@ impl Transport {
     }
 }
 
+/// An accepted connection after its TLS handshake, if any: its SASL login, if the listener
+/// asks for one, and the authorizer's check, then served.
+async fn secured<S, I>(
+    transport: &Rc<Transport>,
+    mut stream: S,
+    inbound: Rc<I>,
+    security: &ListenerSecurity,
+    peer: Option<std::net::SocketAddr>,
+) -> &'static str
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    I: Inbound + 'static,
+{
+    let mut principal = crate::security::sasl::ANONYMOUS.to_string();
+    if let Some(server) = &security.sasl {
+        let login = futures_lite::future::or(
+            async { Some(login(&mut stream, server, &inbound, security, peer).await) },
+            async {
+                glommio::timer::sleep(security.handshake_timeout).await;
+                None
+            },
+        )
+        .await;
+        match login {
+            Some(Ok(who)) => principal = who,
+            Some(Err(why)) => return why,
+            None => {
+                tracing::info!(?peer, "SASL login on the CONTROLLER listener not done in time; closing the connection");
+                return "SASL login timed out";
+            }
+        }
+    }
+    let host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
+    if !inbound.may_join(&principal, &host) {
+        tracing::info!(target: "sluice::authorizer", %principal, %host, "denied: speaking to the controllers needs CLUSTER_ACTION on the cluster; closing the connection");
+        return "not authorized";
+    }
+    run_connection(transport, stream, inbound, None, None).await
+}
+
+/// The SASL exchange of a connection to the CONTROLLER listener: ApiVersions and the SASL
+/// requests only, as on the client listeners. The principal once logged in.
+async fn login<S, I>(
+    stream: &mut S,
+    server: &Rc<crate::security::sasl::SaslServer>,
+    inbound: &Rc<I>,
+    security: &ListenerSecurity,
+    peer: Option<std::net::SocketAddr>,
+) -> Result<String, &'static str>
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    I: Inbound + 'static,
+{
+    let mut auth = crate::security::sasl::Authenticator::new(server.clone());
+    loop {
+        let body = Bytes::from(
+            read_frame(stream)
+                .await
+                .map_err(|_| "closed before its SASL login")?,
+        );
+        let scram = |user: &str, mechanism: i8| inbound.scram_credential(user, mechanism);
+        let step = before_auth(&mut auth, &body, &scram).map_err(|e| {
+            tracing::info!(?peer, error = %e, "bad request before SASL authentication on the CONTROLLER listener; closing the connection");
+            "bad request"
+        })?;
+        let (answer, outcome) = match step {
+            BeforeAuth::Serve => {
+                let answer = inbound.clone().request(body).await.ok_or("bad request")?;
+                (Some(answer), None)
+            }
+            BeforeAuth::Answer(frame) => (Some(frame), None),
+            BeforeAuth::In(frame, who) => (Some(frame), Some(Ok(who))),
+            BeforeAuth::Out(frame, why) => (frame, Some(Err(why))),
+            BeforeAuth::Refuse(why) => {
+                tracing::info!(
+                    ?peer,
+                    "{why} on the CONTROLLER listener; closing the connection"
+                );
+                return Err("request before SASL authentication");
+            }
+        };
+        if let Some(answer) = answer {
+            stream
+                .write_all(&answer)
+                .await
+                .map_err(|_| "write failed")?;
+            stream.flush().await.map_err(|_| "write failed")?;
+        }
+        match outcome {
+            None => {}
+            Some(Ok(who)) => {
+                tracing::debug!(?peer, principal = %who, "SASL login on the CONTROLLER listener");
+                return Ok(who);
+            }
+            Some(Err(why)) => {
+                inbound.authentication_failed();
+                tracing::info!(
+                    ?peer,
+                    "failed SASL authentication on the CONTROLLER listener: {why}; closing the connection"
+                );
+                glommio::timer::sleep(security.failed_authentication_delay).await;
+                return Err("SASL authentication failed");
+            }
+        }
+    }
+}
+
 /// One connection, either direction: a writer task drains `outbound` (a peer queue, for our
 /// own outbound connections) and the connection's own queue (responses, and raft messages to
 /// a non-voter that connected here); the reader steps raft messages and answers requests.
-async fn run_connection<I: Inbound + 'static>(
+async fn run_connection<S, I>(
     transport: &Rc<Transport>,
-    stream: TcpStream,
+    stream: S,
     inbound: Rc<I>,
     outbound: Option<&Rc<LocalReceiver<Bytes>>>,
     hello: Option<Bytes>,
-) -> &'static str {
+) -> &'static str
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    I: Inbound + 'static,
+{
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     let (tx, rx) = local_channel::new_bounded::<Bytes>(PEER_QUEUE);
     if let Some(hello) = hello {
@@ -216,7 +379,8 @@ async fn run_connection<I: Inbound + 'static>(
     let tx = Rc::new(tx);
     let writer_task = glommio::spawn_local(async move {
         while let Some(frame) = rx.recv().await {
-            if writer.write_all(&frame).await.is_err() {
+            // A TLS session keeps what it encrypted until flushed.
+            if writer.write_all(&frame).await.is_err() || writer.flush().await.is_err() {
                 break;
             }
         }

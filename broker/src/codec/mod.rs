@@ -11,6 +11,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use response::{Frame, SplicedBuf, Splices};
 
 pub mod compact;
+pub mod frame;
 pub mod response;
 pub mod topic_ids;
 pub mod versions;

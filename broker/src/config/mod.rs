@@ -50,6 +50,20 @@ pub struct BrokerConfig {
     /// The name of the client listener (the first of `listeners` not named by
     /// `controller.listener.names`).
     pub listener_name: String,
+    /// Every listener that serves the Kafka protocol (all of `listeners` but the controller
+    /// ones), with its advertised address; the first is [`BrokerConfig::listener`].
+    pub broker_listeners: Vec<BrokerListener>,
+    /// `advertised.listeners` as given.
+    pub advertised_text: Option<String>,
+    /// `inter.broker.listener.name`: the listener other brokers are reached on (replica
+    /// fetches, transaction markers); unset, the first of the broker listeners.
+    pub inter_broker_listener_name: Option<String>,
+    /// `sasl.mechanism.inter.broker.protocol`: the mechanism this broker logs in with on a
+    /// SASL inter-broker listener.
+    pub sasl_mechanism_inter_broker_protocol: String,
+    /// `sasl.mechanism.controller.protocol`: the mechanism nodes log in with on a SASL
+    /// controller listener.
+    pub sasl_mechanism_controller_protocol: String,
     /// `listener.security.protocol.map`: each listener name's security protocol.
     pub security_protocol_map: Vec<(String, SecurityProtocol)>,
     /// `ssl.*`: the key material and TLS policy of SSL listeners.
@@ -277,6 +291,15 @@ pub fn parse_voters(value: &str) -> anyhow::Result<Vec<Voter>> {
     Ok(voters)
 }
 
+/// A listener serving the Kafka protocol, and the address it is advertised at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerListener {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: u16,
+}
+
 /// One entry of `listeners` or `advertised.listeners`: `NAME://host:port`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listener {
@@ -387,6 +410,11 @@ impl BrokerConfig {
             listener: SocketAddr::from(([0, 0, 0, 0], 0)),
             listeners_text: None,
             listener_name: String::new(),
+            broker_listeners: Vec::new(),
+            advertised_text: None,
+            inter_broker_listener_name: None,
+            sasl_mechanism_inter_broker_protocol: String::new(),
+            sasl_mechanism_controller_protocol: String::new(),
             security_protocol_map: Vec::new(),
             ssl: SslConfig::default(),
             sasl: SaslConfig::default(),
@@ -568,12 +596,45 @@ impl BrokerConfig {
         Ok(())
     }
 
-    /// Sets `listeners`: the first listener not named by `controller.listener.names` serves
-    /// clients (its advertised address follows unless set on its own), the controller one
-    /// carries the quorum. `controller.listener.names` must be set before this.
+    /// Sets `listeners`: every listener not named by `controller.listener.names` serves the
+    /// Kafka protocol (the first is [`BrokerConfig::listener`]), the controller one carries the
+    /// quorum.
     pub fn set_listeners(&mut self, value: &str) -> anyhow::Result<()> {
+        parse_listeners(value)?;
         self.listeners_text = Some(value.to_string());
-        let listeners = parse_listeners(value)?;
+        self.resolve_listeners()
+    }
+
+    /// Sets `controller.listener.names` (which sorts `listeners`).
+    pub fn set_controller_listener_names(&mut self, value: &str) {
+        self.controller_listener_names = value
+            .split(',')
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        // Checked when the listeners were set.
+        let _ = self.resolve_listeners();
+    }
+
+    /// Sets `advertised.listeners`: each broker listener is advertised under its own name's
+    /// entry, or at its own address when it has none.
+    pub fn set_advertised(&mut self, value: &str) -> anyhow::Result<()> {
+        parse_listeners(value)?;
+        self.advertised_text = Some(value.to_string());
+        self.resolve_listeners()
+    }
+
+    /// Derives the listeners from `listeners`, `advertised.listeners` and
+    /// `controller.listener.names`, whichever order they were set in.
+    fn resolve_listeners(&mut self) -> anyhow::Result<()> {
+        let Some(text) = &self.listeners_text else {
+            return Ok(());
+        };
+        let listeners = parse_listeners(text)?;
+        let advertised = match &self.advertised_text {
+            Some(a) => parse_listeners(a)?,
+            None => Vec::new(),
+        };
         let socket = |l: &Listener| -> anyhow::Result<SocketAddr> {
             format!("{}:{}", l.host, l.port).parse().map_err(|_| {
                 anyhow::anyhow!(
@@ -585,51 +646,81 @@ impl BrokerConfig {
             })
         };
         self.controller_listener = None;
-        let mut client = None;
+        self.broker_listeners.clear();
         for l in &listeners {
             if self.controller_listener_names.contains(&l.name) {
                 if self.controller_listener.is_none() {
                     self.controller_listener = Some(socket(l)?);
                 }
-            } else if client.is_none() {
-                client = Some(l.clone());
+                continue;
             }
+            // An advertised entry named after no listener (e.g. written without a name, so
+            // PLAINTEXT) stands for the first one, as single-listener configurations wrote it.
+            let own = advertised.iter().find(|a| a.name == l.name).or_else(|| {
+                advertised
+                    .iter()
+                    .filter(|_| self.broker_listeners.is_empty())
+                    .find(|a| !listeners.iter().any(|l| l.name == a.name))
+            });
+            let (advertised_host, advertised_port) = match own {
+                Some(a) => (a.host.clone(), a.port),
+                None if l.host == "0.0.0.0" => (self.advertised_host.clone(), l.port),
+                None => (l.host.clone(), l.port),
+            };
+            self.broker_listeners.push(BrokerListener {
+                name: l.name.clone(),
+                addr: socket(l)?,
+                advertised_host,
+                advertised_port,
+            });
         }
-        if let Some(l) = client {
-            self.listener = socket(&l)?;
-            self.listener_name = l.name.clone();
-            if l.host != "0.0.0.0" {
-                self.advertised_host = l.host;
-            }
-            self.advertised_port = l.port;
+        if let Some(first) = self.broker_listeners.first() {
+            self.listener = first.addr;
+            self.listener_name = first.name.clone();
+            self.advertised_host = first.advertised_host.clone();
+            self.advertised_port = first.advertised_port;
         }
         Ok(())
     }
 
-    /// Sets `controller.listener.names` (before `listeners`, which it sorts).
-    pub fn set_controller_listener_names(&mut self, value: &str) {
-        self.controller_listener_names = value
-            .split(',')
-            .map(|n| n.trim().to_string())
-            .filter(|n| !n.is_empty())
-            .collect();
-        if let Some(text) = self.listeners_text.clone() {
-            // Listeners were read before the names: sort them again.
-            let _ = self.set_listeners(&text);
-        }
-    }
-
-    /// Sets `advertised.listeners`: the first entry not named by `controller.listener.names`
-    /// is what clients are told.
-    pub fn set_advertised(&mut self, value: &str) -> anyhow::Result<()> {
-        let listeners = parse_listeners(value)?;
-        let l = listeners
+    /// The security protocol of the listener `name`, from `listener.security.protocol.map`.
+    pub fn security_protocol_of(&self, name: &str) -> anyhow::Result<SecurityProtocol> {
+        self.security_protocol_map
             .iter()
-            .find(|l| !self.controller_listener_names.contains(&l.name))
-            .unwrap_or(&listeners[0]);
-        self.advertised_host = l.host.clone();
-        self.advertised_port = l.port;
-        Ok(())
+            .find(|(n, _)| n == name)
+            .map(|&(_, p)| p)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "listener {name} has no security protocol: name it in \
+                     listener.security.protocol.map (e.g. {name}:SSL)"
+                )
+            })
+    }
+
+    /// Where this node's listener `name` is advertised; the first listener's address when it
+    /// has none of that name.
+    pub fn advertised_on(&self, name: &str) -> (&str, u16) {
+        self.broker_listeners
+            .iter()
+            .find(|l| l.name == name)
+            .map_or((self.advertised_host.as_str(), self.advertised_port), |l| {
+                (l.advertised_host.as_str(), l.advertised_port)
+            })
+    }
+
+    /// The listener other brokers are reached on: `inter.broker.listener.name`, else the first
+    /// broker listener.
+    pub fn inter_broker_listener(&self) -> &str {
+        self.inter_broker_listener_name
+            .as_deref()
+            .unwrap_or(&self.listener_name)
+    }
+
+    /// The controller listener's name: the first of `controller.listener.names`.
+    pub fn controller_listener_name(&self) -> &str {
+        self.controller_listener_names
+            .first()
+            .map_or("CONTROLLER", String::as_str)
     }
 
     /// The client listener's security protocol: its name's entry in
@@ -650,39 +741,129 @@ impl BrokerConfig {
     }
 
     fn validate_security(&self) -> anyhow::Result<()> {
-        let protocol = self.client_security_protocol()?;
-        match protocol {
-            SecurityProtocol::Plaintext => {}
-            SecurityProtocol::Ssl | SecurityProtocol::SaslSsl | SecurityProtocol::SaslPlaintext => {
-                if self.is_cluster() {
-                    anyhow::bail!(
-                        "listener {} is {protocol}: TLS and SASL between the nodes of a \
-                         cluster are not built yet, so a cluster's client listener must be \
-                         PLAINTEXT",
-                        self.listener_name
-                    );
-                }
-                if protocol.sasl() {
-                    self.validate_sasl()?;
-                }
-                if protocol.tls()
-                    && self.ssl.keystore_location.is_none()
-                    && self.ssl.keystore_certificate_chain.is_none()
-                {
-                    anyhow::bail!(
-                        "listener {} is SSL: set ssl.keystore.location (or \
-                         ssl.keystore.certificate.chain and ssl.keystore.key)",
-                        self.listener_name
-                    );
-                }
+        for l in &self.broker_listeners {
+            self.validate_listener(&l.name, self.security_protocol_of(&l.name)?)?;
+        }
+        let inter = self.inter_broker_listener();
+        if !self.broker_listeners.iter().any(|l| l.name == inter) {
+            anyhow::bail!(
+                "inter.broker.listener.name {inter} is not one of listeners ({})",
+                self.broker_listeners
+                    .iter()
+                    .map(|l| l.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        if self.is_cluster() {
+            self.validate_login(
+                inter,
+                self.security_protocol_of(inter)?,
+                "sasl.mechanism.inter.broker.protocol",
+                &self.sasl_mechanism_inter_broker_protocol,
+            )?;
+            let controller = self.controller_listener_name();
+            let protocol = self.controller_security_protocol();
+            if self.process_roles.controller {
+                self.validate_listener(controller, protocol)?;
             }
+            self.validate_login(
+                controller,
+                protocol,
+                "sasl.mechanism.controller.protocol",
+                &self.sasl_mechanism_controller_protocol,
+            )?;
         }
         Ok(())
     }
 
+    /// The controller listener's security protocol: its entry in
+    /// `listener.security.protocol.map`, PLAINTEXT without one (as Kafka).
+    pub fn controller_security_protocol(&self) -> SecurityProtocol {
+        self.security_protocol_of(self.controller_listener_name())
+            .unwrap_or(SecurityProtocol::Plaintext)
+    }
+
+    /// A listener this node serves: SASL has its mechanisms and users, TLS its key material.
+    fn validate_listener(&self, name: &str, protocol: SecurityProtocol) -> anyhow::Result<()> {
+        if protocol.sasl() {
+            self.validate_sasl(name)?;
+        }
+        if protocol.tls()
+            && self.ssl.keystore_location.is_none()
+            && self.ssl.keystore_certificate_chain.is_none()
+        {
+            anyhow::bail!(
+                "listener {name} is {protocol}: set ssl.keystore.location (or \
+                 ssl.keystore.certificate.chain and ssl.keystore.key)"
+            );
+        }
+        Ok(())
+    }
+
+    /// A listener this node connects to as a client of another node: TLS trusts an
+    /// authority, SASL has this node's own login (`username` and `password` in the listener's
+    /// JAAS entry for `mechanism`).
+    fn validate_login(
+        &self,
+        listener: &str,
+        protocol: SecurityProtocol,
+        setting: &str,
+        mechanism: &str,
+    ) -> anyhow::Result<()> {
+        if protocol.tls()
+            && self.ssl.truststore_location.is_none()
+            && self.ssl.truststore_certificates.is_none()
+        {
+            anyhow::bail!(
+                "listener {listener} is {protocol} between nodes: set ssl.truststore.location \
+                 (the authority that signed the other nodes' certificates)"
+            );
+        }
+        if protocol.sasl() {
+            self.login(listener, mechanism).map_err(|e| {
+                anyhow::anyhow!(
+                    "listener {listener} is {protocol} between nodes: {setting}={mechanism}: {e}"
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// This node's own SASL login on `listener` with `mechanism`: the `username` and
+    /// `password` options of `listener.name.<listener>.<mechanism>.sasl.jaas.config`.
+    pub fn login(&self, listener: &str, mechanism: &str) -> anyhow::Result<(String, String)> {
+        if !security::SASL_MECHANISMS.contains(&mechanism) {
+            anyhow::bail!(
+                "not a mechanism Sluice runs ({})",
+                security::SASL_MECHANISMS.join(", ")
+            );
+        }
+        let key = format!(
+            "listener.name.{}.{}.sasl.jaas.config",
+            listener.to_ascii_lowercase(),
+            mechanism.to_ascii_lowercase()
+        );
+        let jaas = self
+            .sasl
+            .jaas_of(listener, mechanism)
+            .ok_or_else(|| anyhow::anyhow!("set {key} with this node's username and password"))?;
+        let option = |name: &str| {
+            jaas.options
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        match (option("username"), option("password")) {
+            (Some(user), Some(password)) => Ok((user, password)),
+            _ => anyhow::bail!(
+                "{key} has no username=\"...\" password=\"...\" for this node's own login"
+            ),
+        }
+    }
+
     /// A SASL listener: every enabled mechanism is one Sluice runs and has its JAAS entry.
-    fn validate_sasl(&self) -> anyhow::Result<()> {
-        let listener = &self.listener_name;
+    fn validate_sasl(&self, listener: &str) -> anyhow::Result<()> {
         if self.sasl.enabled_mechanisms.is_empty() {
             anyhow::bail!(
                 "listener {listener} is SASL: set sasl.enabled.mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"

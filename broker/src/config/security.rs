@@ -34,6 +34,16 @@ impl SecurityProtocol {
         }
     }
 
+    /// Kafka's id of the protocol (`SecurityProtocol.id`), as broker registrations carry it.
+    pub fn id(self) -> i16 {
+        match self {
+            SecurityProtocol::Plaintext => 0,
+            SecurityProtocol::Ssl => 1,
+            SecurityProtocol::SaslPlaintext => 2,
+            SecurityProtocol::SaslSsl => 3,
+        }
+    }
+
     /// Whether clients on such a listener authenticate with SASL first.
     pub fn sasl(self) -> bool {
         matches!(

@@ -265,7 +265,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
               PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093; changing it needs a \
               restart.",
         set: |c, v| c.set_listeners(v).map_err(|e| e.to_string()),
-        get: |c| show(format!("{}://{}", c.listener_name, c.listener)),
+        get: |c| c.listeners_text.clone(),
     },
     Setting {
         name: "advertised.listeners",
@@ -276,7 +276,60 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         doc: "The address clients are told to connect to, e.g. PLAINTEXT://broker1:9092; unset, \
               the client listener's.",
         set: |c, v| c.set_advertised(v).map_err(|e| e.to_string()),
-        get: |c| show(format!("PLAINTEXT://{}:{}", c.advertised_host, c.advertised_port)),
+        get: |c| {
+            show(
+                c.broker_listeners
+                    .iter()
+                    .map(|l| format!("{}://{}:{}", l.name, l.advertised_host, l.advertised_port))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        },
+    },
+    Setting {
+        name: "inter.broker.listener.name",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: None,
+        doc: "The listener brokers reach each other on (replica fetches, transaction markers, \
+              group loads); unset, the first listener that is not a controller listener.",
+        set: |c, v| {
+            c.inter_broker_listener_name = optional(v);
+            Ok(())
+        },
+        get: |c| show(c.inter_broker_listener()),
+    },
+    Setting {
+        name: "sasl.mechanism.inter.broker.protocol",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some("GSSAPI"),
+        doc: "The SASL mechanism a broker logs in to other brokers with when the inter-broker \
+              listener is SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (Kafka's default, GSSAPI, \
+              is not run), with the username and password in that listener's \
+              listener.name.<listener>.<mechanism>.sasl.jaas.config.",
+        set: |c, v| {
+            c.sasl_mechanism_inter_broker_protocol = v.trim().to_string();
+            Ok(())
+        },
+        get: |c| show(&c.sasl_mechanism_inter_broker_protocol),
+    },
+    Setting {
+        name: "sasl.mechanism.controller.protocol",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some("GSSAPI"),
+        doc: "The SASL mechanism nodes log in to the controllers with when the controller \
+              listener is SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, with the username and \
+              password in listener.name.<controller listener>.<mechanism>.sasl.jaas.config.",
+        set: |c, v| {
+            c.sasl_mechanism_controller_protocol = v.trim().to_string();
+            Ok(())
+        },
+        get: |c| show(&c.sasl_mechanism_controller_protocol),
     },
     Setting {
         name: "listener.security.protocol.map",

@@ -9,7 +9,11 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::shard::Shard;
 
-pub fn handle(shard: &Rc<Shard>, request: &DescribeClusterRequest) -> DescribeClusterResponse {
+pub fn handle(
+    shard: &Rc<Shard>,
+    request: &DescribeClusterRequest,
+    listener: &str,
+) -> DescribeClusterResponse {
     let config = shard.config();
     if let Some(cluster) = shard.image().cluster.clone() {
         let mut response = DescribeClusterResponse::default()
@@ -23,8 +27,8 @@ pub fn handle(shard: &Rc<Shard>, request: &DescribeClusterRequest) -> DescribeCl
             response.brokers.push(
                 DescribeClusterBroker::default()
                     .with_broker_id(BrokerId(b.id))
-                    .with_host(StrBytes::from_string(b.host.clone()))
-                    .with_port(b.port as i32)
+                    .with_host(StrBytes::from_string(b.on(listener).0.to_string()))
+                    .with_port(b.on(listener).1 as i32)
                     .with_rack(b.rack.clone().map(StrBytes::from_string))
                     .with_is_fenced(b.fenced),
             );
@@ -37,8 +41,10 @@ pub fn handle(shard: &Rc<Shard>, request: &DescribeClusterRequest) -> DescribeCl
     response.brokers.push(
         DescribeClusterBroker::default()
             .with_broker_id(BrokerId(config.node_id))
-            .with_host(StrBytes::from_string(config.advertised_host.clone()))
-            .with_port(config.advertised_port as i32),
+            .with_host(StrBytes::from_string(
+                config.advertised_on(listener).0.to_string(),
+            ))
+            .with_port(config.advertised_on(listener).1 as i32),
     );
     response
 }

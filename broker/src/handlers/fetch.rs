@@ -195,6 +195,7 @@ fn assemble(
 /// without a metadata round trip. Walks the response in `assemble`'s order.
 fn leader_hints(
     image: &MetadataImage,
+    listener: &str,
     version: i16,
     wanted: &[Wanted],
     keep: &[bool],
@@ -223,8 +224,8 @@ fn leader_hints(
                     endpoints.push(
                         NodeEndpoint::default()
                             .with_node_id(b.id.into())
-                            .with_host(StrBytes::from_string(b.host.clone()))
-                            .with_port(b.port as i32)
+                            .with_host(StrBytes::from_string(b.on(listener).0.to_string()))
+                            .with_port(b.on(listener).1 as i32)
                             .with_rack(b.rack.clone().map(StrBytes::from_string)),
                     );
                 }
@@ -429,7 +430,14 @@ pub async fn handle(
         &mut work,
     );
     if version >= 12 {
-        leader_hints(&image, version, &wanted, &keep, &mut response);
+        leader_hints(
+            &image,
+            &client.listener,
+            version,
+            &wanted,
+            &keep,
+            &mut response,
+        );
     }
     for w in denied {
         let partition = PartitionData::default()

@@ -86,8 +86,9 @@ pub fn handle(
             match image.leader_of(topic.name(), p) {
                 Some((_, Some(leader))) if !leader.fenced => {
                     c.node_id = BrokerId(leader.id);
-                    c.host = StrBytes::from_string(leader.host.clone());
-                    c.port = leader.port as i32;
+                    let (host, port) = leader.on(&client.listener);
+                    c.host = StrBytes::from_string(host.to_string());
+                    c.port = port as i32;
                 }
                 found => {
                     if found.is_none() {
@@ -101,8 +102,9 @@ pub fn handle(
             }
         } else if request.key_type == KEY_TYPE_GROUP {
             c.node_id = BrokerId(config.node_id);
-            c.host = StrBytes::from_string(config.advertised_host.clone());
-            c.port = config.advertised_port as i32;
+            let (host, port) = config.advertised_on(&client.listener);
+            c.host = StrBytes::from_string(host.to_string());
+            c.port = port as i32;
         } else {
             c.node_id = BrokerId(-1);
             c.port = -1;

@@ -29,10 +29,11 @@ pub async fn handle(
             response.brokers = cluster
                 .live_brokers()
                 .map(|b| {
+                    let (host, port) = b.on(&client.listener);
                     MetadataResponseBroker::default()
                         .with_node_id(BrokerId(b.id))
-                        .with_host(StrBytes::from_string(b.host.clone()))
-                        .with_port(b.port as i32)
+                        .with_host(StrBytes::from_string(host.to_string()))
+                        .with_port(port as i32)
                         .with_rack(b.rack.clone().map(StrBytes::from_string))
                 })
                 .collect();
@@ -43,10 +44,11 @@ pub async fn handle(
             });
         }
         None => {
+            let (host, port) = config.advertised_on(&client.listener);
             response.brokers = vec![MetadataResponseBroker::default()
                 .with_node_id(BrokerId(config.node_id))
-                .with_host(StrBytes::from_string(config.advertised_host.clone()))
-                .with_port(config.advertised_port as i32)];
+                .with_host(StrBytes::from_string(host.to_string()))
+                .with_port(port as i32)];
             response.controller_id = BrokerId(if version >= 1 { config.node_id } else { -1 });
         }
     }

@@ -62,6 +62,9 @@ pub struct Client {
     pub zero_copy: bool,
     /// Who the client authenticated as (`User:ANONYMOUS` without SASL), for the authorizer.
     pub principal: std::rc::Rc<str>,
+    /// The listener the client connected to: the brokers it is told of are that listener's
+    /// addresses, as Kafka answers.
+    pub listener: std::rc::Rc<str>,
     /// Until when the connection is muted for a quota: nothing more of it is read or run
     /// before then (`crate::quota`).
     pub throttled_until: Rc<std::cell::Cell<std::time::Instant>>,
@@ -395,9 +398,9 @@ pub async fn dispatch(
         RequestKind::DescribeQuorum(r) => {
             ResponseKind::DescribeQuorum(crate::cluster::describe_quorum(shard, r, version).await)
         }
-        RequestKind::DescribeCluster(request) => {
-            ResponseKind::DescribeCluster(describe_cluster::handle(shard, &request))
-        }
+        RequestKind::DescribeCluster(request) => ResponseKind::DescribeCluster(
+            describe_cluster::handle(shard, &request, &client.listener),
+        ),
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(find_coordinator::handle(shard, &client, r, version))
         }

@@ -401,6 +401,7 @@ pub async fn handle(
     turn.in_order();
     let mut response = ProduceResponse::default();
     let image = shard.image();
+    let listener: &str = &client.listener;
     for (name, topic_id, index, task) in tasks {
         let outcome = match task {
             Ok(t) => t.await,
@@ -441,8 +442,8 @@ pub async fn handle(
                         response.node_endpoints.push(
                             NodeEndpoint::default()
                                 .with_node_id(b.id.into())
-                                .with_host(StrBytes::from_string(b.host.clone()))
-                                .with_port(b.port as i32)
+                                .with_host(StrBytes::from_string(b.on(listener).0.to_string()))
+                                .with_port(b.on(listener).1 as i32)
                                 .with_rack(b.rack.clone().map(StrBytes::from_string)),
                         );
                     }

@@ -17,12 +17,35 @@ use super::{MetadataImage, TopicMeta, NOT_HOSTED};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokerInfo {
     pub id: i32,
+    /// The address of its first listener.
     pub host: String,
     pub port: u16,
+    /// Every listener it registered: name, host, port.
+    pub listeners: Vec<(String, String, u16)>,
     pub rack: Option<String>,
     pub fenced: bool,
     /// The epoch of its latest registration.
     pub epoch: i64,
+}
+
+impl BrokerInfo {
+    /// Its host and port on the listener `name`, as Kafka answers a client on that listener;
+    /// its first listener's when it registered none of that name (a broker registered before
+    /// its listeners changed).
+    pub fn on(&self, name: &str) -> (&str, u16) {
+        self.listeners
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map_or((self.host.as_str(), self.port), |(_, h, p)| {
+                (h.as_str(), *p)
+            })
+    }
+
+    /// `host:port` on the listener `name`.
+    pub fn address_on(&self, name: &str) -> String {
+        let (host, port) = self.on(name);
+        format!("{host}:{port}")
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +75,7 @@ pub struct ClusterView {
     /// Finalized feature levels from the metadata log (UpdateFeatures), by name; empty until
     /// the first UpdateFeatures (`crate::features`).
     pub features: BTreeMap<String, i16>,
-    /// SCRAM credentials by user name and mechanism id (`crate::scram`).
+    /// SCRAM credentials by user name and mechanism id (`crate::security::scram`).
     pub scram: BTreeMap<(String, i8), UserScramCredentialRecord>,
     /// Every ACL of the cluster (`handlers/authz.rs`).
     pub acls: Vec<sluice_replication::acl::AclBinding>,
@@ -128,6 +151,11 @@ pub fn broker_image(
                 id: b.id.0,
                 host: endpoint.map_or_else(String::new, |e| e.host.clone()),
                 port: endpoint.map_or(0, |e| e.port),
+                listeners: b
+                    .endpoints
+                    .iter()
+                    .map(|e| (e.name.clone(), e.host.clone(), e.port))
+                    .collect(),
                 rack: b.rack.clone(),
                 fenced: b.fenced,
                 epoch: b.epoch.0,

@@ -23,11 +23,8 @@
 //! by itself when descriptors are free again.
 
 pub mod alloc;
-pub mod frame;
-pub mod sasl;
 
 pub mod splice;
-pub mod tls;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -46,8 +43,10 @@ use glommio::net::{TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ResponseKind};
 use kafka_protocol::ResponseError;
 
+use crate::codec::frame;
 use crate::codec::response::{Frame, FramePart};
 use crate::handlers;
+use crate::security::{before_auth, sasl, tls, BeforeAuth};
 use crate::shard::Shard;
 
 /// The shortest time between two log lines about refused connections.
@@ -203,11 +202,13 @@ fn descriptor_limit() -> Option<u64> {
     (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0).then_some(limit.rlim_cur)
 }
 
-pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
+/// Serves the Kafka protocol on `listener`, the listener named `name`, with its security
+/// protocol.
+pub async fn serve(shard: Rc<Shard>, listener: TcpListener, name: Rc<str>) {
     let config = shard.config();
     // Checked at start (`BrokerConfig::validate`).
     let protocol = config
-        .client_security_protocol()
+        .security_protocol_of(&name)
         .unwrap_or(crate::config::security::SecurityProtocol::Plaintext);
     let tls = if protocol.tls() {
         match tls::Tls::new(&config.ssl) {
@@ -222,7 +223,7 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
     };
     let sasl = protocol
         .sasl()
-        .then(|| Rc::new(sasl::SaslServer::new(config)));
+        .then(|| Rc::new(sasl::SaslServer::new(config, &name)));
     let mut reserve = reserve_descriptor();
     let mut failing = 0u64;
     loop {
@@ -267,18 +268,19 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
                 let shard = shard.clone();
                 let acceptor = tls.as_ref().map(|t| t.acceptor(shard.id));
                 let auth = sasl.clone().map(sasl::Authenticator::new);
+                let name = name.clone();
                 glommio::spawn_local(async move {
                     let _slot = slot;
                     let served = match acceptor {
                         None => match stream.set_nodelay(true) {
                             Ok(()) => {
                                 let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-                                connection(shard, stream, Some(fd), auth, peer).await
+                                connection(shard, stream, Some(fd), auth, peer, name).await
                             }
                             Err(e) => Err(anyhow::anyhow!("{e}")),
                         },
                         Some(acceptor) => match handshake(&shard, acceptor, stream, peer).await {
-                            Some(stream) => connection(shard, stream, None, auth, peer).await,
+                            Some(stream) => connection(shard, stream, None, auth, peer, name).await,
                             None => return,
                         },
                     };
@@ -399,80 +401,6 @@ async fn handshake(
 /// malformed and the connection must close.
 type Pending = glommio::task::JoinHandle<Result<Option<Frame>, ()>>;
 
-/// What a frame read before SASL authentication ended is to the connection.
-enum BeforeAuth {
-    /// ApiVersions: served as on any connection.
-    Serve,
-    /// A SASL request, answered: this frame.
-    Answer(Bytes),
-    /// The SASL request's answer; the client is in as `principal`.
-    In(Bytes, String),
-    /// A failed login: its answer if it has one (a bare token after a version 0 handshake
-    /// gets none, as in Kafka), then the connection closes after the failed-authentication
-    /// delay; `why` names no secret.
-    Out(Option<Bytes>, String),
-    /// Anything else: close at once, as Kafka does.
-    Refuse(String),
-}
-
-/// Runs a frame read before the client authenticated through its [`sasl::Authenticator`].
-fn before_auth(
-    auth: &mut sasl::Authenticator,
-    body: &Bytes,
-    scram: sasl::ScramLookup<'_>,
-) -> anyhow::Result<BeforeAuth> {
-    use kafka_protocol::messages::RequestKind;
-    if auth.expects_raw_token() {
-        // After a version 0 handshake the tokens come bare, and go back bare.
-        return Ok(match auth.on_raw_token(body, scram) {
-            Ok((answer, principal)) => {
-                let mut frame = Vec::with_capacity(4 + answer.len());
-                frame.extend_from_slice(&(answer.len() as u32).to_be_bytes());
-                frame.extend_from_slice(&answer);
-                match principal {
-                    Some(principal) => BeforeAuth::In(Bytes::from(frame), principal),
-                    None => BeforeAuth::Answer(Bytes::from(frame)),
-                }
-            }
-            Err(why) => BeforeAuth::Out(None, why),
-        });
-    }
-    let mut rest = body.clone();
-    let (key, version, header) = match frame::decode_header(&mut rest)? {
-        frame::Header::Request {
-            key,
-            version,
-            header,
-        } => (key, version, header),
-        frame::Header::UnsupportedApiVersions { .. } => return Ok(BeforeAuth::Serve),
-    };
-    if key == ApiKey::ApiVersions {
-        return Ok(BeforeAuth::Serve);
-    }
-    if !sasl::Authenticator::allowed_before(key) {
-        return Ok(BeforeAuth::Refuse(format!(
-            "{key:?} before SASL authentication"
-        )));
-    }
-    let encode = |response: ResponseKind| {
-        crate::codec::encode_response(key, version, header.correlation_id, &response)
-    };
-    let outcome = match crate::codec::decode_request(key, version, &mut rest)? {
-        RequestKind::SaslHandshake(r) => auth
-            .on_handshake(&r, version)
-            .map(ResponseKind::SaslHandshake),
-        RequestKind::SaslAuthenticate(r) => auth
-            .on_authenticate(&r, scram)
-            .map(ResponseKind::SaslAuthenticate),
-        _ => anyhow::bail!("{key:?} decoded as another request"),
-    };
-    Ok(match outcome {
-        sasl::Outcome::Answer(r) => BeforeAuth::Answer(encode(r)?),
-        sasl::Outcome::In(r, principal) => BeforeAuth::In(encode(r)?, principal),
-        sasl::Outcome::Out(r, why) => BeforeAuth::Out(Some(encode(r)?), why),
-    })
-}
-
 /// A response already made, written in its turn.
 fn answered(frame: Bytes, turn: crate::handlers::order::Turn) -> Pending {
     glommio::spawn_local(async move {
@@ -492,6 +420,7 @@ async fn connection<S>(
     splice_fd: Option<RawFd>,
     mut auth: Option<sasl::Authenticator>,
     peer: Option<SocketAddr>,
+    listener: Rc<str>,
 ) -> anyhow::Result<End>
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -654,15 +583,13 @@ where
                 continue;
             }
         }
-        match prepare(
-            &shard,
-            body,
-            peer,
-            splice_fd.is_some(),
-            principal.clone(),
-            throttled_until.clone(),
-            chain.next(),
-        ) {
+        let identity = Identity {
+            zero_copy: splice_fd.is_some(),
+            principal: principal.clone(),
+            listener: listener.clone(),
+            throttled_until: throttled_until.clone(),
+        };
+        match prepare(&shard, body, peer, identity, chain.next()) {
             Ok(task) => match unless_idle(tx.send(task), &progress, idle).await {
                 Some(Ok(())) => {}
                 Some(Err(_)) => break Ok("response writer stopped"),
@@ -711,9 +638,13 @@ where
 pub async fn loopback(shard: Rc<Shard>, frame: Bytes) -> std::io::Result<Vec<u8>> {
     let body = frame.slice(4.min(frame.len())..);
     let mut chain = crate::handlers::order::Chain::default();
-    let node = Rc::from(crate::handlers::authz::NODE_PRINCIPAL);
-    let unmuted = Rc::new(Cell::new(Instant::now()));
-    let task = prepare(&shard, body, None, false, node, unmuted, chain.next())
+    let identity = Identity {
+        zero_copy: false,
+        principal: Rc::from(crate::handlers::authz::NODE_PRINCIPAL),
+        listener: Rc::from(shard.config().listener_name.as_str()),
+        throttled_until: Rc::new(Cell::new(Instant::now())),
+    };
+    let task = prepare(&shard, body, None, identity, chain.next())
         .map_err(|e| std::io::Error::other(format!("loopback request: {e}")))?;
     match task.await {
         Some(Ok(Some(Frame::Bytes(frame)))) => Ok(frame[4.min(frame.len())..].to_vec()),
@@ -725,6 +656,16 @@ pub async fn loopback(shard: Rc<Shard>, frame: Bytes) -> std::io::Result<Vec<u8>
     }
 }
 
+/// What a request knows of its connection.
+struct Identity {
+    /// Fetched records on disk may be spliced to the socket (plain TCP).
+    zero_copy: bool,
+    principal: Rc<str>,
+    /// The listener the connection came in on.
+    listener: Rc<str>,
+    throttled_until: Rc<Cell<Instant>>,
+}
+
 /// Checks the header and starts the request; the returned task yields the response frame.
 ///
 /// The task runs when its [`order::Turn`] comes: a produce once every earlier request of the
@@ -733,9 +674,7 @@ fn prepare(
     shard: &Rc<Shard>,
     mut body: Bytes,
     peer: Option<SocketAddr>,
-    zero_copy: bool,
-    principal: Rc<str>,
-    throttled_until: Rc<Cell<Instant>>,
+    identity: Identity,
     mut turn: crate::handlers::order::Turn,
 ) -> anyhow::Result<Pending> {
     let (key, version, header) = match frame::decode_header(&mut body)? {
@@ -772,16 +711,17 @@ fn prepare(
             turn.after_earlier_done().await;
         }
         // Read before a quota muted the connection: held until the mute ends, as if unread.
-        let muted = throttled_until.get().saturating_duration_since(Instant::now());
+        let muted = identity.throttled_until.get().saturating_duration_since(Instant::now());
         if !muted.is_zero() {
             glommio::timer::sleep(muted).await;
         }
         let client = handlers::Client {
             client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
             host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
-            zero_copy,
-            principal,
-            throttled_until,
+            zero_copy: identity.zero_copy,
+            principal: identity.principal,
+            listener: identity.listener,
+            throttled_until: identity.throttled_until,
         };
         let result = handlers::dispatch(&shard, key, version, &mut body, client, &mut turn).await;
         turn.finish().await;

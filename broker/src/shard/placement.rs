@@ -68,7 +68,7 @@ async fn read_once(shard: &Rc<Shard>, index: i32) -> Result<HashMap<String, Comm
                         .then_some(broker)
                         .flatten()
                         .filter(|b| !b.fenced)
-                        .map(|b| format!("{}:{}", b.host, b.port))
+                        .map(|b| b.address_on(shard.config().inter_broker_listener()))
                 });
             let addr = addr.ok_or_else(|| format!("{OFFSETS_TOPIC}-{p} has no leader"))?;
             by_leader.entry(addr).or_default().push(p);
@@ -89,7 +89,7 @@ async fn call(
 ) -> Result<ResponseKind, String> {
     let frame = crate::codec::encode_request(key, version, 1, &request)
         .map_err(|e| format!("encoding {key:?}: {e}"))?;
-    let body = crate::peer::call(addr, frame, CALL_TIMEOUT)
+    let body = crate::peer::call(crate::peer::Route::InterBroker, addr, frame, CALL_TIMEOUT)
         .await
         .map_err(|e| format!("{key:?} to {addr}: {e}"))?;
     crate::codec::decode_response(key, version, body)

@@ -163,9 +163,9 @@ fn followed_from(shard: &Shard, leader: i32) -> Vec<Followed> {
     out
 }
 
-/// A connection to the leader's client listener, opened on first use and again after an error.
+/// A link to the leader's inter-broker listener, opened on first use and again after an error.
 struct Connection {
-    stream: Option<glommio::net::TcpStream>,
+    stream: Option<peer::Link>,
     correlation_id: i32,
 }
 
@@ -175,9 +175,8 @@ impl Connection {
         let frame = encode_request(ApiKey::Fetch, FETCH_VERSION, self.correlation_id, request)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         if self.stream.is_none() {
-            let stream = peer::connect(addr).await?;
-            stream.set_nodelay(true)?;
-            self.stream = Some(stream);
+            // (connect sets TCP_NODELAY.)
+            self.stream = Some(peer::connect(addr, peer::Route::InterBroker).await?);
         }
         let stream = self.stream.as_mut().expect("connected");
         stream.write_all(&frame).await?;
@@ -228,7 +227,7 @@ async fn fetch_from(shard: &Rc<Shard>, leader: i32) {
             .as_ref()
             .and_then(|c| c.broker(leader))
             .filter(|b| !b.fenced)
-            .map(|b| format!("{}:{}", b.host, b.port));
+            .map(|b| b.address_on(shard.config().inter_broker_listener()));
         let Some(address) = address else {
             glommio::timer::sleep(REPLICA_FETCH_BACKOFF).await;
             continue;

@@ -478,7 +478,7 @@ async fn write_until_done(
             .leader_of(&tp.topic, tp.partition)
             .and_then(|(info, broker)| {
                 (info.leader >= 0 && info.leader != me)
-                    .then(|| broker.map(|b| format!("{}:{}", b.host, b.port)))
+                    .then(|| broker.map(|b| b.address_on(shard.config().inter_broker_listener())))
             });
         let code = match remote {
             Some(Some(addr)) => write_remote(&addr, &tp, marker).await,
@@ -525,7 +525,14 @@ async fn write_remote(addr: &str, tp: &TopicPartition, marker: Marker) -> i16 {
             return ResponseError::UnknownServerError.code();
         }
     };
-    let answer = match crate::peer::call(addr, frame, REMOTE_MARKER_TIMEOUT).await {
+    let answer = match crate::peer::call(
+        crate::peer::Route::InterBroker,
+        addr,
+        frame,
+        REMOTE_MARKER_TIMEOUT,
+    )
+    .await
+    {
         Ok(answer) => answer,
         Err(e) => {
             tracing::debug!(addr, error = %e, "WriteTxnMarkers to the partition's leader failed");

@@ -292,7 +292,7 @@ async fn remote(
                 .then_some(broker)
                 .flatten()
                 .filter(|b| !b.fenced)
-                .map(|b| format!("{}:{}", b.host, b.port))
+                .map(|b| b.address_on(shard.config().inter_broker_listener()))
         });
     let Some(addr) = addr else {
         return Some(ResponseError::CoordinatorNotAvailable);
@@ -321,7 +321,14 @@ async fn remote(
             return Some(ResponseError::UnknownServerError);
         }
     };
-    let body = match crate::peer::call(&addr, frame, REMOTE_TIMEOUT).await {
+    let body = match crate::peer::call(
+        crate::peer::Route::InterBroker,
+        &addr,
+        frame,
+        REMOTE_TIMEOUT,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(e) => {
             tracing::debug!(%addr, error = %e, "AddPartitionsToTxn to the transaction coordinator failed");

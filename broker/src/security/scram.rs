@@ -110,6 +110,96 @@ impl Mechanism {
     }
 }
 
+/// The client side of an exchange: this node logging in to another (a SASL inter-broker or
+/// controller listener). The server's nonce must extend ours and its final signature must
+/// prove it knows the password's salted key; every refusal names no secret.
+pub struct ClientExchange {
+    mechanism: Mechanism,
+    password: String,
+    first_bare: String,
+    nonce: String,
+    /// The server signature the final message must carry, once the proof is sent.
+    expected: Option<Vec<u8>>,
+}
+
+impl ClientExchange {
+    pub fn new(mechanism: Mechanism, user: &str, password: &str) -> ClientExchange {
+        let nonce = random_nonce();
+        ClientExchange {
+            mechanism,
+            password: password.to_string(),
+            first_bare: format!(
+                "n={},r={nonce}",
+                user.replace('=', "=3D").replace(',', "=2C")
+            ),
+            nonce,
+            expected: None,
+        }
+    }
+
+    /// The client-first message.
+    pub fn first(&self) -> Vec<u8> {
+        format!("n,,{}", self.first_bare).into_bytes()
+    }
+
+    /// The client-final message for the server-first one.
+    pub fn last(&mut self, server_first: &[u8]) -> Result<Vec<u8>, Refusal> {
+        let server_first = std::str::from_utf8(server_first)
+            .map_err(|_| "the server's first SCRAM message is not UTF-8".to_string())?;
+        let (mut nonce, mut salt, mut iterations) = (None, None, None);
+        for part in server_first.split(',') {
+            match part.split_once('=') {
+                Some(("r", r)) => nonce = Some(r),
+                Some(("s", s)) => salt = BASE64.decode(s).ok(),
+                Some(("i", i)) => iterations = i.parse::<u32>().ok(),
+                _ => {}
+            }
+        }
+        let nonce = nonce
+            .filter(|n| n.starts_with(&self.nonce) && n.len() > self.nonce.len())
+            .ok_or_else(|| "the server's SCRAM nonce does not extend ours".to_string())?;
+        let salt = salt.ok_or_else(|| "the server's SCRAM message has no salt".to_string())?;
+        let iterations = iterations
+            .filter(|&i| i >= sluice_replication::controller::SCRAM_ITERATIONS_MIN as u32)
+            .ok_or_else(|| {
+                format!(
+                    "the server asks for fewer than {} SCRAM iterations",
+                    sluice_replication::controller::SCRAM_ITERATIONS_MIN
+                )
+            })?;
+        let m = self.mechanism;
+        let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
+        let without_proof = format!("c={},r={nonce}", BASE64.encode("n,,"));
+        let auth = format!("{},{server_first},{without_proof}", self.first_bare);
+        let client_key = m.mac(&salted, b"Client Key");
+        let stored = digest::digest(m.digest(), &client_key);
+        let signature = m.mac(stored.as_ref(), auth.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        let server_key = m.mac(&salted, b"Server Key");
+        self.expected =
+            Some(format!("v={}", BASE64.encode(m.mac(&server_key, auth.as_bytes()))).into_bytes());
+        Ok(format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes())
+    }
+
+    /// Checks the server-final message.
+    pub fn verify(&self, server_final: &[u8]) -> Result<(), Refusal> {
+        if let Some(e) = server_final.strip_prefix(b"e=") {
+            return Err(format!(
+                "the server refused: {}",
+                String::from_utf8_lossy(e)
+            ));
+        }
+        match &self.expected {
+            Some(expected) if bool::from(expected.as_slice().ct_eq(server_final)) => Ok(()),
+            _ => Err("the server's SCRAM signature is wrong: it does not know the password".into()),
+        }
+    }
+}
+
 /// A fresh random server nonce: letters and digits only, as Kafka's are.
 pub fn random_nonce() -> String {
     random_bytes(16)
@@ -449,6 +539,39 @@ pub mod tests {
                 why.contains("invalid credentials") && !why.contains("secre"),
                 "{why}"
             );
+        }
+    }
+
+    #[test]
+    fn this_nodes_own_login_gets_in_and_checks_the_server_knows_the_password() {
+        for m in Mechanism::ALL {
+            let stored = credential(m, "broker", "inter-secret", 4096);
+            let run = |password: &str| {
+                let mut client = ClientExchange::new(m, "broker", password);
+                let server = first(m, &client.first(), "snonce", |u| {
+                    (u == "broker").then(|| stored.clone())
+                })?;
+                let last = client.last(server.message())?;
+                let (answer, user) = server.finish(&last)?;
+                client.verify(&answer)?;
+                Ok::<_, Refusal>(user)
+            };
+            assert_eq!(run("inter-secret").unwrap(), "broker", "{m:?}");
+            assert!(run("wrong").is_err(), "{m:?}");
+            // A server that does not know the password cannot forge its signature.
+            let mut client = ClientExchange::new(m, "broker", "inter-secret");
+            let server = first(m, &client.first(), "snonce", |_| {
+                Some(credential(m, "broker", "other", 4096))
+            })
+            .unwrap();
+            client.last(server.message()).unwrap();
+            assert!(client.verify(b"v=AAAA").is_err());
+            assert!(client.verify(b"e=invalid-proof").is_err());
+            // A server nonce that does not extend ours, or too few iterations, is refused.
+            let mut client = ClientExchange::new(m, "broker", "inter-secret");
+            assert!(client.last(b"r=other,s=c2FsdA==,i=4096").is_err());
+            let nonce = format!("r={}x,s=c2FsdA==,i=1", client.nonce);
+            assert!(client.last(nonce.as_bytes()).is_err());
         }
     }
 

@@ -43,7 +43,10 @@ pub fn server_config(ssl: &SslConfig) -> anyhow::Result<Arc<ServerConfig>> {
     let builder = match ssl.client_auth {
         ClientAuth::None => builder.with_no_client_auth(),
         auth => {
-            let roots = Arc::new(truststore(ssl)?);
+            let roots = Arc::new(truststore(
+                ssl,
+                &format!("ssl.client.auth={}", ssl.client_auth.name()),
+            )?);
             let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider);
             let verifier = if auth == ClientAuth::Requested {
                 verifier.allow_unauthenticated()
@@ -60,6 +63,30 @@ pub fn server_config(ssl: &SslConfig) -> anyhow::Result<Arc<ServerConfig>> {
     let config = builder
         .with_single_cert(chain, key)
         .context("the keystore's private key does not match its certificate")?;
+    Ok(Arc::new(config))
+}
+
+/// The rustls client configuration this node opens its own connections to other nodes with
+/// (an `SSL` or `SASL_SSL` inter-broker or controller listener): it trusts the authorities of
+/// `ssl.truststore.*`, checks the other node's certificate names the address it dials (Kafka's
+/// default `ssl.endpoint.identification.algorithm=https`), and shows the keystore's
+/// certificate when asked (mutual TLS), as Kafka's brokers do.
+pub fn client_config(ssl: &SslConfig) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let provider = Arc::new(provider(&ssl.cipher_suites)?);
+    let versions = versions(&ssl.enabled_protocols)?;
+    let roots = truststore(ssl, "TLS to the other nodes")?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)
+        .context("ssl.enabled.protocols and ssl.cipher.suites have nothing in common")?
+        .with_root_certificates(roots);
+    let has_keystore = ssl.keystore_location.is_some() || ssl.keystore_certificate_chain.is_some();
+    let config = if has_keystore {
+        builder
+            .with_client_auth_cert(certificate_chain(ssl)?, private_key(ssl)?)
+            .context("the keystore's private key does not match its certificate")?
+    } else {
+        builder.with_no_client_auth()
+    };
     Ok(Arc::new(config))
 }
 
@@ -162,15 +189,14 @@ fn private_key(ssl: &SslConfig) -> anyhow::Result<PrivateKeyDer<'static>> {
     })
 }
 
-fn truststore(ssl: &SslConfig) -> anyhow::Result<RootCertStore> {
+fn truststore(ssl: &SslConfig, needed_for: &str) -> anyhow::Result<RootCertStore> {
     let pem = match (&ssl.truststore_location, &ssl.truststore_certificates) {
         (Some(path), _) => std::fs::read(path)
             .with_context(|| format!("ssl.truststore.location {}", path.display()))?,
         (None, Some(inline)) => inline.as_bytes().to_vec(),
-        (None, None) => anyhow::bail!(
-            "ssl.client.auth={} needs a truststore: set ssl.truststore.location",
-            ssl.client_auth.name()
-        ),
+        (None, None) => {
+            anyhow::bail!("{needed_for} needs a truststore: set ssl.truststore.location")
+        }
     };
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {

@@ -27,8 +27,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use subtle::ConstantTimeEq;
 
+use super::scram;
 use crate::config::BrokerConfig;
-use crate::scram;
 use sluice_replication::records::UserScramCredentialRecord;
 
 /// A user's SCRAM credential for a mechanism id, as the metadata image holds it now.
@@ -45,10 +45,11 @@ pub struct SaslServer {
 }
 
 impl SaslServer {
-    pub fn new(config: &BrokerConfig) -> SaslServer {
+    /// The SASL of the listener `listener`.
+    pub fn new(config: &BrokerConfig, listener: &str) -> SaslServer {
         let plain = config
             .sasl
-            .jaas_of(&config.listener_name, "PLAIN")
+            .jaas_of(listener, "PLAIN")
             .map(|j| j.plain_users().into_iter().collect())
             .unwrap_or_default();
         SaslServer {
