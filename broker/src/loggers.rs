@@ -317,6 +317,51 @@ fn spec(state: &State) -> String {
     parts.join(",")
 }
 
+/// A log line at most once per interval, counting what happened in between.
+pub struct RateLimitedLog {
+    /// Milliseconds since `EPOCH` of the last line, plus one (0 = never).
+    last_ms: std::sync::atomic::AtomicU64,
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+static EPOCH: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
+impl RateLimitedLog {
+    pub const fn new() -> Self {
+        RateLimitedLog {
+            last_ms: std::sync::atomic::AtomicU64::new(0),
+            suppressed: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(events suppressed since the last line)` when a line is due now.
+    pub fn due(&self, interval: std::time::Duration) -> Option<u64> {
+        let now = EPOCH.elapsed().as_millis() as u64 + 1;
+        let last = self.last_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= interval.as_millis() as u64;
+        if due
+            && self
+                .last_ms
+                .compare_exchange(
+                    last,
+                    now,
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            return Some(
+                self.suppressed
+                    .swap(0, std::sync::atomic::Ordering::Relaxed),
+            );
+        }
+        self.suppressed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

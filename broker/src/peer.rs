@@ -42,6 +42,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// long partition resumes minutes after the network heals).
 pub const INTERNODE_USER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Refused logins to other nodes are logged at most this often.
+const LOGIN_REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+static LOGIN_REFUSALS: crate::loggers::RateLimitedLog = crate::loggers::RateLimitedLog::new();
+
 /// Which listener of the other node a link dials.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -208,7 +212,15 @@ pub async fn connect(addr: &str, route: Route) -> std::io::Result<Link> {
         }
     };
     if let Some(login) = &dialer.login {
-        within(CONNECT_TIMEOUT, "SASL login", sasl_login(&mut link, login)).await?;
+        if let Err(e) = within(CONNECT_TIMEOUT, "SASL login", sasl_login(&mut link, login)).await {
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                if let Some(suppressed) = LOGIN_REFUSALS.due(LOGIN_REFUSAL_LOG_INTERVAL) {
+                    // Kafka's brokers log a refused inter-broker login as an error, each time.
+                    tracing::error!(%addr, ?route, error = %e, refused_since_last_line = suppressed, "another node refused this node's SASL login; check this node's username and password (the listener's sasl.jaas.config)");
+                }
+            }
+            return Err(e);
+        }
     }
     Ok(link)
 }

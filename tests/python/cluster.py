@@ -40,6 +40,8 @@ class Node(Broker):
         self.node_id = node_id
         self.roles = roles
         self.controller_port = free_port()
+        # A second listener for the other brokers (`inter.broker.listener.name=INTERNAL`), if set.
+        self.internal_port: int | None = None
 
     @property
     def is_broker(self) -> bool:
@@ -52,7 +54,9 @@ class Node(Broker):
     def listeners(self) -> str:
         out = []
         if self.is_broker:
-            out.append(f"PLAINTEXT://{self.bootstrap}")
+            out.append(f"{self.listener_name}://{self.bootstrap}")
+            if self.internal_port is not None:
+                out.append(f"INTERNAL://{self.host}:{self.internal_port}")
         if self.is_controller:
             out.append(f"CONTROLLER://{self.host}:{self.controller_port}")
         return ",".join(out)

@@ -27,6 +27,10 @@ use super::node::ClusterNode;
 /// The APIs of the CONTROLLER listener, with the versions answered.
 pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 4),
+    // Served before a SASL login (`transport`), as Kafka's controllers list them; after one,
+    // or on a listener without SASL, they close the connection.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeQuorum, 0, 2),
     // For admin clients given `bootstrap.controllers` (KIP-919): the controllers.
     (ApiKey::DescribeCluster, 1, 2),

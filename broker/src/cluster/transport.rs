@@ -351,6 +351,9 @@ where
                     "failed SASL authentication on the CONTROLLER listener: {why}; closing the connection"
                 );
                 glommio::timer::sleep(security.failed_authentication_delay).await;
+                // Closed as the client listeners close it (a TLS session says so first), so
+                // that the client reads the refusal before the end of the connection.
+                let _ = stream.close().await;
                 return Err("SASL authentication failed");
             }
         }

@@ -32,7 +32,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::pin::pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,40 +65,7 @@ static OPEN_CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
 static OPEN_PER_IP: LazyLock<Mutex<HashMap<IpAddr, usize>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
-/// A log line at most once per interval, counting what happened in between.
-struct RateLimitedLog {
-    /// Milliseconds since `EPOCH` of the last line, plus one (0 = never).
-    last_ms: AtomicU64,
-    suppressed: AtomicU64,
-}
-
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-impl RateLimitedLog {
-    const fn new() -> Self {
-        RateLimitedLog {
-            last_ms: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
-        }
-    }
-
-    /// `Some(events suppressed since the last line)` when a line is due now.
-    fn due(&self, interval: Duration) -> Option<u64> {
-        let now = EPOCH.elapsed().as_millis() as u64 + 1;
-        let last = self.last_ms.load(Ordering::Relaxed);
-        let due = last == 0 || now.saturating_sub(last) >= interval.as_millis() as u64;
-        if due
-            && self
-                .last_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Some(self.suppressed.swap(0, Ordering::Relaxed));
-        }
-        self.suppressed.fetch_add(1, Ordering::Relaxed);
-        None
-    }
-}
+use crate::loggers::RateLimitedLog;
 
 static REFUSALS: RateLimitedLog = RateLimitedLog::new();
 static ACCEPT_ERRORS: RateLimitedLog = RateLimitedLog::new();
