@@ -207,6 +207,8 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
     if config.is_cluster() && config.process_roles.controller {
         served.push(config.controller_listener_name().to_string());
     }
+    crate::security::principal::PrincipalMapper::parse(&config.ssl.principal_mapping_rules)
+        .map_err(|e| anyhow::anyhow!("ssl.principal.mapping.rules: {e}"))?;
     let mut tls_listeners = Vec::new();
     for name in served {
         let protocol = config

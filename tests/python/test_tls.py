@@ -324,6 +324,82 @@ def test_mutual_tls(certs):
         b.remove()
 
 
+# Java's own name for a certificate's subject (X500Principal.getName(), RFC 2253), which Kafka
+# makes a client certificate's principal from.
+JAVA_SUBJECT = """
+import java.io.FileInputStream;
+import java.security.cert.CertificateFactory;
+import java.security.cert.X509Certificate;
+
+public class Subject {
+    public static void main(String[] args) throws Exception {
+        for (String path : args) {
+            try (FileInputStream in = new FileInputStream(path)) {
+                X509Certificate c = (X509Certificate) CertificateFactory.getInstance("X.509").generateCertificate(in);
+                System.out.println(c.getSubjectX500Principal().getName());
+            }
+        }
+    }
+}
+"""
+
+
+def test_a_client_certificate_names_the_principal_acls_see(certs):
+    """On an SSL listener without SASL the principal is the certificate's subject as Java names
+    it, through ssl.principal.mapping.rules: alice's certificate maps to User:alice, the
+    operator's keeps its whole distinguished name (written as Java writes it, compared with
+    Java's own), and the ACLs follow."""
+    from reference import java
+
+    certs_mod.signed("operator", "ca", certs.dir, "/C=US/O=Example, Inc./OU=ops/CN=operator",
+                     certs_mod.CLIENT_EXTENSIONS)
+    source = certs.dir / "Subject.java"
+    source.write_text(JAVA_SUBJECT)
+    names = java(str(source), str(certs.dir / "operator.crt"), str(certs.client_cert))
+    assert names.returncode == 0, names.stderr[-2000:]
+    operator_dn, alice_dn = names.stdout.splitlines()
+    assert operator_dn == r"CN=operator,OU=ops,O=Example\, Inc.,C=US" and alice_dn == "OU=tests,CN=alice", names.stdout
+    operator = ssl_client(certs, **{"ssl.certificate.location": str(certs.dir / "operator.crt"),
+                                    "ssl.key.location": str(certs.dir / "operator.key")})
+    alice = ssl_client(certs, **{"ssl.certificate.location": str(certs.client_cert),
+                                 "ssl.key.location": str(certs.client_key)})
+    b = tls_broker(
+        certs, "tls-principal", "--ssl-client-auth", "required", "--ssl-truststore-location", str(certs.ca),
+        "--override", "ssl.principal.mapping.rules=RULE:^OU=tests,CN=(.*)$/$1/L,DEFAULT",
+        "--override", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "--override", f"super.users=User:{operator_dn}",
+        client=operator,
+    )
+    b.start()
+    try:
+        from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+        a = admin(b.bootstrap, **operator)
+        for f in a.create_topics([NewTopic("alices", 2, 1), NewTopic("others", 2, 1)]).values():
+            f.result(20)
+        grants = [AclBinding(ResourceType.TOPIC, "alices", ResourcePatternType.LITERAL, "User:alice", "*", op,
+                             AclPermissionType.ALLOW)
+                  for op in (AclOperation.WRITE, AclOperation.READ, AclOperation.DESCRIBE)]
+        grants.append(AclBinding(ResourceType.GROUP, "sluice-tests-unused", ResourcePatternType.LITERAL,
+                                 "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW))
+        for f in a.create_acls(grants).values():
+            f.result(20)
+        sent = produce(b.bootstrap, alice, "alices", messages(50))
+        read_back(b.bootstrap, alice, "alices", sent)
+        assert set(admin(b.bootstrap, **alice).list_topics(timeout=10).topics) == {"alices"}
+        with pytest.raises(AssertionError) as e:
+            produce(b.bootstrap, alice, "others", messages(1), **{"message.timeout.ms": 5000})
+        assert "TOPIC_AUTHORIZATION_FAILED" in str(e.value), e.value
+        log = b.log_path.read_text()
+        assert "principal=User:alice" in log and "denied" in log
+    finally:
+        b.stop()
+        b.remove()
+    r = run_sluice("--listeners", "CLIENT://127.0.0.1:0", "--listener-security-protocol-map", "CLIENT:SSL",
+                   "--ssl-keystore-location", str(certs.broker_keystore),
+                   "--override", "ssl.principal.mapping.rules=RULE:^(/x/")
+    assert r.returncode != 0 and "ssl.principal.mapping.rules" in r.stderr + r.stdout
+
+
 def run_sluice(*args: str) -> subprocess.CompletedProcess:
     d = tempfile.mkdtemp(prefix="pytest-tls-bad-", dir=TEST_DIR)
     return subprocess.run([str(SLUICE_BIN), "--data-dir", d, "--cores", "1", *args],

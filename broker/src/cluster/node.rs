@@ -228,6 +228,10 @@ impl ClusterNode {
                 ),
                 handshake_timeout: Duration::from_millis(config.connections_max_idle_ms)
                     .min(CONTROLLER_HANDSHAKE_TIMEOUT),
+                principal_mapper: crate::security::principal::PrincipalMapper::parse(
+                    &config.ssl.principal_mapping_rules,
+                )
+                .map_err(|e| anyhow::anyhow!("ssl.principal.mapping.rules: {e}"))?,
             };
             glommio::spawn_local(me.transport.clone().serve(
                 listener,

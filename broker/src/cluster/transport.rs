@@ -68,6 +68,8 @@ pub struct ListenerSecurity {
     pub failed_authentication_delay: Duration,
     /// How long a connection may take to finish its handshake and login.
     pub handshake_timeout: Duration,
+    /// `ssl.principal.mapping.rules`, for a client certificate without SASL.
+    pub principal_mapper: crate::security::principal::PrincipalMapper,
 }
 
 /// Encodes a raft message as a frame.
@@ -213,7 +215,7 @@ impl Transport {
                     let acceptor = security.tls.as_ref().map(|t| t.acceptor(0));
                     glommio::spawn_local(async move {
                         let why = match acceptor {
-                            None => secured(&me, stream, inbound, &security, peer).await,
+                            None => secured(&me, stream, inbound, &security, peer, crate::security::sasl::ANONYMOUS.to_string()).await,
                             Some(acceptor) => {
                                 let handshake = futures_lite::future::or(
                                     async { Some(acceptor.accept(stream).await) },
@@ -224,7 +226,17 @@ impl Transport {
                                 )
                                 .await;
                                 match handshake {
-                                    Some(Ok(tls)) => secured(&me, tls, inbound, &security, peer).await,
+                                    Some(Ok(tls)) if security.sasl.is_none() => {
+                                        match crate::security::tls_principal(tls.get_ref().1.peer_certificates(), &security.principal_mapper) {
+                                            Ok(principal) => secured(&me, tls, inbound, &security, peer, principal).await,
+                                            Err(why) => {
+                                                inbound.authentication_failed();
+                                                tracing::info!(?peer, "SSL client refused on the CONTROLLER listener: {why}; closing the connection");
+                                                "SSL client refused"
+                                            }
+                                        }
+                                    }
+                                    Some(Ok(tls)) => secured(&me, tls, inbound, &security, peer, crate::security::sasl::ANONYMOUS.to_string()).await,
                                     Some(Err(e)) => {
                                         inbound.authentication_failed();
                                         tracing::info!(?peer, error = %e, "SSL handshake on the CONTROLLER listener failed; closing the connection");
@@ -258,12 +270,12 @@ async fn secured<S, I>(
     inbound: Rc<I>,
     security: &ListenerSecurity,
     peer: Option<std::net::SocketAddr>,
+    mut principal: String,
 ) -> &'static str
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
     I: Inbound + 'static,
 {
-    let mut principal = crate::security::sasl::ANONYMOUS.to_string();
     if let Some(server) = &security.sasl {
         let login = futures_lite::future::or(
             async { Some(login(&mut stream, server, &inbound, security, peer).await) },

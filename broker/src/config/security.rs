@@ -150,6 +150,9 @@ pub struct SslConfig {
     /// `ssl.cipher.suites`: IANA names (`TLS_AES_128_GCM_SHA256`,
     /// `TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384`, ...); empty for every suite rustls offers.
     pub cipher_suites: Vec<String>,
+    /// `ssl.principal.mapping.rules`: how a client certificate's subject becomes its principal
+    /// (`security::principal`, which checks them at start).
+    pub principal_mapping_rules: String,
 }
 
 impl fmt::Debug for SslConfig {
@@ -174,6 +177,7 @@ impl fmt::Debug for SslConfig {
             .field("client_auth", &self.client_auth)
             .field("enabled_protocols", &self.enabled_protocols)
             .field("cipher_suites", &self.cipher_suites)
+            .field("principal_mapping_rules", &self.principal_mapping_rules)
             .finish()
     }
 }

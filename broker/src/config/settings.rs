@@ -585,6 +585,23 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         get: |c| show(c.ssl.cipher_suites.join(",")),
     },
     Setting {
+        name: "ssl.principal.mapping.rules",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some("DEFAULT"),
+        doc: "How the subject of a client's certificate on an SSL listener becomes its principal \
+              (User:<name>): DEFAULT keeps the distinguished name as Java writes it \
+              (CN=alice,OU=tests); RULE:pattern/replacement/[LU] entries, tried in order, \
+              replace the whole name (L lower-cases, U upper-cases), e.g. \
+              RULE:^CN=([^,]*).*$/$1/L,DEFAULT. A name no rule applies to is refused.",
+        set: |c, v| {
+            c.ssl.principal_mapping_rules = v.trim().to_string();
+            Ok(())
+        },
+        get: |c| show(&c.ssl.principal_mapping_rules),
+    },
+    Setting {
         name: "socket.request.max.bytes",
         flag: None,
         dynamic: false,

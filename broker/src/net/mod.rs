@@ -191,6 +191,11 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener, name: Rc<str>) {
     let sasl = protocol
         .sasl()
         .then(|| Rc::new(sasl::SaslServer::new(config, &name)));
+    // Checked at start (`server.rs`).
+    let mapper = Rc::new(
+        crate::security::principal::PrincipalMapper::parse(&config.ssl.principal_mapping_rules)
+            .unwrap_or_default(),
+    );
     let mut reserve = reserve_descriptor();
     let mut failing = 0u64;
     loop {
@@ -236,18 +241,34 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener, name: Rc<str>) {
                 let acceptor = tls.as_ref().map(|t| t.acceptor(shard.id));
                 let auth = sasl.clone().map(sasl::Authenticator::new);
                 let name = name.clone();
+                let mapper = mapper.clone();
                 glommio::spawn_local(async move {
                     let _slot = slot;
                     let served = match acceptor {
                         None => match stream.set_nodelay(true) {
                             Ok(()) => {
                                 let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
-                                connection(shard, stream, Some(fd), auth, peer, name).await
+                                connection(shard, stream, Some(fd), auth, peer, name, Rc::from(sasl::ANONYMOUS)).await
                             }
                             Err(e) => Err(anyhow::anyhow!("{e}")),
                         },
                         Some(acceptor) => match handshake(&shard, acceptor, stream, peer).await {
-                            Some(stream) => connection(shard, stream, None, auth, peer, name).await,
+                            Some(stream) => {
+                                // Without SASL, the client certificate names the client.
+                                let principal = if auth.is_some() {
+                                    Ok(sasl::ANONYMOUS.to_string())
+                                } else {
+                                    crate::security::tls_principal(stream.get_ref().1.peer_certificates(), &mapper)
+                                };
+                                match principal {
+                                    Ok(principal) => connection(shard, stream, None, auth, peer, name, Rc::from(principal)).await,
+                                    Err(why) => {
+                                        crate::metrics::Metrics::count(&shard.shared.metrics.failed_authentication, 1);
+                                        tracing::info!(?peer, "SSL client refused: {why}; closing the connection");
+                                        return;
+                                    }
+                                }
+                            }
                             None => return,
                         },
                     };
@@ -388,6 +409,7 @@ async fn connection<S>(
     mut auth: Option<sasl::Authenticator>,
     peer: Option<SocketAddr>,
     listener: Rc<str>,
+    mut principal: Rc<str>,
 ) -> anyhow::Result<End>
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -448,7 +470,6 @@ where
         Ok::<_, std::io::Error>(())
     }));
     let mut requests = 0u64;
-    let mut principal: Rc<str> = Rc::from(sasl::ANONYMOUS);
     let mut chain = crate::handlers::order::Chain::default();
     let mut idle_at: Option<&'static str> = None;
     // Muted by a quota until then (`crate::quota`): nothing more is read before it.

@@ -2,9 +2,26 @@
 //! (`scram`), for the client listeners (`net`), the CONTROLLER listener (`cluster::transport`)
 //! and this node's own links to the other nodes (`peer`).
 
+pub mod principal;
 pub mod sasl;
 pub mod scram;
 pub mod tls;
+
+/// The principal of a TLS session without SASL: `User:` and the mapped subject of the client's
+/// certificate (`principal`), `User:ANONYMOUS` without one. An error (the certificate does not
+/// parse, or no mapping rule applies) refuses the client, as Kafka refuses it.
+pub fn tls_principal(
+    certificates: Option<&[rustls_pki_types::CertificateDer<'_>]>,
+    mapper: &principal::PrincipalMapper,
+) -> Result<String, String> {
+    match certificates.and_then(|c| c.first()) {
+        None => Ok(sasl::ANONYMOUS.to_string()),
+        Some(cert) => {
+            let dn = principal::subject_name(cert.as_ref())?;
+            Ok(format!("User:{}", mapper.name(&dn)?))
+        }
+    }
+}
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
