@@ -214,6 +214,10 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
         let protocol = config
             .security_protocol_of(&name)
             .unwrap_or(SecurityProtocol::Plaintext);
+        if protocol.sasl() {
+            crate::security::sasl::SaslServer::new(&config, &name)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
         if protocol.tls() {
             crate::security::tls::server_config(&config.ssl)
                 .map_err(|e| anyhow::anyhow!("listener {name} ({protocol}): {e:#}"))?;

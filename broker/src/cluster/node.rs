@@ -220,9 +220,14 @@ impl ClusterNode {
                 } else {
                     None
                 },
-                sasl: protocol
-                    .sasl()
-                    .then(|| Rc::new(crate::security::sasl::SaslServer::new(&config, name))),
+                sasl: if protocol.sasl() {
+                    Some(Rc::new(
+                        crate::security::sasl::SaslServer::new(&config, name)
+                            .map_err(|e| anyhow::anyhow!("{e}"))?,
+                    ))
+                } else {
+                    None
+                },
                 failed_authentication_delay: Duration::from_millis(
                     config.sasl.failed_authentication_delay_ms,
                 ),

@@ -833,11 +833,8 @@ impl BrokerConfig {
     /// This node's own SASL login on `listener` with `mechanism`: the `username` and
     /// `password` options of `listener.name.<listener>.<mechanism>.sasl.jaas.config`.
     pub fn login(&self, listener: &str, mechanism: &str) -> anyhow::Result<(String, String)> {
-        if !security::SASL_MECHANISMS.contains(&mechanism) {
-            anyhow::bail!(
-                "not a mechanism Sluice runs ({})",
-                security::SASL_MECHANISMS.join(", ")
-            );
+        if !matches!(mechanism, "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
+            anyhow::bail!("nodes log in to each other with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512");
         }
         let key = format!(
             "listener.name.{}.{}.sasl.jaas.config",
@@ -866,7 +863,7 @@ impl BrokerConfig {
     fn validate_sasl(&self, listener: &str) -> anyhow::Result<()> {
         if self.sasl.enabled_mechanisms.is_empty() {
             anyhow::bail!(
-                "listener {listener} is SASL: set sasl.enabled.mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+                "listener {listener} is SASL: set sasl.enabled.mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)"
             );
         }
         for mechanism in &self.sasl.enabled_mechanisms {
@@ -877,15 +874,21 @@ impl BrokerConfig {
                 );
             }
             if mechanism != "PLAIN" {
-                // SCRAM's credentials live in the metadata log; a JAAS entry, if set, must
-                // name SCRAM's login module (its options are the broker's own login).
+                // SCRAM's credentials live in the metadata log, OAUTHBEARER's tokens prove
+                // themselves; a JAAS entry, if set, must name the mechanism's login module
+                // (its options are the broker's own login, and OAUTHBEARER's unsecured checks).
+                let module = if mechanism == "OAUTHBEARER" {
+                    security::OAUTHBEARER_LOGIN_MODULE
+                } else {
+                    security::SCRAM_LOGIN_MODULE
+                };
                 if let Some(jaas) = self.sasl.jaas_of(listener, mechanism) {
-                    if jaas.module != security::SCRAM_LOGIN_MODULE {
+                    if jaas.module != module {
                         anyhow::bail!(
                             "listener.name.{}.{}.sasl.jaas.config: {mechanism} takes {}, not {}",
                             listener.to_ascii_lowercase(),
                             mechanism.to_ascii_lowercase(),
-                            security::SCRAM_LOGIN_MODULE,
+                            module,
                             jaas.module
                         );
                     }

@@ -183,7 +183,37 @@ impl fmt::Debug for SslConfig {
 }
 
 /// The SASL mechanisms a broker can run.
-pub const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+pub const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
+
+/// Kafka's login module for OAUTHBEARER.
+pub const OAUTHBEARER_LOGIN_MODULE: &str =
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule";
+
+/// The settings of OAUTHBEARER's signed-token checks (`sasl.oauthbearer.*`).
+#[derive(Clone, Debug, Default)]
+pub struct OAuthConfig {
+    /// `sasl.oauthbearer.jwks.endpoint.url`
+    pub jwks_endpoint_url: Option<String>,
+    /// `sasl.oauthbearer.expected.audience`
+    pub expected_audience: Vec<String>,
+    /// `sasl.oauthbearer.expected.issuer`
+    pub expected_issuer: Option<String>,
+    /// `sasl.oauthbearer.sub.claim.name`
+    pub sub_claim_name: String,
+    /// `sasl.oauthbearer.clock.skew.seconds`
+    pub clock_skew_seconds: u64,
+    /// `listener.name.<listener>.oauthbearer.sasl.server.callback.handler.class`, by lower-case
+    /// listener name.
+    pub callback_handlers: Vec<(String, String)>,
+}
+
+impl OAuthConfig {
+    /// Whether tokens are checked against a JWKS (Kafka's `OAuthBearerValidatorCallbackHandler`,
+    /// or a JWKS URL set) rather than accepted unsigned.
+    pub fn signed(&self) -> bool {
+        self.jwks_endpoint_url.is_some() || !self.callback_handlers.is_empty()
+    }
+}
 
 /// The SASL settings of the SASL listeners.
 #[derive(Clone, Default)]
@@ -195,6 +225,8 @@ pub struct SaslConfig {
     pub jaas: Vec<(String, String, Jaas)>,
     /// `connection.failed.authentication.delay.ms`
     pub failed_authentication_delay_ms: u64,
+    /// `sasl.oauthbearer.*`
+    pub oauth: OAuthConfig,
 }
 
 impl fmt::Debug for SaslConfig {
@@ -236,6 +268,17 @@ impl SaslConfig {
         let Some(rest) = name.strip_prefix("listener.name.") else {
             return Ok(false);
         };
+        if let Some(listener) = rest.strip_suffix(".oauthbearer.sasl.server.callback.handler.class")
+        {
+            let listener = listener.to_ascii_lowercase();
+            self.oauth.callback_handlers.retain(|(l, _)| *l != listener);
+            if !value.trim().is_empty() {
+                self.oauth
+                    .callback_handlers
+                    .push((listener, value.trim().to_string()));
+            }
+            return Ok(true);
+        }
         let Some(rest) = rest.strip_suffix(".sasl.jaas.config") else {
             return Ok(false);
         };

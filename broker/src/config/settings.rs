@@ -585,6 +585,76 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         get: |c| show(c.ssl.cipher_suites.join(",")),
     },
     Setting {
+        name: "sasl.oauthbearer.jwks.endpoint.url",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: None,
+        doc: "Where OAUTHBEARER's signing keys are (a JWKS): a file: URL, read again when the \
+              file changes. Set (or with listener.name.<l>.oauthbearer.sasl.server.callback.\
+              handler.class naming Kafka's OAuthBearerValidatorCallbackHandler), tokens must be \
+              signed by one of its keys; unset, unsigned tokens are accepted (Kafka's unsecured \
+              default, for tests and development).",
+        set: |c, v| {
+            c.sasl.oauth.jwks_endpoint_url = optional(v);
+            Ok(())
+        },
+        get: |c| c.sasl.oauth.jwks_endpoint_url.clone(),
+    },
+    Setting {
+        name: "sasl.oauthbearer.expected.audience",
+        flag: None,
+        dynamic: false,
+        kind: Kind::List,
+        default: Some(""),
+        doc: "Audiences one of which a signed OAUTHBEARER token's aud claim must name; empty, \
+              the audience is not checked.",
+        set: |c, v| {
+            c.sasl.oauth.expected_audience = security::list(v);
+            Ok(())
+        },
+        get: |c| show(c.sasl.oauth.expected_audience.join(",")),
+    },
+    Setting {
+        name: "sasl.oauthbearer.expected.issuer",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: None,
+        doc: "The issuer a signed OAUTHBEARER token's iss claim must name; unset, not checked.",
+        set: |c, v| {
+            c.sasl.oauth.expected_issuer = optional(v);
+            Ok(())
+        },
+        get: |c| c.sasl.oauth.expected_issuer.clone(),
+    },
+    Setting {
+        name: "sasl.oauthbearer.sub.claim.name",
+        flag: None,
+        dynamic: false,
+        kind: Kind::String,
+        default: Some("sub"),
+        doc: "The claim of a signed OAUTHBEARER token that names its principal.",
+        set: |c, v| {
+            c.sasl.oauth.sub_claim_name = v.trim().to_string();
+            Ok(())
+        },
+        get: |c| show(&c.sasl.oauth.sub_claim_name),
+    },
+    Setting {
+        name: "sasl.oauthbearer.clock.skew.seconds",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("30"),
+        doc: "How far a signed OAUTHBEARER token's times may be off this broker's clock.",
+        set: |c, v| {
+            c.sasl.oauth.clock_skew_seconds = number("sasl.oauthbearer.clock.skew.seconds", v)?;
+            Ok(())
+        },
+        get: |c| show(c.sasl.oauth.clock_skew_seconds),
+    },
+    Setting {
         name: "ssl.principal.mapping.rules",
         flag: None,
         dynamic: false,

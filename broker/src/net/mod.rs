@@ -188,9 +188,18 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener, name: Rc<str>) {
     } else {
         None
     };
-    let sasl = protocol
-        .sasl()
-        .then(|| Rc::new(sasl::SaslServer::new(config, &name)));
+    let sasl = if protocol.sasl() {
+        // Checked at start (`server.rs`).
+        match sasl::SaslServer::new(config, &name) {
+            Ok(server) => Some(Rc::new(server)),
+            Err(e) => {
+                tracing::error!(shard = shard.id, error = %e, "the SASL listener's settings do not load; this shard serves no connection");
+                return;
+            }
+        }
+    } else {
+        None
+    };
     // Checked at start (`server.rs`).
     let mapper = Rc::new(
         crate::security::principal::PrincipalMapper::parse(&config.ssl.principal_mapping_rules)

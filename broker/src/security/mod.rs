@@ -2,6 +2,7 @@
 //! (`scram`), for the client listeners (`net`), the CONTROLLER listener (`cluster::transport`)
 //! and this node's own links to the other nodes (`peer`).
 
+pub mod oauthbearer;
 pub mod principal;
 pub mod sasl;
 pub mod scram;

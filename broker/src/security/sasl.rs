@@ -42,25 +42,47 @@ pub struct SaslServer {
     mechanisms: Vec<String>,
     /// PLAIN's users and their passwords.
     plain: HashMap<String, String>,
+    /// How OAUTHBEARER's tokens are checked, when it is enabled.
+    oauth: Option<super::oauthbearer::Validator>,
 }
 
 impl SaslServer {
-    /// The SASL of the listener `listener`.
-    pub fn new(config: &BrokerConfig, listener: &str) -> SaslServer {
+    /// The SASL of the listener `listener`; an error when its OAUTHBEARER settings do not
+    /// make a validator (the server checks each SASL listener so at start).
+    pub fn new(config: &BrokerConfig, listener: &str) -> Result<SaslServer, String> {
         let plain = config
             .sasl
             .jaas_of(listener, "PLAIN")
             .map(|j| j.plain_users().into_iter().collect())
             .unwrap_or_default();
-        SaslServer {
-            mechanisms: config.sasl.enabled_mechanisms.clone(),
+        let mechanisms = config.sasl.enabled_mechanisms.clone();
+        let oauth = if mechanisms.iter().any(|m| m == "OAUTHBEARER") {
+            let options = config
+                .sasl
+                .jaas_of(listener, "OAUTHBEARER")
+                .map(|j| j.options.clone())
+                .unwrap_or_default();
+            Some(
+                super::oauthbearer::Validator::new(&config.sasl.oauth, &options)
+                    .map_err(|e| format!("listener {listener}, OAUTHBEARER: {e}"))?,
+            )
+        } else {
+            None
+        };
+        Ok(SaslServer {
+            mechanisms,
             plain,
-        }
+            oauth,
+        })
     }
 
     /// A server with these mechanisms and PLAIN users, as the settings would give it.
     pub fn with_users(mechanisms: Vec<String>, plain: HashMap<String, String>) -> SaslServer {
-        SaslServer { mechanisms, plain }
+        SaslServer {
+            mechanisms,
+            plain,
+            oauth: None,
+        }
     }
 
     /// PLAIN's check: the password of `user`, compared in constant time.
@@ -91,6 +113,9 @@ enum State {
         exchange: Box<scram::ServerFirst>,
         raw: bool,
     },
+    /// An OAUTHBEARER token refused and RFC 7628's error sent; waiting for the client's `\x01`
+    /// before failing (`why` for the log).
+    OAuthRefused { why: String, raw: bool },
     Authenticated,
 }
 
@@ -147,7 +172,9 @@ impl Authenticator {
     pub fn expects_raw_token(&self) -> bool {
         matches!(
             self.state,
-            State::Token { raw: true, .. } | State::ScramFinal { raw: true, .. }
+            State::Token { raw: true, .. }
+                | State::ScramFinal { raw: true, .. }
+                | State::OAuthRefused { raw: true, .. }
         )
     }
 
@@ -225,6 +252,12 @@ impl Authenticator {
                     Err(why) => Outcome::Out(failed(&scram_refusal(mechanism)), why),
                 };
             }
+            State::OAuthRefused { why, .. } => {
+                return Outcome::Out(
+                    failed("Authentication failed: the OAuth bearer token is invalid"),
+                    why,
+                );
+            }
             other => {
                 self.state = other;
                 return Outcome::Out(
@@ -252,6 +285,28 @@ impl Authenticator {
             };
         }
         match mechanism.as_str() {
+            "OAUTHBEARER" => {
+                let checked = match &self.server.oauth {
+                    Some(validator) => validator.authenticate(&request.auth_bytes),
+                    None => Err("OAUTHBEARER has no validator".to_string()),
+                };
+                match checked {
+                    Ok(user) => {
+                        self.state = State::Authenticated;
+                        Outcome::In(
+                            SaslAuthenticateResponse::default().with_auth_bytes(Bytes::new()),
+                            format!("User:{user}"),
+                        )
+                    }
+                    Err(why) => {
+                        // RFC 7628: the error, then the client's \x01, then the failure.
+                        self.state = State::OAuthRefused { why, raw };
+                        Outcome::Answer(SaslAuthenticateResponse::default().with_auth_bytes(
+                            Bytes::from_static(super::oauthbearer::INVALID_TOKEN),
+                        ))
+                    }
+                }
+            }
             "PLAIN" => match plain_token(&request.auth_bytes) {
                 Err(why) => Outcome::Out(failed(&format!("Authentication failed: {why}")), why),
                 Ok((user, password)) => {
@@ -312,6 +367,7 @@ mod tests {
         Rc::new(SaslServer {
             mechanisms: vec!["PLAIN".into()],
             plain: [("alice".to_string(), "alice-pw".to_string())].into(),
+            oauth: None,
         })
     }
 
@@ -323,7 +379,63 @@ mod tests {
         Rc::new(SaslServer {
             mechanisms: vec!["SCRAM-SHA-256".into(), "SCRAM-SHA-512".into()],
             plain: HashMap::new(),
+            oauth: None,
         })
+    }
+
+    #[test]
+    fn oauthbearer_answers_a_refused_token_with_rfc_7628s_error_then_fails() {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let server = Rc::new(SaslServer {
+            mechanisms: vec!["OAUTHBEARER".into()],
+            plain: HashMap::new(),
+            oauth: Some(super::super::oauthbearer::Validator::Unsecured(
+                super::super::oauthbearer::Unsecured {
+                    principal_claim: "sub".into(),
+                    scope_claim: "scope".into(),
+                    required_scopes: Vec::new(),
+                    clock_skew_ms: 0,
+                },
+            )),
+        });
+        let token = |exp: u64| {
+            format!(
+                "n,,\x01auth=Bearer {}.{}.\x01\x01",
+                b64.encode(r#"{"alg":"none"}"#),
+                b64.encode(format!(r#"{{"sub":"carol","exp":{exp}}}"#))
+            )
+        };
+        let handshake = SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str("OAUTHBEARER"));
+        let authenticate = |bytes: Vec<u8>| {
+            SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes))
+        };
+        let mut good = Authenticator::new(server.clone());
+        assert!(matches!(good.on_handshake(&handshake, 1), Outcome::Answer(_)));
+        match good.on_authenticate(&authenticate(token(u64::MAX / 2000).into_bytes()), &no_scram) {
+            Outcome::In(r, principal) => {
+                assert_eq!(principal, "User:carol");
+                assert!(r.auth_bytes.is_empty() && r.error_code == 0);
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut expired = Authenticator::new(server);
+        assert!(matches!(expired.on_handshake(&handshake, 1), Outcome::Answer(_)));
+        match expired.on_authenticate(&authenticate(token(1).into_bytes()), &no_scram) {
+            Outcome::Answer(r) => {
+                assert_eq!(r.error_code, 0);
+                assert_eq!(&r.auth_bytes[..], br#"{"status":"invalid_token"}"#);
+            }
+            other => panic!("{other:?}"),
+        }
+        match expired.on_authenticate(&authenticate(vec![1]), &no_scram) {
+            Outcome::Out(r, why) => {
+                assert_eq!(r.error_code, ResponseError::SaslAuthenticationFailed.code());
+                assert!(why.contains("expired"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
