@@ -64,7 +64,10 @@ pub struct Signed {
 
 impl Validator {
     /// The validator `oauth` and the listener's JAAS options describe.
-    pub fn new(oauth: &OAuthConfig, jaas_options: &[(String, String)]) -> Result<Validator, String> {
+    pub fn new(
+        oauth: &OAuthConfig,
+        jaas_options: &[(String, String)],
+    ) -> Result<Validator, String> {
         if oauth.signed() {
             let url = oauth.jwks_endpoint_url.as_deref().ok_or_else(|| {
                 format!("{VALIDATOR_CALLBACK_HANDLER} needs sasl.oauthbearer.jwks.endpoint.url")
@@ -98,7 +101,8 @@ impl Validator {
         Ok(Validator::Unsecured(Unsecured {
             principal_claim: option("unsecuredValidatorPrincipalClaimName")
                 .unwrap_or_else(|| "sub".into()),
-            scope_claim: option("unsecuredValidatorScopeClaimName").unwrap_or_else(|| "scope".into()),
+            scope_claim: option("unsecuredValidatorScopeClaimName")
+                .unwrap_or_else(|| "scope".into()),
             required_scopes: option("unsecuredValidatorRequiredScope")
                 .map(|s| s.split_whitespace().map(str::to_string).collect())
                 .unwrap_or_default(),
@@ -154,7 +158,9 @@ pub fn bearer_token(message: &[u8]) -> Result<&str, String> {
             token = Some(t);
         }
     }
-    token.filter(|t| !t.is_empty()).ok_or_else(|| "no auth=Bearer <token> pair".into())
+    token
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| "no auth=Bearer <token> pair".into())
 }
 
 impl Unsecured {
@@ -234,10 +240,17 @@ impl Signed {
         }
         let text = std::fs::read(&self.jwks)
             .map_err(|e| format!("the JWKS file {}: {e}", self.jwks.display()))?;
-        let set: JwkSet = serde_json::from_slice(&text)
-            .map_err(|e| format!("the JWKS file {} is not a JWK set: {e}", self.jwks.display()))?;
+        let set: JwkSet = serde_json::from_slice(&text).map_err(|e| {
+            format!(
+                "the JWKS file {} is not a JWK set: {e}",
+                self.jwks.display()
+            )
+        })?;
         if set.keys.is_empty() {
-            return Err(format!("the JWKS file {} holds no key", self.jwks.display()));
+            return Err(format!(
+                "the JWKS file {} holds no key",
+                self.jwks.display()
+            ));
         }
         let set = Arc::new(set);
         *keys = Some((modified, set.clone()));
@@ -245,8 +258,8 @@ impl Signed {
     }
 
     fn validate(&self, token: &str) -> Result<String, String> {
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|e| format!("the token's header: {e}"))?;
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|e| format!("the token's header: {e}"))?;
         // Asymmetric algorithms only: a key set's public key is no HMAC secret.
         if !matches!(
             header.alg,
@@ -260,7 +273,10 @@ impl Signed {
                 | Algorithm::ES384
                 | Algorithm::EdDSA
         ) {
-            return Err(format!("the token's algorithm {:?} is not accepted", header.alg));
+            return Err(format!(
+                "the token's algorithm {:?} is not accepted",
+                header.alg
+            ));
         }
         let keys = self.keys()?;
         let jwk = match &header.kid {
@@ -323,7 +339,13 @@ mod tests {
         assert_eq!(bearer_token(&message("abc")).unwrap(), "abc");
         let with_extension = b"n,a=alice,\x01host=h\x01auth=Bearer t.k.\x01ext=1\x01\x01";
         assert_eq!(bearer_token(with_extension).unwrap(), "t.k.");
-        for bad in [&b"n,,auth=Bearer x"[..], b"p=x,,\x01auth=Bearer x\x01\x01", b"n,,\x01auth=Basic x\x01\x01", b"n,,\x01\x01", b"n,,\x01auth=Bearer x\x01"] {
+        for bad in [
+            &b"n,,auth=Bearer x"[..],
+            b"p=x,,\x01auth=Bearer x\x01\x01",
+            b"n,,\x01auth=Basic x\x01\x01",
+            b"n,,\x01\x01",
+            b"n,,\x01auth=Bearer x\x01",
+        ] {
             assert!(bearer_token(bad).is_err(), "{bad:?}");
         }
     }
@@ -331,9 +353,13 @@ mod tests {
     #[test]
     fn unsecured_tokens_are_checked_as_kafka_checks_them() {
         let now = 1_700_000_000_000;
-        let good = unsecured_token(r#"{"sub":"alice","exp":1700000100,"iat":1700000000,"scope":"a b"}"#);
+        let good =
+            unsecured_token(r#"{"sub":"alice","exp":1700000100,"iat":1700000000,"scope":"a b"}"#);
         assert_eq!(unsecured(&["a"]).validate(&good, now).unwrap(), "alice");
-        assert!(unsecured(&["c"]).validate(&good, now).is_err(), "missing scope");
+        assert!(
+            unsecured(&["c"]).validate(&good, now).is_err(),
+            "missing scope"
+        );
         let expired = unsecured_token(r#"{"sub":"alice","exp":1699999999}"#);
         assert!(unsecured(&[]).validate(&expired, now).is_err());
         let skewed = Unsecured {

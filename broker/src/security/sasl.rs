@@ -115,7 +115,10 @@ enum State {
     },
     /// An OAUTHBEARER token refused and RFC 7628's error sent; waiting for the client's `\x01`
     /// before failing (`why` for the log).
-    OAuthRefused { why: String, raw: bool },
+    OAuthRefused {
+        why: String,
+        raw: bool,
+    },
     Authenticated,
 }
 
@@ -301,9 +304,11 @@ impl Authenticator {
                     Err(why) => {
                         // RFC 7628: the error, then the client's \x01, then the failure.
                         self.state = State::OAuthRefused { why, raw };
-                        Outcome::Answer(SaslAuthenticateResponse::default().with_auth_bytes(
-                            Bytes::from_static(super::oauthbearer::INVALID_TOKEN),
-                        ))
+                        Outcome::Answer(
+                            SaslAuthenticateResponse::default().with_auth_bytes(
+                                Bytes::from_static(super::oauthbearer::INVALID_TOKEN),
+                            ),
+                        )
                     }
                 }
             }
@@ -408,12 +413,17 @@ mod tests {
         };
         let handshake = SaslHandshakeRequest::default()
             .with_mechanism(StrBytes::from_static_str("OAUTHBEARER"));
-        let authenticate = |bytes: Vec<u8>| {
-            SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes))
-        };
+        let authenticate =
+            |bytes: Vec<u8>| SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(bytes));
         let mut good = Authenticator::new(server.clone());
-        assert!(matches!(good.on_handshake(&handshake, 1), Outcome::Answer(_)));
-        match good.on_authenticate(&authenticate(token(u64::MAX / 2000).into_bytes()), &no_scram) {
+        assert!(matches!(
+            good.on_handshake(&handshake, 1),
+            Outcome::Answer(_)
+        ));
+        match good.on_authenticate(
+            &authenticate(token(u64::MAX / 2000).into_bytes()),
+            &no_scram,
+        ) {
             Outcome::In(r, principal) => {
                 assert_eq!(principal, "User:carol");
                 assert!(r.auth_bytes.is_empty() && r.error_code == 0);
@@ -421,7 +431,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let mut expired = Authenticator::new(server);
-        assert!(matches!(expired.on_handshake(&handshake, 1), Outcome::Answer(_)));
+        assert!(matches!(
+            expired.on_handshake(&handshake, 1),
+            Outcome::Answer(_)
+        ));
         match expired.on_authenticate(&authenticate(token(1).into_bytes()), &no_scram) {
             Outcome::Answer(r) => {
                 assert_eq!(r.error_code, 0);
