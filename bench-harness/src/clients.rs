@@ -40,10 +40,19 @@ impl ProducerContext for Reports {
     }
 }
 
-pub fn producer_config(bootstrap: &str, w: &Workload) -> ClientConfig {
+/// A client of the broker at `bootstrap`, with the workload's properties for every client.
+pub fn client(bootstrap: &str, w: &Workload) -> ClientConfig {
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("acks", &w.acks)
+    c.set("bootstrap.servers", bootstrap);
+    for (k, v) in &w.client_config {
+        c.set(k, v);
+    }
+    c
+}
+
+pub fn producer_config(bootstrap: &str, w: &Workload) -> ClientConfig {
+    let mut c = client(bootstrap, w);
+    c.set("acks", &w.acks)
         .set("compression.type", &w.compression)
         .set("batch.size", w.batch_size.to_string())
         .set("linger.ms", w.linger_ms.to_string())
@@ -64,9 +73,8 @@ pub fn producer_config(bootstrap: &str, w: &Workload) -> ClientConfig {
 }
 
 pub fn consumer_config(bootstrap: &str, group: &str, w: &Workload) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("group.id", group)
+    let mut c = client(bootstrap, w);
+    c.set("group.id", group)
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "true");
     if w.transactional {

@@ -27,7 +27,6 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 
@@ -375,7 +374,7 @@ impl<'a> Session<'a> {
         self.stop_consumers.store(true, Ordering::Relaxed);
         join_all(std::mem::take(&mut self.consumers));
         if !keep_topics {
-            if let Err(e) = delete_topics(self.bootstrap, &self.topics) {
+            if let Err(e) = delete_topics(self.bootstrap, &self.topics, self.w) {
                 eprintln!("sluice-bench: {e:#}");
             }
         }
@@ -593,15 +592,14 @@ fn ms(us: u64) -> String {
     format!("{:.2} ms", us as f64 / 1000.0)
 }
 
-fn admin(bootstrap: &str) -> anyhow::Result<AdminClient<DefaultClientContext>> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
+fn admin(bootstrap: &str, w: &Workload) -> anyhow::Result<AdminClient<DefaultClientContext>> {
+    clients::client(bootstrap, w)
         .create()
         .context("creating an admin client")
 }
 
 fn create_topics(bootstrap: &str, topics: &[String], w: &Workload) -> anyhow::Result<()> {
-    let admin = admin(bootstrap)?;
+    let admin = admin(bootstrap, w)?;
     let new: Vec<NewTopic> = topics
         .iter()
         .map(|t| {
@@ -625,9 +623,7 @@ fn create_topics(bootstrap: &str, topics: &[String], w: &Workload) -> anyhow::Re
         }
     }
     // Wait until metadata shows every partition with a leader.
-    let probe: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()?;
+    let probe: BaseConsumer = clients::client(bootstrap, w).create()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     for topic in topics {
         loop {
@@ -655,8 +651,8 @@ fn create_topics(bootstrap: &str, topics: &[String], w: &Workload) -> anyhow::Re
     Ok(())
 }
 
-fn delete_topics(bootstrap: &str, topics: &[String]) -> anyhow::Result<()> {
-    let admin = admin(bootstrap)?;
+fn delete_topics(bootstrap: &str, topics: &[String], w: &Workload) -> anyhow::Result<()> {
+    let admin = admin(bootstrap, w)?;
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(60)));
     for result in futures_lite::future::block_on(admin.delete_topics(&names, &options))? {

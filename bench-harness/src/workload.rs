@@ -91,6 +91,8 @@ pub struct Workload {
     /// Extra librdkafka properties for producers and consumers.
     pub producer_config: BTreeMap<String, String>,
     pub consumer_config: BTreeMap<String, String>,
+    /// librdkafka properties for every client, the admin client too (e.g. TLS's).
+    pub client_config: BTreeMap<String, String>,
 }
 
 impl Default for Workload {
@@ -132,6 +134,7 @@ impl Default for Workload {
             topic_config: BTreeMap::new(),
             producer_config: BTreeMap::new(),
             consumer_config: BTreeMap::new(),
+            client_config: BTreeMap::new(),
         }
     }
 }
@@ -248,6 +251,10 @@ pub struct Cli {
     /// An extra librdkafka consumer property, `name=value`; repeatable.
     #[arg(long, value_parser = key_value)]
     pub consumer_config: Vec<(String, String)>,
+    /// A librdkafka property for every client (producers, consumers and the admin client),
+    /// `name=value`, e.g. `security.protocol=SSL`; repeatable.
+    #[arg(long, value_parser = key_value)]
+    pub client_config: Vec<(String, String)>,
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {
@@ -317,6 +324,7 @@ impl Cli {
             .extend(self.producer_config.iter().cloned());
         w.consumer_config
             .extend(self.consumer_config.iter().cloned());
+        w.client_config.extend(self.client_config.iter().cloned());
         w.check()?;
         Ok(w)
     }

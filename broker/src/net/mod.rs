@@ -638,7 +638,8 @@ pub async fn loopback(shard: Rc<Shard>, frame: Bytes) -> std::io::Result<Vec<u8>
     let identity = Identity {
         zero_copy: false,
         principal: Rc::from(crate::handlers::authz::NODE_PRINCIPAL),
-        listener: Rc::from(shard.config().listener_name.as_str()),
+        // It stands in for a call from another broker.
+        listener: Rc::from(shard.config().inter_broker_listener()),
         throttled_until: Rc::new(Cell::new(Instant::now())),
     };
     let task = prepare(&shard, body, None, identity, chain.next())
