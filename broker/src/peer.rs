@@ -144,7 +144,7 @@ fn dialer(route: Route) -> Option<Arc<Dialer>> {
 /// A link to another node: the socket, or a TLS session over it.
 pub enum Link {
     Plain(TcpStream),
-    Tls(Box<futures_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<futures_rustls::client::TlsStream<crate::security::tls::Buffered<TcpStream>>>),
 }
 
 impl AsyncRead for Link {
@@ -202,6 +202,7 @@ pub async fn connect(addr: &str, route: Route) -> std::io::Result<Link> {
             let name = rustls_pki_types::ServerName::try_from(host.to_string())
                 .map_err(|_| std::io::Error::other(format!("{host} is not a TLS server name")))?;
             let connector = futures_rustls::TlsConnector::from(config.clone());
+            let stream = crate::security::tls::buffered(stream);
             let session = within(
                 CONNECT_TIMEOUT,
                 "TLS handshake",

@@ -218,7 +218,13 @@ impl Transport {
                             None => secured(&me, stream, inbound, &security, peer, crate::security::sasl::ANONYMOUS.to_string()).await,
                             Some(acceptor) => {
                                 let handshake = futures_lite::future::or(
-                                    async { Some(acceptor.accept(stream).await) },
+                                    async {
+                                        Some(
+                                            acceptor
+                                                .accept(crate::security::tls::buffered(stream))
+                                                .await,
+                                        )
+                                    },
                                     async {
                                         glommio::timer::sleep(security.handshake_timeout).await;
                                         None

@@ -362,9 +362,10 @@ async fn handshake(
     acceptor: futures_rustls::TlsAcceptor,
     stream: TcpStream,
     peer: Option<SocketAddr>,
-) -> Option<futures_rustls::server::TlsStream<TcpStream>> {
+) -> Option<futures_rustls::server::TlsStream<tls::Buffered<TcpStream>>> {
     let idle = Duration::from_millis(shard.config().connections_max_idle_ms);
     let _ = stream.set_nodelay(true);
+    let stream = tls::buffered(stream);
     let done = futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
         glommio::timer::sleep(idle).await;
         None

@@ -28,6 +28,18 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::config::security::{ClientAuth, SslConfig};
 
+/// The socket's read buffer under a TLS session: rustls reads 4 KiB at a time, and without it
+/// each 4 KiB would be a receive of its own.
+pub const READ_BUFFER: usize = 64 << 10;
+
+/// A socket read through [`READ_BUFFER`], for a TLS session over it.
+pub type Buffered<S> = futures_lite::io::BufReader<S>;
+
+/// `stream` with its read buffer.
+pub fn buffered<S: futures_lite::AsyncRead>(stream: S) -> Buffered<S> {
+    futures_lite::io::BufReader::with_capacity(READ_BUFFER, stream)
+}
+
 /// How often a shard looks whether the key material's files changed.
 pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
 
