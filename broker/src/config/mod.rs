@@ -745,7 +745,8 @@ impl BrokerConfig {
             self.validate_listener(&l.name, self.security_protocol_of(&l.name)?)?;
         }
         let inter = self.inter_broker_listener();
-        if !self.broker_listeners.iter().any(|l| l.name == inter) {
+        // A controller-only node serves no broker listener and dials no broker.
+        if self.process_roles.broker && !self.broker_listeners.iter().any(|l| l.name == inter) {
             anyhow::bail!(
                 "inter.broker.listener.name {inter} is not one of listeners ({})",
                 self.broker_listeners
@@ -755,13 +756,15 @@ impl BrokerConfig {
                     .join(", ")
             );
         }
-        if self.is_cluster() {
+        if self.is_cluster() && self.process_roles.broker {
             self.validate_login(
                 inter,
                 self.security_protocol_of(inter)?,
                 "sasl.mechanism.inter.broker.protocol",
                 &self.sasl_mechanism_inter_broker_protocol,
             )?;
+        }
+        if self.is_cluster() {
             let controller = self.controller_listener_name();
             let protocol = self.controller_security_protocol();
             if self.process_roles.controller {
