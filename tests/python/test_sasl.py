@@ -352,7 +352,7 @@ def run_sluice(*args: str) -> str:
 
 
 def test_bad_sasl_settings_stop_the_start():
-    assert "GSSAPI is not a mechanism Sluice runs (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)" in run_sluice()
+    assert "GSSAPI is not a mechanism Sluice runs (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)" in run_sluice()
     assert "SCRAM-SHA-256 takes org.apache.kafka.common.security.scram.ScramLoginModule" in run_sluice(
         "--sasl-enabled-mechanisms", "SCRAM-SHA-256", "--override", f"listener.name.client.scram-sha-256.sasl.jaas.config={JAAS}")
     assert "set listener.name.client.plain.sasl.jaas.config" in run_sluice("--sasl-enabled-mechanisms", "PLAIN")
