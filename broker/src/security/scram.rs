@@ -74,6 +74,26 @@ impl Mechanism {
     }
 
     /// Hi(password, salt, iterations): the salted password (PBKDF2).
+    /// The client's proof for the exchange `auth` (RFC 5802's AuthMessage) from the salted
+    /// password, and the server-final message (`v=<server signature>`) that proves the server
+    /// knows it too.
+    pub fn client_proof(self, salted: &[u8], auth: &str) -> (Vec<u8>, Vec<u8>) {
+        let client_key = self.mac(salted, b"Client Key");
+        let stored = digest::digest(self.digest(), &client_key);
+        let signature = self.mac(stored.as_ref(), auth.as_bytes());
+        let proof = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        let server_key = self.mac(salted, b"Server Key");
+        let expected = format!(
+            "v={}",
+            BASE64.encode(self.mac(&server_key, auth.as_bytes()))
+        );
+        (proof, expected.into_bytes())
+    }
+
     pub fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
         let mut out = vec![0; self.digest().output_len()];
         let iterations = std::num::NonZeroU32::new(iterations.max(1)).expect("at least 1");
@@ -171,17 +191,8 @@ impl ClientExchange {
         let salted = m.salted_password(self.password.as_bytes(), &salt, iterations);
         let without_proof = format!("c={},r={nonce}", BASE64.encode("n,,"));
         let auth = format!("{},{server_first},{without_proof}", self.first_bare);
-        let client_key = m.mac(&salted, b"Client Key");
-        let stored = digest::digest(m.digest(), &client_key);
-        let signature = m.mac(stored.as_ref(), auth.as_bytes());
-        let proof: Vec<u8> = client_key
-            .iter()
-            .zip(&signature)
-            .map(|(a, b)| a ^ b)
-            .collect();
-        let server_key = m.mac(&salted, b"Server Key");
-        self.expected =
-            Some(format!("v={}", BASE64.encode(m.mac(&server_key, auth.as_bytes()))).into_bytes());
+        let (proof, expected) = m.client_proof(&salted, &auth);
+        self.expected = Some(expected);
         Ok(format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes())
     }
 
@@ -458,19 +469,10 @@ pub mod tests {
                 self.echo_prefix
             );
             let auth = format!("{},{server_first},{without_proof}", self.first_bare);
-            let client_key = m.mac(&salted, b"Client Key");
-            let stored = digest::digest(m.digest(), &client_key);
-            let signature = m.mac(stored.as_ref(), auth.as_bytes());
-            let proof: Vec<u8> = client_key
-                .iter()
-                .zip(&signature)
-                .map(|(a, b)| a ^ b)
-                .collect();
-            let server_key = m.mac(&salted, b"Server Key");
-            let expected = format!("v={}", BASE64.encode(m.mac(&server_key, auth.as_bytes())));
+            let (proof, expected) = m.client_proof(&salted, &auth);
             (
                 format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes(),
-                expected.into_bytes(),
+                expected,
             )
         }
     }
