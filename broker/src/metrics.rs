@@ -51,6 +51,11 @@ pub struct Metrics {
     /// unknown user); TLS handshakes that failed count as failed too, as in Kafka.
     pub successful_authentication: AtomicU64,
     pub failed_authentication: AtomicU64,
+    /// Re-authentications (KIP-368) that succeeded and that failed, and connections closed for
+    /// a request after their session expired.
+    pub successful_reauthentication: AtomicU64,
+    pub failed_reauthentication: AtomicU64,
+    pub expired_connections_killed: AtomicU64,
 }
 
 impl Metrics {
@@ -146,6 +151,21 @@ impl Metrics {
             "kafka_server_socket_server_metrics_failed_authentication",
             "SASL logins and TLS handshakes that failed",
             counter(&self.failed_authentication),
+        );
+        registry.register(
+            "kafka_server_socket_server_metrics_successful_reauthentication",
+            "SASL re-authentications (KIP-368) that succeeded",
+            counter(&self.successful_reauthentication),
+        );
+        registry.register(
+            "kafka_server_socket_server_metrics_failed_reauthentication",
+            "SASL re-authentications (KIP-368) that failed",
+            counter(&self.failed_reauthentication),
+        );
+        registry.register(
+            "kafka_server_socket_server_metrics_expired_connections_killed_count",
+            "Connections closed because a request came after their SASL session expired",
+            counter(&self.expired_connections_killed),
         );
         let lag = Family::<Vec<(String, String)>, Gauge>::default();
         let lag_sum = Family::<Vec<(String, String)>, Gauge>::default();

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -190,9 +190,19 @@ impl AsyncWrite for Link {
 /// Opens a link to `addr` on `route`: connected, its TLS handshake done and this node logged
 /// in, within the connect timeout each.
 pub async fn connect(addr: &str, route: Route) -> std::io::Result<Link> {
+    Ok(connect_for_session(addr, route).await?.0)
+}
+
+/// [`connect`], and when a link kept open should be replaced by a new one: before the end of
+/// its SASL session, when the other node's sessions end (KIP-368, `connections.max.reauth.ms`),
+/// since this node does not log in again on a link it has; `None`: never.
+pub async fn connect_for_session(
+    addr: &str,
+    route: Route,
+) -> std::io::Result<(Link, Option<Instant>)> {
     let stream = connect_tcp(addr).await?;
     let Some(dialer) = dialer(route) else {
-        return Ok(Link::Plain(stream));
+        return Ok((Link::Plain(stream), None));
     };
     let mut link = match &dialer.tls {
         None => Link::Plain(stream),
@@ -212,8 +222,15 @@ pub async fn connect(addr: &str, route: Route) -> std::io::Result<Link> {
             Link::Tls(Box::new(session))
         }
     };
+    let mut renew = None;
     if let Some(login) = &dialer.login {
-        if let Err(e) = within(CONNECT_TIMEOUT, "SASL login", sasl_login(&mut link, login)).await {
+        let logged_in = within(CONNECT_TIMEOUT, "SASL login", sasl_login(&mut link, login)).await;
+        if let Ok(Some(lifetime)) = logged_in {
+            // Kafka's clients renew at 85 to 95% of the session: here at 80%, a fetch's wait
+            // (replica.fetch.wait.max.ms) before it.
+            renew = Some(Instant::now() + lifetime.mul_f64(0.8));
+        }
+        if let Err(e) = logged_in {
             if e.kind() == std::io::ErrorKind::PermissionDenied {
                 if let Some(suppressed) = LOGIN_REFUSALS.due(LOGIN_REFUSAL_LOG_INTERVAL) {
                     // Kafka's brokers log a refused inter-broker login as an error, each time.
@@ -223,7 +240,7 @@ pub async fn connect(addr: &str, route: Route) -> std::io::Result<Link> {
             return Err(e);
         }
     }
-    Ok(link)
+    Ok((link, renew))
 }
 
 /// `fut`, or a timed-out error naming `what` after `timeout`.
@@ -242,8 +259,9 @@ async fn within<T>(
     .await
 }
 
-/// Logs in over `link` with SaslHandshake (version 1) and SaslAuthenticate requests.
-async fn sasl_login(link: &mut Link, login: &Login) -> std::io::Result<()> {
+/// Logs in over `link` with SaslHandshake (version 1) and SaslAuthenticate requests; the
+/// session's lifetime, when the other node gives it one.
+async fn sasl_login(link: &mut Link, login: &Login) -> std::io::Result<Option<Duration>> {
     let refused = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
     let handshake = RequestKind::SaslHandshake(
         SaslHandshakeRequest::default()
@@ -265,7 +283,7 @@ async fn sasl_login(link: &mut Link, login: &Login) -> std::io::Result<()> {
             ))
         }
     }
-    match crate::security::scram::Mechanism::from_name(&login.mechanism) {
+    let (_, lifetime) = match crate::security::scram::Mechanism::from_name(&login.mechanism) {
         None => {
             // PLAIN: authorization id (none), user, password.
             let mut token = Vec::with_capacity(2 + login.user.len() + login.password.len());
@@ -273,7 +291,7 @@ async fn sasl_login(link: &mut Link, login: &Login) -> std::io::Result<()> {
             token.extend_from_slice(login.user.as_bytes());
             token.push(0);
             token.extend_from_slice(login.password.as_bytes());
-            authenticate(link, login, 2, token).await?;
+            authenticate(link, login, 2, token).await?
         }
         Some(mechanism) => {
             let mut scram = crate::security::scram::ClientExchange::new(
@@ -281,27 +299,33 @@ async fn sasl_login(link: &mut Link, login: &Login) -> std::io::Result<()> {
                 &login.user,
                 &login.password,
             );
-            let server_first = authenticate(link, login, 2, scram.first()).await?;
+            let (server_first, _) = authenticate(link, login, 2, scram.first()).await?;
             let last = scram.last(&server_first).map_err(refused)?;
-            let server_final = authenticate(link, login, 3, last).await?;
+            let (server_final, lifetime) = authenticate(link, login, 3, last).await?;
             scram.verify(&server_final).map_err(refused)?;
+            (server_final, lifetime)
         }
-    }
-    Ok(())
+    };
+    Ok(lifetime)
 }
 
-/// One SaslAuthenticate round: `token` sent, the server's answer back.
+/// One SaslAuthenticate round: `token` sent, the server's answer back, and the session's
+/// lifetime if the server gave one.
 async fn authenticate(
     link: &mut Link,
     login: &Login,
     correlation_id: i32,
     token: Vec<u8>,
-) -> std::io::Result<Bytes> {
+) -> std::io::Result<(Bytes, Option<Duration>)> {
     let request = RequestKind::SaslAuthenticate(
         SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token)),
     );
     match exchange(link, ApiKey::SaslAuthenticate, 2, correlation_id, &request).await? {
-        ResponseKind::SaslAuthenticate(r) if r.error_code == 0 => Ok(r.auth_bytes),
+        ResponseKind::SaslAuthenticate(r) if r.error_code == 0 => {
+            let lifetime = (r.session_lifetime_ms > 0)
+                .then(|| Duration::from_millis(r.session_lifetime_ms as u64));
+            Ok((r.auth_bytes, lifetime))
+        }
         ResponseKind::SaslAuthenticate(r) => Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             format!(
@@ -386,12 +410,20 @@ pub fn set_user_timeout(stream: &TcpStream, timeout: Duration) -> std::io::Resul
 pub async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     reader: &mut R,
 ) -> std::io::Result<Vec<u8>> {
+    read_frame_within(reader, FRAME_MAX).await
+}
+
+/// [`read_frame`], with frames larger than `max` an error before anything is allocated.
+pub async fn read_frame_within<R: futures_lite::AsyncRead + Unpin>(
+    reader: &mut R,
+    max: usize,
+) -> std::io::Result<Vec<u8>> {
     let mut size = [0u8; 4];
     reader.read_exact(&mut size).await?;
     let size = i32::from_be_bytes(size);
     let size = usize::try_from(size)
         .ok()
-        .filter(|&s| s <= FRAME_MAX)
+        .filter(|&s| s <= max)
         .ok_or_else(|| std::io::Error::other(format!("frame size {size} out of bounds")))?;
     let mut body = vec![0u8; size];
     reader.read_exact(&mut body).await?;

@@ -383,7 +383,107 @@ def test_sasl_frames_that_lie_about_their_sizes_close_only_their_connection(brok
             answered = read_frames(s, 3)
             assert len(answered) <= 1, answered
             assert closed_within(s, 5) is not None
+    # A frame of 600 KiB, under socket.request.max.bytes but over sasl.server.max.receive.size
+    # (512 KiB): closed at once before authentication, its body not awaited; after it, awaited.
+    big = struct.pack(">i", 600 << 10) + struct.pack(">hhi", 3, 1, 9)
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        s.sendall(big)
+        assert closed_within(s, 5) is not None
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        s.sendall(handshake(1, "PLAIN") + authenticate(2, f"\0alice\0{ALICE_PW}".encode()))
+        assert len(read_frames(s, 2)) == 2
+        s.sendall(big)
+        assert closed_within(s, 1.5) is None
     with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
         s.sendall(handshake(1, "PLAIN") + authenticate(2, f"\0alice\0{ALICE_PW}".encode()) + metadata(3))
         frames = read_frames(s, 3)
         assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2, 3]
+
+
+def sasl_authenticate_answer(frame: bytes) -> tuple[int, int]:
+    """A SaslAuthenticate v1 response frame: its error code and session lifetime."""
+    (error,) = struct.unpack(">h", frame[4:6])
+    at = 6
+    (n,) = struct.unpack(">h", frame[at:at + 2])
+    at += 2 + max(n, 0)
+    (n,) = struct.unpack(">i", frame[at:at + 4])
+    at += 4 + max(n, 0)
+    (lifetime,) = struct.unpack(">q", frame[at:at + 8])
+    return error, lifetime
+
+
+def login(s: socket.socket, corr: int, user: str, password: str) -> tuple[int, int]:
+    s.sendall(handshake(corr, "PLAIN") + authenticate(corr + 1, f"\0{user}\0{password}".encode()))
+    frames = read_frames(s, 2)
+    assert len(frames) == 2, frames
+    assert struct.unpack(">ih", frames[0][:6]) == (corr, 0)
+    return sasl_authenticate_answer(frames[1])
+
+
+def test_sessions_end_unless_the_client_logs_in_again():
+    """KIP-368 with connections.max.reauth.ms: the session's lifetime comes in the
+    SaslAuthenticate response; the client logs in again on its connection (same principal only)
+    and goes on; a request after the session ended closes the connection. librdkafka renews its
+    sessions by itself, and a producer and a consumer run through several of them."""
+    metrics_port = free_port()
+    b = sasl_broker("sasl-reauth", args=["--override", "connections.max.reauth.ms=2000",
+                                         "--metrics-listener", f"127.0.0.1:{metrics_port}"])
+    b.start()
+    try:
+        with socket.create_connection(("127.0.0.1", b.port), timeout=10) as s:
+            assert login(s, 1, "alice", ALICE_PW) == (0, 2000)
+            time.sleep(1.2)
+            s.sendall(metadata(3))
+            assert struct.unpack(">i", read_frames(s, 1)[0][:4])[0] == 3
+            assert login(s, 4, "alice", ALICE_PW) == (0, 2000)
+            time.sleep(1.2)  # past the first session's end, within the second's
+            s.sendall(metadata(6))
+            assert struct.unpack(">i", read_frames(s, 1)[0][:4])[0] == 6
+            time.sleep(1.2)  # past the second's
+            s.sendall(metadata(7))
+            assert read_frames(s, 1) == []
+        with socket.create_connection(("127.0.0.1", b.port), timeout=10) as s:
+            assert login(s, 1, "alice", ALICE_PW) == (0, 2000)
+            time.sleep(1.1)
+            s.sendall(handshake(3, "PLAIN") + authenticate(4, f"\0admin\0{ADMIN_PW}".encode()))
+            frames = read_frames(s, 2)
+            assert sasl_authenticate_answer(frames[1])[0] == 58  # SASL_AUTHENTICATION_FAILED
+            assert closed_within(s, 5) is not None
+        config = sasl_client()
+        a = admin(b.bootstrap, **config)
+        a.create_topics([NewTopic("renewed", num_partitions=2, replication_factor=1)])["renewed"].result(10)
+        p = Producer({"bootstrap.servers": b.bootstrap, **config, "acks": "all", "linger.ms": 5})
+        c = Consumer({"bootstrap.servers": b.bootstrap, **config, "group.id": "renewing",
+                      "auto.offset.reset": "earliest"})
+        c.subscribe(["renewed"])
+        errors = []
+        got = []
+        sent = 0
+        deadline = time.monotonic() + 7
+        while time.monotonic() < deadline:
+            p.produce("renewed", value=b"r%d" % sent, partition=sent % 2,
+                      on_delivery=lambda e, m: e is None or errors.append(e))
+            sent += 1
+            p.poll(0)
+            m = c.poll(0.05)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        assert p.flush(30) == 0
+        deadline = time.monotonic() + 30
+        while len(got) < sent and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        c.close()
+        assert errors == []
+        assert sent > 50
+        assert sorted(got) == sorted(b"r%d" % i for i in range(sent))
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        values = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+                  if line.startswith("kafka_server_socket_server_metrics_")}
+        assert values["kafka_server_socket_server_metrics_successful_reauthentication_total"] >= 3, values
+        assert values["kafka_server_socket_server_metrics_failed_reauthentication_total"] == 1, values
+        assert values["kafka_server_socket_server_metrics_expired_connections_killed_count_total"] == 1, values
+    finally:
+        b.stop()
+        b.remove()

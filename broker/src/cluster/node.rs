@@ -222,8 +222,12 @@ impl ClusterNode {
                 },
                 sasl: if protocol.sasl() {
                     Some(Rc::new(
+                        // Its sessions last as long as their connections: the raft links
+                        // do not log in again (connections.max.reauth.ms is for the brokers'
+                        // listeners).
                         crate::security::sasl::SaslServer::new(&config, name)
-                            .map_err(|e| anyhow::anyhow!("{e}"))?,
+                            .map_err(|e| anyhow::anyhow!("{e}"))?
+                            .with_max_reauth_ms(0),
                     ))
                 } else {
                     None
@@ -233,6 +237,7 @@ impl ClusterNode {
                 ),
                 handshake_timeout: Duration::from_millis(config.connections_max_idle_ms)
                     .min(CONTROLLER_HANDSHAKE_TIMEOUT),
+                max_receive_size: config.sasl.max_receive_size,
                 principal_mapper: crate::security::principal::PrincipalMapper::parse(
                     &config.ssl.principal_mapping_rules,
                 )

@@ -29,7 +29,9 @@ use futures_lite::AsyncWriteExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpListener;
 
-use crate::peer::{connect, read_frame, set_user_timeout, Route, INTERNODE_USER_TIMEOUT};
+use crate::peer::{
+    connect, read_frame, read_frame_within, set_user_timeout, Route, INTERNODE_USER_TIMEOUT,
+};
 use crate::security::{before_auth, BeforeAuth};
 use futures_lite::{AsyncRead, AsyncWrite};
 use sluice_replication::quorum::{codec, node_id_of, raft_id, Message};
@@ -68,6 +70,8 @@ pub struct ListenerSecurity {
     pub failed_authentication_delay: Duration,
     /// How long a connection may take to finish its handshake and login.
     pub handshake_timeout: Duration,
+    /// `sasl.server.max.receive.size`: the largest frame read before the login.
+    pub max_receive_size: usize,
     /// `ssl.principal.mapping.rules`, for a client certificate without SASL.
     pub principal_mapper: crate::security::principal::PrincipalMapper,
 }
@@ -324,9 +328,14 @@ where
     let mut auth = crate::security::sasl::Authenticator::new(server.clone());
     loop {
         let body = Bytes::from(
-            read_frame(stream)
+            read_frame_within(stream, security.max_receive_size)
                 .await
-                .map_err(|_| "closed before its SASL login")?,
+                .map_err(|e| {
+                    if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                        tracing::info!(?peer, error = %e, "no SASL login on the CONTROLLER listener (sasl.server.max.receive.size bounds its frames); closing the connection");
+                    }
+                    "closed before its SASL login"
+                })?,
         );
         let scram = |user: &str, mechanism: i8| inbound.scram_credential(user, mechanism);
         let step = before_auth(&mut auth, &body, &scram).map_err(|e| {

@@ -34,6 +34,12 @@ pub enum Header {
     UnsupportedApiVersions { correlation_id: i32 },
 }
 
+/// The API key of a request's body (after the size), if it names one.
+pub fn api_key(body: &[u8]) -> Option<ApiKey> {
+    let raw = i16::from_be_bytes(body.get(..2)?.try_into().ok()?);
+    ApiKey::try_from(raw).ok()
+}
+
 /// Decodes the request header at the front of `body` and leaves `body` at the request body.
 /// An unknown API key, an unsupported version (other than ApiVersions') or a malformed header
 /// is an error: the connection closes.

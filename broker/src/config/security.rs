@@ -225,6 +225,11 @@ pub struct SaslConfig {
     pub jaas: Vec<(String, String, Jaas)>,
     /// `connection.failed.authentication.delay.ms`
     pub failed_authentication_delay_ms: u64,
+    /// `sasl.server.max.receive.size`: the largest frame read before a client authenticated.
+    pub max_receive_size: usize,
+    /// `connections.max.reauth.ms`: how long an authenticated session lasts before the client
+    /// must log in again on its connection (KIP-368); 0, for ever.
+    pub max_reauth_ms: u64,
     /// `sasl.oauthbearer.*`
     pub oauth: OAuthConfig,
 }
@@ -245,6 +250,8 @@ impl fmt::Debug for SaslConfig {
                 "failed_authentication_delay_ms",
                 &self.failed_authentication_delay_ms,
             )
+            .field("max_receive_size", &self.max_receive_size)
+            .field("max_reauth_ms", &self.max_reauth_ms)
             .finish()
     }
 }

@@ -389,6 +389,45 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         get: |c| show(c.sasl.failed_authentication_delay_ms),
     },
     Setting {
+        name: "sasl.server.max.receive.size",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("524288"),
+        doc: "The largest request a SASL listener reads before the client authenticated \
+              (ApiVersions and the SASL requests): a larger size closes the connection before \
+              anything is allocated for it, so that no one who has not logged in makes the \
+              broker hold socket.request.max.bytes.",
+        set: |c, v| {
+            let size: u64 = number("sasl.server.max.receive.size", v)?;
+            if size == 0 || size > i32::MAX as u64 {
+                return Err(format!("sasl.server.max.receive.size must be in 1..={}", i32::MAX));
+            }
+            c.sasl.max_receive_size = size as usize;
+            Ok(())
+        },
+        get: |c| show(c.sasl.max_receive_size),
+    },
+    Setting {
+        name: "connections.max.reauth.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Long,
+        default: Some("0"),
+        doc: "KIP-368: when positive, a SASL session lasts this long (or until its OAUTHBEARER \
+              token expires, if sooner); the SaslAuthenticate response tells the client, which \
+              logs in again on the same connection before then (SaslHandshake and \
+              SaslAuthenticate, same mechanism and principal). A request that comes after its \
+              session expired closes the connection (counted in \
+              kafka_server_socket_server_metrics_expired_connections_killed_count_total). 0: sessions \
+              last as long as their connection, unless an OAUTHBEARER token's expiry ends them.",
+        set: |c, v| {
+            c.sasl.max_reauth_ms = number("connections.max.reauth.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.sasl.max_reauth_ms),
+    },
+    Setting {
         name: "ssl.keystore.type",
         flag: None,
         dynamic: false,

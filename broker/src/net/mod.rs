@@ -484,6 +484,8 @@ where
     let mut idle_at: Option<&'static str> = None;
     // Muted by a quota until then (`crate::quota`): nothing more is read before it.
     let throttled_until = Rc::new(Cell::new(Instant::now()));
+    // When the SASL session ends unless the client logs in again (KIP-368).
+    let mut session_expires: Option<Instant> = None;
     let result: anyhow::Result<&'static str> = loop {
         let muted = throttled_until
             .get()
@@ -506,6 +508,18 @@ where
             Some(Ok(())) => {}
         }
         let size = i32::from_be_bytes(size);
+        if auth.as_ref().is_some_and(|a| !a.authenticated())
+            && frame::body_len(size, config.sasl.max_receive_size as u32).is_none()
+        {
+            // Before the login, no one makes the broker hold socket.request.max.bytes.
+            tracing::warn!(
+                ?peer,
+                size,
+                max = config.sasl.max_receive_size,
+                "frame size out of bounds before SASL authentication (sasl.server.max.receive.size); closing the connection"
+            );
+            break Ok("frame size out of bounds before authentication");
+        }
         if frame::body_len(size, max).is_none() {
             tracing::warn!(
                 ?peer,
@@ -530,6 +544,16 @@ where
         progress.set(Instant::now());
         requests += 1;
         let body = Bytes::from(body);
+        if let Some(auth) = auth.as_mut() {
+            // KIP-368: a SaslHandshake from a client already in renews its session.
+            if auth.authenticated()
+                && frame::api_key(&body) == Some(ApiKey::SaslHandshake)
+                && auth.begin_reauthentication(Instant::now())
+            {
+                tracing::debug!(target: TARGET, ?peer, %principal, "SASL re-authentication begins");
+            }
+        }
+        let expired = session_expires.is_some_and(|at| Instant::now() >= at);
         if let Some(auth) = auth.as_mut().filter(|a| !a.authenticated()) {
             // SCRAM credentials as the metadata image holds them now.
             let image = shard.image();
@@ -537,6 +561,7 @@ where
                 let cluster = image.cluster.as_ref()?;
                 cluster.scram.get(&(user.to_string(), mechanism)).cloned()
             };
+            let reauthenticating = auth.reauthenticating();
             let step = match before_auth(auth, &body, &scram) {
                 Ok(step) => step,
                 Err(e) => {
@@ -550,8 +575,16 @@ where
                 BeforeAuth::Serve => (None, None),
                 BeforeAuth::Answer(frame) => (Some(frame), None),
                 BeforeAuth::In(frame, who) => {
-                    crate::metrics::Metrics::count(&metrics.successful_authentication, 1);
-                    tracing::debug!(target: TARGET, ?peer, principal = %who, "SASL authentication succeeded");
+                    if reauthenticating {
+                        crate::metrics::Metrics::count(&metrics.successful_reauthentication, 1);
+                        tracing::debug!(target: TARGET, ?peer, principal = %who, "SASL re-authentication succeeded");
+                    } else {
+                        crate::metrics::Metrics::count(&metrics.successful_authentication, 1);
+                        tracing::debug!(target: TARGET, ?peer, principal = %who, "SASL authentication succeeded");
+                    }
+                    session_expires = auth
+                        .session_lifetime_ms()
+                        .map(|ms| Instant::now() + Duration::from_millis(ms));
                     principal = Rc::from(who);
                     (Some(frame), None)
                 }
@@ -567,11 +600,17 @@ where
                 }
             }
             if let Some(why) = out {
-                crate::metrics::Metrics::count(&metrics.failed_authentication, 1);
+                if reauthenticating {
+                    crate::metrics::Metrics::count(&metrics.failed_reauthentication, 1);
+                } else {
+                    crate::metrics::Metrics::count(&metrics.failed_authentication, 1);
+                }
                 // Kafka's line for it, at INFO, with the client's address and no secret.
                 tracing::info!(
                     ?peer,
-                    "failed SASL authentication: {why}; closing the connection"
+                    %principal,
+                    "failed SASL {}: {why}; closing the connection",
+                    if reauthenticating { "re-authentication" } else { "authentication" }
                 );
                 let delay = Duration::from_millis(config.sasl.failed_authentication_delay_ms);
                 glommio::timer::sleep(delay).await;
@@ -580,6 +619,14 @@ where
             if !serve {
                 continue;
             }
+        } else if expired {
+            crate::metrics::Metrics::count(&shard.shared.metrics.expired_connections_killed, 1);
+            tracing::info!(
+                ?peer,
+                %principal,
+                "a request after the SASL session expired (connections.max.reauth.ms) without a re-authentication; closing the connection"
+            );
+            break Ok("SASL session expired");
         }
         let identity = Identity {
             zero_copy: splice_fd.is_some(),

@@ -115,8 +115,9 @@ impl Validator {
         }))
     }
 
-    /// The principal's name the client-first message `message` proves, or why not.
-    pub fn authenticate(&self, message: &[u8]) -> Result<String, String> {
+    /// The principal's name the client-first message `message` proves and when its token
+    /// expires (milliseconds since the epoch), or why not.
+    pub fn authenticate(&self, message: &[u8]) -> Result<(String, u64), String> {
         let token = bearer_token(message)?;
         match self {
             Validator::Unsecured(u) => u.validate(token, now_ms()),
@@ -125,7 +126,8 @@ impl Validator {
     }
 }
 
-fn now_ms() -> u64 {
+/// Now, in milliseconds since the epoch.
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -166,7 +168,7 @@ pub fn bearer_token(message: &[u8]) -> Result<&str, String> {
 impl Unsecured {
     /// Kafka's unsecured checks: `alg: none`, an expiry not past (with the allowed skew), a
     /// principal claim, the required scopes.
-    fn validate(&self, token: &str, now_ms: u64) -> Result<String, String> {
+    fn validate(&self, token: &str, now_ms: u64) -> Result<(String, u64), String> {
         let mut parts = token.split('.');
         let (Some(header), Some(payload), Some(signature), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -203,7 +205,7 @@ impl Unsecured {
         if let Some(missing) = self.required_scopes.iter().find(|s| !scopes.contains(s)) {
             return Err(format!("the token lacks the required scope {missing}"));
         }
-        Ok(principal.to_string())
+        Ok((principal.to_string(), exp_ms))
     }
 }
 
@@ -257,7 +259,7 @@ impl Signed {
         Ok(set)
     }
 
-    fn validate(&self, token: &str) -> Result<String, String> {
+    fn validate(&self, token: &str) -> Result<(String, u64), String> {
         let header =
             jsonwebtoken::decode_header(token).map_err(|e| format!("the token's header: {e}"))?;
         // Asymmetric algorithms only: a key set's public key is no HMAC secret.
@@ -300,11 +302,16 @@ impl Signed {
         }
         let data = jsonwebtoken::decode::<Value>(token, &key, &validation)
             .map_err(|e| format!("the token is refused: {e}"))?;
+        let expires_ms = data
+            .claims
+            .get("exp")
+            .and_then(Value::as_f64)
+            .map_or(u64::MAX, |exp| (exp * 1000.0) as u64);
         data.claims
             .get(&self.sub_claim)
             .and_then(Value::as_str)
             .filter(|s| !s.trim().is_empty())
-            .map(str::to_string)
+            .map(|s| (s.to_string(), expires_ms))
             .ok_or_else(|| format!("the token has no {} claim", self.sub_claim))
     }
 }
@@ -355,7 +362,7 @@ mod tests {
         let now = 1_700_000_000_000;
         let good =
             unsecured_token(r#"{"sub":"alice","exp":1700000100,"iat":1700000000,"scope":"a b"}"#);
-        assert_eq!(unsecured(&["a"]).validate(&good, now).unwrap(), "alice");
+        assert_eq!(unsecured(&["a"]).validate(&good, now).unwrap().0, "alice");
         assert!(
             unsecured(&["c"]).validate(&good, now).is_err(),
             "missing scope"
@@ -366,7 +373,7 @@ mod tests {
             clock_skew_ms: 5_000,
             ..unsecured(&[])
         };
-        assert_eq!(skewed.validate(&expired, now).unwrap(), "alice");
+        assert_eq!(skewed.validate(&expired, now).unwrap().0, "alice");
         let no_sub = unsecured_token(r#"{"exp":1700000100}"#);
         assert!(unsecured(&[]).validate(&no_sub, now).is_err());
         let signed = format!("{}sig", unsecured_token(r#"{"sub":"a","exp":1700000100}"#));

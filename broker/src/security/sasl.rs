@@ -14,6 +14,12 @@
 //! metadata log holds as of each step (the caller passes them in: [`ScramLookup`]).
 //! Passwords and proofs are compared in constant time and never logged; a refusal does not say
 //! whether the user exists.
+//!
+//! Re-authentication (KIP-368): with `connections.max.reauth.ms`, or an OAUTHBEARER token that
+//! expires, a login's session has a lifetime, sent in the SaslAuthenticate response; the client
+//! logs in again on its connection before it ends (a SaslHandshake from a client already in
+//! starts it: [`Authenticator::begin_reauthentication`]), with the same mechanism and as the
+//! same principal. The connection closes one that does not, on its next request.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -44,6 +50,8 @@ pub struct SaslServer {
     plain: HashMap<String, String>,
     /// How OAUTHBEARER's tokens are checked, when it is enabled.
     oauth: Option<super::oauthbearer::Validator>,
+    /// `connections.max.reauth.ms`: 0, sessions do not expire (unless their token does).
+    max_reauth_ms: u64,
 }
 
 impl SaslServer {
@@ -73,6 +81,7 @@ impl SaslServer {
             mechanisms,
             plain,
             oauth,
+            max_reauth_ms: config.sasl.max_reauth_ms,
         })
     }
 
@@ -82,7 +91,14 @@ impl SaslServer {
             mechanisms,
             plain,
             oauth: None,
+            max_reauth_ms: 0,
         }
+    }
+
+    /// The same server with sessions that last `ms` (`connections.max.reauth.ms`).
+    pub fn with_max_reauth_ms(mut self, ms: u64) -> SaslServer {
+        self.max_reauth_ms = ms;
+        self
     }
 
     /// PLAIN's check: the password of `user`, compared in constant time.
@@ -145,10 +161,25 @@ impl<R> Outcome<R> {
     }
 }
 
+/// A client's login, which its re-authentications must keep (KIP-368).
+#[derive(Debug, Clone)]
+struct Session {
+    mechanism: String,
+    principal: String,
+    /// How long it lasts, as the SaslAuthenticate response told the client; `None`: for ever.
+    lifetime_ms: Option<u64>,
+}
+
 /// One connection's authentication.
 pub struct Authenticator {
     server: Rc<SaslServer>,
     state: State,
+    /// The last login, once there is one.
+    session: Option<Session>,
+    /// Whether the exchange under way is a re-authentication of `session`.
+    reauthenticating: bool,
+    /// When the last re-authentication began: Kafka takes at most one a second.
+    reauthentication_began: Option<std::time::Instant>,
 }
 
 impl Authenticator {
@@ -156,11 +187,88 @@ impl Authenticator {
         Authenticator {
             server,
             state: State::Handshake,
+            session: None,
+            reauthenticating: false,
+            reauthentication_began: None,
         }
     }
 
     pub fn authenticated(&self) -> bool {
         matches!(self.state, State::Authenticated)
+    }
+
+    /// Whether the exchange under way re-authenticates a client already in.
+    pub fn reauthenticating(&self) -> bool {
+        self.reauthenticating
+    }
+
+    /// How long the session of the last login lasts (`None`: as long as the connection).
+    pub fn session_lifetime_ms(&self) -> Option<u64> {
+        self.session.as_ref().and_then(|s| s.lifetime_ms)
+    }
+
+    /// A SaslHandshake from a client already in: starts its re-authentication when its session
+    /// expires (re-authentication is on) and the last one began a second ago or more; otherwise
+    /// `false`, and the handshake is served as any request (refused: the client is in).
+    pub fn begin_reauthentication(&mut self, now: std::time::Instant) -> bool {
+        if !self.authenticated() || self.session_lifetime_ms().is_none() {
+            return false;
+        }
+        if self
+            .reauthentication_began
+            .is_some_and(|began| now.duration_since(began) < std::time::Duration::from_secs(1))
+        {
+            return false;
+        }
+        self.reauthentication_began = Some(now);
+        self.reauthenticating = true;
+        self.state = State::Handshake;
+        true
+    }
+
+    /// The client proved it is `principal` with `mechanism` (its credential good until
+    /// `credential_expires_ms`, for a token): in, with the session's lifetime in the answer, as
+    /// Kafka computes it; or out, when a re-authentication names another principal.
+    fn admit(
+        &mut self,
+        mechanism: &str,
+        principal: String,
+        credential_expires_ms: Option<u64>,
+        answer: SaslAuthenticateResponse,
+    ) -> Outcome<SaslAuthenticateResponse> {
+        if self.reauthenticating {
+            let previous = self.session.as_ref().map(|s| s.principal.as_str());
+            if previous != Some(principal.as_str()) {
+                let why = format!(
+                    "Cannot change principals during re-authentication from {}: {principal}",
+                    previous.unwrap_or("?")
+                );
+                return Outcome::Out(
+                    answer
+                        .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+                        .with_error_message(Some(StrBytes::from_string(why.clone()))),
+                    why,
+                );
+            }
+        }
+        let max = self.server.max_reauth_ms;
+        let credential = credential_expires_ms
+            .map(|expires| expires.saturating_sub(super::oauthbearer::now_ms()));
+        let lifetime_ms = match (credential, max) {
+            (None, 0) => None,
+            (None, max) => Some(max),
+            (Some(credential), 0) => Some(credential),
+            (Some(credential), max) => Some(credential.min(max)),
+        };
+        self.state = State::Authenticated;
+        self.reauthenticating = false;
+        self.session = Some(Session {
+            mechanism: mechanism.to_string(),
+            principal: principal.clone(),
+            lifetime_ms,
+        });
+        let lifetime = lifetime_ms.map_or(0, |ms| ms.min(i64::MAX as u64) as i64);
+        Outcome::In(answer.with_session_lifetime_ms(lifetime), principal)
     }
 
     /// Whether `key` may be sent before the client is in.
@@ -217,6 +325,17 @@ impl Authenticator {
             );
         }
         let mechanism = request.mechanism.to_string();
+        if let Some(session) = self.session.as_ref().filter(|_| self.reauthenticating) {
+            if session.mechanism != mechanism {
+                return Outcome::Out(
+                    answer.with_error_code(ResponseError::UnsupportedSaslMechanism.code()),
+                    format!(
+                        "SASL mechanism {mechanism:?} requested for the re-authentication of a {} session",
+                        session.mechanism
+                    ),
+                );
+            }
+        }
         if !self.server.mechanisms.contains(&mechanism) {
             return Outcome::Out(
                 answer.with_error_code(ResponseError::UnsupportedSaslMechanism.code()),
@@ -245,13 +364,12 @@ impl Authenticator {
             State::ScramFinal { exchange, .. } => {
                 let mechanism = exchange.mechanism_name();
                 return match exchange.finish(&request.auth_bytes) {
-                    Ok((last, user)) => {
-                        self.state = State::Authenticated;
-                        Outcome::In(
-                            SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(last)),
-                            format!("User:{user}"),
-                        )
-                    }
+                    Ok((last, user)) => self.admit(
+                        mechanism,
+                        format!("User:{user}"),
+                        None,
+                        SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(last)),
+                    ),
                     Err(why) => Outcome::Out(failed(&scram_refusal(mechanism)), why),
                 };
             }
@@ -294,13 +412,12 @@ impl Authenticator {
                     None => Err("OAUTHBEARER has no validator".to_string()),
                 };
                 match checked {
-                    Ok(user) => {
-                        self.state = State::Authenticated;
-                        Outcome::In(
-                            SaslAuthenticateResponse::default().with_auth_bytes(Bytes::new()),
-                            format!("User:{user}"),
-                        )
-                    }
+                    Ok((user, expires_ms)) => self.admit(
+                        "OAUTHBEARER",
+                        format!("User:{user}"),
+                        Some(expires_ms),
+                        SaslAuthenticateResponse::default().with_auth_bytes(Bytes::new()),
+                    ),
                     Err(why) => {
                         // RFC 7628: the error, then the client's \x01, then the failure.
                         self.state = State::OAuthRefused { why, raw };
@@ -316,10 +433,11 @@ impl Authenticator {
                 Err(why) => Outcome::Out(failed(&format!("Authentication failed: {why}")), why),
                 Ok((user, password)) => {
                     if self.server.plain_ok(&user, &password) {
-                        self.state = State::Authenticated;
-                        Outcome::In(
-                            SaslAuthenticateResponse::default().with_auth_bytes(Bytes::new()),
+                        self.admit(
+                            "PLAIN",
                             format!("User:{user}"),
+                            None,
+                            SaslAuthenticateResponse::default().with_auth_bytes(Bytes::new()),
                         )
                     } else {
                         Outcome::Out(
@@ -373,6 +491,7 @@ mod tests {
             mechanisms: vec!["PLAIN".into()],
             plain: [("alice".to_string(), "alice-pw".to_string())].into(),
             oauth: None,
+            max_reauth_ms: 0,
         })
     }
 
@@ -385,6 +504,7 @@ mod tests {
             mechanisms: vec!["SCRAM-SHA-256".into(), "SCRAM-SHA-512".into()],
             plain: HashMap::new(),
             oauth: None,
+            max_reauth_ms: 0,
         })
     }
 
@@ -393,6 +513,7 @@ mod tests {
         use base64::Engine as _;
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let server = Rc::new(SaslServer {
+            max_reauth_ms: 0,
             mechanisms: vec!["OAUTHBEARER".into()],
             plain: HashMap::new(),
             oauth: Some(super::super::oauthbearer::Validator::Unsecured(
@@ -427,6 +548,19 @@ mod tests {
             Outcome::In(r, principal) => {
                 assert_eq!(principal, "User:carol");
                 assert!(r.auth_bytes.is_empty() && r.error_code == 0);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Even without connections.max.reauth.ms, the session ends with its token (KIP-368).
+        let in_an_hour = super::super::oauthbearer::now_ms() / 1000 + 3600;
+        let mut short = Authenticator::new(server.clone());
+        short.on_handshake(&handshake, 1);
+        match short.on_authenticate(&authenticate(token(in_an_hour).into_bytes()), &no_scram) {
+            Outcome::In(r, _) => {
+                assert!(
+                    (3_598_000..=3_600_000).contains(&r.session_lifetime_ms),
+                    "{r:?}"
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -613,5 +747,77 @@ mod tests {
         assert!(Authenticator::allowed_before(ApiKey::ApiVersions));
         assert!(!Authenticator::allowed_before(ApiKey::Metadata));
         assert!(!Authenticator::allowed_before(ApiKey::Produce));
+    }
+
+    #[test]
+    fn a_session_with_a_lifetime_is_renewed_on_its_connection_by_the_same_principal_only() {
+        let renewing = Rc::new(
+            SaslServer::with_users(
+                vec!["PLAIN".into()],
+                [
+                    ("alice".to_string(), "alice-pw".to_string()),
+                    ("bob".to_string(), "bob-pw".to_string()),
+                ]
+                .into(),
+            )
+            .with_max_reauth_ms(3000),
+        );
+        let login = |a: &mut Authenticator, secret: &[u8]| {
+            a.on_handshake(&handshake("PLAIN"), 1);
+            a.on_authenticate(&token(secret), &no_scram)
+        };
+        let start = std::time::Instant::now();
+        let mut a = Authenticator::new(renewing.clone());
+        match login(&mut a, b"\0alice\0alice-pw") {
+            Outcome::In(r, _) => assert_eq!(r.session_lifetime_ms, 3000),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.session_lifetime_ms(), Some(3000));
+        assert!(a.begin_reauthentication(start));
+        assert!(a.reauthenticating() && !a.authenticated());
+        match login(&mut a, b"\0alice\0alice-pw") {
+            Outcome::In(r, principal) => {
+                assert_eq!(
+                    (r.session_lifetime_ms, principal.as_str()),
+                    (3000, "User:alice")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(a.authenticated() && !a.reauthenticating());
+        // At most one re-authentication a second.
+        assert!(!a.begin_reauthentication(start + std::time::Duration::from_millis(500)));
+        // Another principal, even with its right password, ends the connection.
+        assert!(a.begin_reauthentication(start + std::time::Duration::from_secs(1)));
+        match login(&mut a, b"\0bob\0bob-pw") {
+            Outcome::Out(r, why) => {
+                assert_eq!(r.error_code, ResponseError::SaslAuthenticationFailed.code());
+                assert!(
+                    why.contains("User:alice") && why.contains("User:bob"),
+                    "{why}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // So does another mechanism.
+        let mut a = Authenticator::new(renewing);
+        login(&mut a, b"\0alice\0alice-pw");
+        assert!(a.begin_reauthentication(start));
+        match a.on_handshake(&handshake("SCRAM-SHA-256"), 1) {
+            Outcome::Out(r, _) => {
+                assert_eq!(r.error_code, ResponseError::UnsupportedSaslMechanism.code())
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without connections.max.reauth.ms, a session lasts as long as its connection, and a
+        // second handshake is no re-authentication.
+        let mut a = Authenticator::new(server());
+        match login(&mut a, b"\0alice\0alice-pw") {
+            Outcome::In(r, _) => assert_eq!(r.session_lifetime_ms, 0),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.session_lifetime_ms(), None);
+        assert!(!a.begin_reauthentication(start));
+        assert!(a.authenticated());
     }
 }

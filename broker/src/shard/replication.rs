@@ -14,7 +14,7 @@
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_lite::{AsyncWriteExt, FutureExt};
@@ -166,6 +166,8 @@ fn followed_from(shard: &Shard, leader: i32) -> Vec<Followed> {
 /// A link to the leader's inter-broker listener, opened on first use and again after an error.
 struct Connection {
     stream: Option<peer::Link>,
+    /// When to replace the link by a new one, before its SASL session ends (KIP-368).
+    renew_at: Option<Instant>,
     correlation_id: i32,
 }
 
@@ -174,9 +176,15 @@ impl Connection {
         self.correlation_id = self.correlation_id.wrapping_add(1);
         let frame = encode_request(ApiKey::Fetch, FETCH_VERSION, self.correlation_id, request)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if self.renew_at.is_some_and(|at| Instant::now() >= at) {
+            self.stream = None;
+        }
         if self.stream.is_none() {
             // (connect sets TCP_NODELAY.)
-            self.stream = Some(peer::connect(addr, peer::Route::InterBroker).await?);
+            let (link, renew_at) =
+                peer::connect_for_session(addr, peer::Route::InterBroker).await?;
+            self.stream = Some(link);
+            self.renew_at = renew_at;
         }
         let stream = self.stream.as_mut().expect("connected");
         stream.write_all(&frame).await?;
@@ -196,6 +204,7 @@ impl Connection {
 async fn fetch_from(shard: &Rc<Shard>, leader: i32) {
     let mut connection = Connection {
         stream: None,
+        renew_at: None,
         correlation_id: 0,
     };
     let wait_ms = shard.config().replica_fetch_wait_max_ms;
