@@ -1,8 +1,12 @@
 //! Client quotas, enforced as Kafka enforces them: `producer_byte_rate` on produce request
-//! bytes and `consumer_byte_rate` on fetched record bytes, each measured per broker (over every
-//! shard) for the entity the quota was set on, and a client over its quota gets
-//! `throttle_time_ms` in its response while the broker stops reading from its connection for
-//! that long (KIP-219's muting).
+//! bytes, `consumer_byte_rate` on fetched record bytes, `request_percentage` on the time the
+//! shard spends on the client's requests (a second of work is 100: [`Worked`]), each measured
+//! per broker (over every shard) for the entity the quota was set on, and a client over its
+//! quota gets `throttle_time_ms` in its response while the broker stops reading from its
+//! connection for that long (KIP-219's muting). `controller_mutation_rate` (KIP-599) is a token
+//! bucket instead ([`Bucket`]): topics created, deleted or given partitions take one token per
+//! partition, and once it is empty, recent request versions get THROTTLING_QUOTA_EXCEEDED for
+//! the topics that would take more.
 //!
 //! Which quota applies is Kafka's order of precedence, most specific first (`resolve`): user and
 //! client id, user and default client id, user, default user and client id, default user and
@@ -28,6 +32,8 @@ use sluice_replication::records::{QuotaEntity, QuotaValue};
 
 pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
+pub const REQUEST_PERCENTAGE: &str = "request_percentage";
+pub const CONTROLLER_MUTATION_RATE: &str = "controller_mutation_rate";
 
 /// Every client quota of the cluster, by entity then key (the metadata image's).
 pub type Quotas = BTreeMap<QuotaEntity, BTreeMap<String, QuotaValue>>;
@@ -96,6 +102,53 @@ pub fn resolve(quotas: &Quotas, key: &'static str, user: &str, client_id: &str) 
         }
     }
     None
+}
+
+/// The time a request has run on its shard so far: the sum of the polls of its task, for
+/// `request_percentage` (Kafka counts the time of its request handler and network threads; a
+/// shard's is the time it spends polling the request).
+#[derive(Debug, Default)]
+pub struct Worked {
+    total: std::cell::Cell<Duration>,
+    /// When the poll under way began.
+    since: std::cell::Cell<Option<Instant>>,
+}
+
+impl Worked {
+    pub fn so_far(&self) -> Duration {
+        self.total.get() + self.since.get().map_or(Duration::ZERO, |s| s.elapsed())
+    }
+}
+
+/// `fut`, its polls added up in `worked` when there is one (a client with a
+/// `request_percentage` quota); polled as it is otherwise.
+pub struct Timed<F> {
+    pub fut: F,
+    pub worked: Option<std::rc::Rc<Worked>>,
+}
+
+impl<F: std::future::Future + Unpin> std::future::Future for Timed<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let Some(worked) = self.worked.clone() else {
+            return std::pin::Pin::new(&mut self.fut).poll(cx);
+        };
+        let start = Instant::now();
+        worked.since.set(Some(start));
+        let polled = std::pin::Pin::new(&mut self.fut).poll(cx);
+        worked.since.set(None);
+        worked.total.set(worked.total.get() + start.elapsed());
+        polled
+    }
+}
+
+/// Kafka's measure of `request_percentage`: a second of work is 100.
+pub fn percentage(worked: Duration) -> f64 {
+    worked.as_secs_f64() * 100.0
 }
 
 /// `quota.window.num` and `quota.window.size.seconds`.
@@ -201,7 +254,27 @@ pub struct Sensors {
 #[derive(Default)]
 struct Rates {
     by_key: HashMap<SensorKey, Rate>,
+    /// `controller_mutation_rate`'s token buckets.
+    buckets: HashMap<SensorKey, Bucket>,
     swept_ms: u64,
+}
+
+/// KIP-599's token bucket for `controller_mutation_rate`: it holds up to a window's worth of
+/// mutations (the quota times `quota.window.num` times `quota.window.size.seconds`), fills at
+/// the quota per second, and each partition created or deleted takes one; below zero, the quota
+/// is exceeded until it fills back.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    last_ms: u64,
+}
+
+impl Bucket {
+    fn refill(&mut self, now_ms: u64, rate: f64, burst: f64) {
+        let elapsed = now_ms.saturating_sub(self.last_ms) as f64 / 1000.0;
+        self.tokens = (self.tokens + elapsed * rate).min(burst);
+        self.last_ms = now_ms;
+    }
 }
 
 /// How often measurements no one recorded into for a whole window are dropped.
@@ -230,6 +303,13 @@ impl Sensors {
         self.record_at(applied, bytes, self.now_ms())
     }
 
+    /// [`Sensors::record`] for `request_percentage`, whose throttle Kafka bounds by one
+    /// sample's length (`quota.window.size.seconds`).
+    pub fn record_request_time(&self, applied: &Applied, percentage: f64) -> Duration {
+        self.record(applied, percentage)
+            .min(Duration::from_millis(self.window.sample_ms))
+    }
+
     /// Takes back what `record` counted, for a response that was not sent after all.
     pub fn unrecord(&self, applied: &Applied, bytes: f64) {
         let now_ms = self.now_ms();
@@ -237,6 +317,55 @@ impl Sensors {
         if let Some(rate) = rates.by_key.get_mut(&applied.sensor) {
             rate.record(-bytes, now_ms, self.window);
         }
+    }
+
+    /// Whether the mutation quota `applied` is exceeded now (its bucket below zero).
+    pub fn mutations_exceeded(&self, applied: &Applied) -> bool {
+        !self.mutation_throttle(applied).is_zero()
+    }
+
+    /// Takes `partitions` mutations from the bucket of `applied` (it may go below zero once).
+    pub fn record_mutations(&self, applied: &Applied, partitions: f64) {
+        self.record_mutations_at(applied, partitions, self.now_ms());
+    }
+
+    /// How long until the bucket of `applied` is back to zero: the throttle time.
+    pub fn mutation_throttle(&self, applied: &Applied) -> Duration {
+        self.mutation_throttle_at(applied, self.now_ms())
+    }
+
+    fn burst(&self, applied: &Applied) -> f64 {
+        applied.bound * f64::from(self.window.samples) * self.window.sample_ms as f64 / 1000.0
+    }
+
+    fn record_mutations_at(&self, applied: &Applied, partitions: f64, now_ms: u64) {
+        let burst = self.burst(applied);
+        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        let bucket = rates
+            .buckets
+            .entry(applied.sensor.clone())
+            .or_insert(Bucket {
+                tokens: burst,
+                last_ms: now_ms,
+            });
+        bucket.refill(now_ms, applied.bound, burst);
+        bucket.tokens -= partitions;
+    }
+
+    fn mutation_throttle_at(&self, applied: &Applied, now_ms: u64) -> Duration {
+        if applied.bound <= 0.0 {
+            return Duration::ZERO;
+        }
+        let burst = self.burst(applied);
+        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(bucket) = rates.buckets.get_mut(&applied.sensor) else {
+            return Duration::ZERO;
+        };
+        bucket.refill(now_ms, applied.bound, burst);
+        if bucket.tokens >= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_millis((-bucket.tokens / applied.bound * 1000.0).ceil() as u64)
     }
 
     fn record_at(&self, applied: &Applied, bytes: f64, now_ms: u64) -> Duration {
@@ -247,6 +376,10 @@ impl Sensors {
             rates
                 .by_key
                 .retain(|_, r| now_ms.saturating_sub(r.last_ms) < expire);
+            // A bucket left alone a whole window is full again: the same as none.
+            rates
+                .buckets
+                .retain(|_, b| now_ms.saturating_sub(b.last_ms) < expire);
             rates.swept_ms = now_ms;
         }
         let rate = rates.by_key.entry(applied.sensor.clone()).or_default();
@@ -401,6 +534,46 @@ mod tests {
         assert_eq!(
             sensors.record_at(&hog, 20_000.0, 100_000),
             Duration::from_millis(10_000)
+        );
+    }
+
+    #[test]
+    fn mutations_take_from_a_bucket_of_a_windows_worth_that_fills_at_the_quota() {
+        // 2 mutations a second, 11 samples of 1 s: a bucket of 22.
+        let sensors = Sensors::new(Window {
+            samples: 11,
+            sample_ms: 1000,
+        });
+        let applied = Applied {
+            sensor: SensorKey {
+                key: CONTROLLER_MUTATION_RATE,
+                user: Some("alice".into()),
+                client_id: None,
+            },
+            bound: 2.0,
+        };
+        assert!(sensors.mutation_throttle_at(&applied, 0).is_zero());
+        sensors.record_mutations_at(&applied, 20.0, 0);
+        assert!(sensors.mutation_throttle_at(&applied, 0).is_zero());
+        // Over once: 30 more leave it 28 below zero, 14 s of filling.
+        sensors.record_mutations_at(&applied, 30.0, 0);
+        assert_eq!(
+            sensors.mutation_throttle_at(&applied, 0),
+            Duration::from_secs(14)
+        );
+        assert_eq!(
+            sensors.mutation_throttle_at(&applied, 4_000),
+            Duration::from_secs(10)
+        );
+        assert!(sensors.mutation_throttle_at(&applied, 14_000).is_zero());
+        // Full again after long enough, never over a window's worth.
+        assert!(sensors.mutation_throttle_at(&applied, 100_000).is_zero());
+        sensors.record_mutations_at(&applied, 22.0, 100_000);
+        assert!(sensors.mutation_throttle_at(&applied, 100_000).is_zero());
+        sensors.record_mutations_at(&applied, 1.0, 100_000);
+        assert_eq!(
+            sensors.mutation_throttle_at(&applied, 100_000),
+            Duration::from_millis(500)
         );
     }
 }

@@ -11,8 +11,12 @@ import time
 import pytest
 from confluent_kafka import TopicPartition
 
-from harness import Broker, consumer, create_topic, producer
+from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
+from kafka.protocol.metadata import MetadataRequest
+
+from harness import Broker, admin, consumer, create_topic, producer
 from reference import java
+from wire import Pipeline, build
 
 SECONDS = 20
 PRODUCE_QUOTA = 256 * 1024
@@ -184,3 +188,78 @@ def test_a_client_over_its_quota_is_held_to_it_and_the_others_are_not_throttled(
     assert sides["fast-producer"].throttles == [] and sides["fast-consumer"].throttles == []
     assert rates["fast-producer"] >= 0.8 * 1000 * len(VALUE), rates
     assert sides["fast-consumer"].bytes == filled * len(VALUE), rates
+
+
+def create(topics: dict[str, int], version: int):
+    return build(CreateTopicsRequest, version, timeout_ms=30_000, validate_only=False,
+                 topics=[{"name": n, "num_partitions": p, "replication_factor": 1, "assignments": [], "configs": []}
+                         for n, p in topics.items()])
+
+
+def errors(response: dict, results: str = "topics") -> dict[str, int]:
+    return {t["name"]: t["error_code"] for t in response[results]}
+
+
+def test_controller_mutations_over_the_quota_are_refused_with_throttling_quota_exceeded(broker):
+    """KIP-599: each partition created or deleted takes a token from a bucket of
+    quota x quota.window.num x quota.window.size.seconds (2 x 2 x 1 s here) that fills at the
+    quota; recent versions get THROTTLING_QUOTA_EXCEEDED (89) for the topics past an empty bucket
+    and the throttle time to wait, older ones are only throttled; a client without the quota
+    beside it is never held."""
+    configs(broker.bootstrap, "--alter", "--entity-type", "clients", "--entity-name", "mutator",
+            "--add-config", "controller_mutation_rate=2")
+    mutator = Pipeline(broker.bootstrap, client_id="mutator")
+    free = Pipeline(broker.bootstrap, client_id="free")
+    try:
+        mutator.send(create({"mut-a": 3, "mut-b": 6, "mut-c": 1}, 6))
+        (r,) = mutator.responses()
+        # 4 tokens: mut-a leaves 1, mut-b takes it below zero (once is allowed), mut-c waits.
+        assert errors(r) == {"mut-a": 0, "mut-b": 0, "mut-c": 89}, r
+        assert 2000 <= r["throttle_time_ms"] <= 2600, r
+        free.send(create({"free-a": 5}, 6))
+        (f,) = free.responses()
+        assert errors(f) == {"free-a": 0} and f["throttle_time_ms"] == 0, f
+        time.sleep(r["throttle_time_ms"] / 1000 + 0.1)
+        # Version 5 cannot say THROTTLING_QUOTA_EXCEEDED: created, and throttled.
+        mutator.send(create({"mut-c": 1, "mut-d": 3}, 5))
+        (r,) = mutator.responses()
+        assert errors(r) == {"mut-c": 0, "mut-d": 0}, r
+        assert 1000 <= r["throttle_time_ms"] <= 2100, r
+        time.sleep(r["throttle_time_ms"] / 1000 + 0.1)
+        mutator.send(build(DeleteTopicsRequest, 5, topic_names=["mut-b", "mut-a"], timeout_ms=30_000))
+        (r,) = mutator.responses()
+        assert {t["name"]: t["error_code"] for t in r["responses"]} == {"mut-b": 0, "mut-a": 89}, r
+        assert r["throttle_time_ms"] >= 2500, r
+        time.sleep(r["throttle_time_ms"] / 1000 + 0.1)
+        mutator.send(build(CreatePartitionsRequest, 3, timeout_ms=30_000, validate_only=False,
+                           topics=[{"name": "mut-d", "count": 5, "assignments": None},
+                                   {"name": "mut-c", "count": 3, "assignments": None}]))
+        (r,) = mutator.responses()
+        assert errors(r, "results") == {"mut-d": 0, "mut-c": 89}, r
+    finally:
+        mutator.close()
+        free.close()
+    md = admin(broker.bootstrap).list_topics(timeout=10).topics
+    assert "mut-b" not in md and "mut-a" in md and "mut-c" in md
+    assert len(md["mut-d"].partitions) == 5 and len(md["mut-c"].partitions) == 1
+    assert len(md["free-a"].partitions) == 5
+
+
+def test_a_client_over_its_request_percentage_is_throttled_and_the_others_are_not(broker):
+    """request_percentage: the time the broker spends on a client's requests, 100 a second of
+    one shard. Pipelined Metadata requests of a client allowed 0.1% (1 ms a second) come back
+    with throttle times (at most a sample, 1 s, as Kafka bounds them); another client's don't."""
+    configs(broker.bootstrap, "--alter", "--entity-type", "clients", "--entity-name", "busy",
+            "--add-config", "request_percentage=0.1")
+    throttles = {}
+    for client_id in ("busy", "idle"):
+        p = Pipeline(broker.bootstrap, client_id=client_id)
+        try:
+            for _ in range(400):
+                p.send(build(MetadataRequest, 4, topics=None, allow_auto_topic_creation=False))
+            throttles[client_id] = [r["throttle_time_ms"] for r in p.responses()]
+        finally:
+            p.close()
+    busy = [t for t in throttles["busy"] if t > 0]
+    assert busy and max(busy) <= 1000, throttles["busy"]
+    assert set(throttles["idle"]) == {0}

@@ -68,11 +68,14 @@ pub struct Client {
     /// Until when the connection is muted for a quota: nothing more of it is read or run
     /// before then (`crate::quota`).
     pub throttled_until: Rc<std::cell::Cell<std::time::Instant>>,
+    /// The time this request has run so far, when the client has a `request_percentage`
+    /// quota (`crate::quota::Timed` adds it up).
+    pub worked: Option<Rc<crate::quota::Worked>>,
 }
 
 impl Client {
     /// The quota on `key` this client is held to, if any (never for this node itself).
-    fn quota(&self, shard: &Shard, key: &'static str) -> Option<crate::quota::Applied> {
+    pub fn quota(&self, shard: &Shard, key: &'static str) -> Option<crate::quota::Applied> {
         if &*self.principal == authz::NODE_PRINCIPAL {
             return None;
         }
@@ -86,6 +89,31 @@ impl Client {
     /// time, which it returns (ms) for the response's `throttle_time_ms`.
     fn throttle(&self, shard: &Shard, applied: &crate::quota::Applied, bytes: usize) -> i32 {
         let throttle = shard.shared.quotas.record(applied, bytes as f64);
+        self.mute(applied, throttle)
+    }
+
+    /// The `controller_mutation_rate` of a CreateTopics, DeleteTopics or CreatePartitions
+    /// request, if the client has one and the request changes anything (`validate_only` does
+    /// not). `strict` for the versions that can answer THROTTLING_QUOTA_EXCEEDED (KIP-599).
+    fn mutations<'a>(
+        &self,
+        shard: &'a Shard,
+        strict: bool,
+        validate_only: bool,
+    ) -> Option<MutationQuota<'a>> {
+        if validate_only {
+            return None;
+        }
+        let applied = self.quota(shard, crate::quota::CONTROLLER_MUTATION_RATE)?;
+        Some(MutationQuota {
+            shard,
+            applied,
+            strict,
+        })
+    }
+
+    /// Mutes the connection for `throttle` under `applied`; the throttle time in ms.
+    fn mute(&self, applied: &crate::quota::Applied, throttle: std::time::Duration) -> i32 {
         if throttle.is_zero() {
             return 0;
         }
@@ -97,6 +125,36 @@ impl Client {
         i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX)
     }
 }
+
+/// A request's `controller_mutation_rate` (KIP-599): each topic it creates, deletes or adds
+/// partitions to takes one mutation per partition from the client's token bucket.
+struct MutationQuota<'a> {
+    shard: &'a Shard,
+    applied: crate::quota::Applied,
+    strict: bool,
+}
+
+impl MutationQuota<'_> {
+    /// Whether a topic of `partitions` mutations goes ahead (and is counted): under a strict
+    /// quota, not while the quota is exceeded (the topic gets THROTTLING_QUOTA_EXCEEDED); older
+    /// versions are counted and only throttled, as in Kafka.
+    fn admit(&self, partitions: i64) -> bool {
+        let quotas = &self.shard.shared.quotas;
+        if self.strict && quotas.mutations_exceeded(&self.applied) {
+            return false;
+        }
+        quotas.record_mutations(&self.applied, partitions.max(0) as f64);
+        true
+    }
+
+    /// The throttle time after the request (ms), its connection muted for it.
+    fn throttle(&self, client: &Client) -> i32 {
+        let throttle = self.shard.shared.quotas.mutation_throttle(&self.applied);
+        client.mute(&self.applied, throttle)
+    }
+}
+
+const THROTTLED_MESSAGE: &str = "The throttling quota has been exceeded.";
 
 /// Runs one request. `Ok(None)` means the API sends no response (produce with acks=0).
 pub async fn dispatch(
@@ -129,7 +187,22 @@ pub async fn dispatch(
         }));
     }
     const ALTER_CONFIGS: i8 = authz::operation::ALTER_CONFIGS;
-    let response = match request {
+    // `request_percentage`, resolved before the handlers take the client apart. Exempt, as in
+    // Kafka: the SASL and ApiVersions requests, the APIs only brokers send, and (below)
+    // followers' fetches.
+    let request_quota = client
+        .worked
+        .clone()
+        .filter(|_| !request_time_exempt(key))
+        .and_then(|worked| {
+            Some((
+                worked,
+                client.quota(shard, crate::quota::REQUEST_PERCENTAGE)?,
+            ))
+        });
+    let throttled_until = client.throttled_until.clone();
+    let mut follower_fetch = false;
+    let mut response = match request {
         // Metadata changes are the controller's (on the single-node default, its own).
         RequestKind::CreateTopics(mut r) => {
             // The authorizer: CREATE on the cluster or the topic; the others are refused here
@@ -143,7 +216,37 @@ pub async fn dispatch(
                 r.topics = ok;
                 no
             };
+            let quota = client.mutations(shard, version >= 6, r.validate_only);
+            let mut throttled = Vec::new();
+            if let Some(quota) = &quota {
+                let default_partitions = i64::from(shard.config().num_partitions);
+                let (ok, no) = std::mem::take(&mut r.topics).into_iter().partition(|t| {
+                    let partitions = if !t.assignments.is_empty() {
+                        t.assignments.len() as i64
+                    } else if t.num_partitions > 0 {
+                        i64::from(t.num_partitions)
+                    } else {
+                        default_partitions
+                    };
+                    quota.admit(partitions)
+                });
+                r.topics = ok;
+                throttled = no;
+            }
             let mut response = crate::cluster::create_topics(shard, r, version).await;
+            for t in throttled {
+                response.topics.push(
+                    kafka_protocol::messages::create_topics_response::CreatableTopicResult::default()
+                        .with_name(t.name)
+                        .with_error_code(ResponseError::ThrottlingQuotaExceeded.code())
+                        .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(THROTTLED_MESSAGE)))
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1),
+                );
+            }
+            if let Some(quota) = &quota {
+                response.throttle_time_ms = response.throttle_time_ms.max(quota.throttle(&client));
+            }
             for t in denied {
                 response.topics.push(
                     kafka_protocol::messages::create_topics_response::CreatableTopicResult::default()
@@ -189,12 +292,47 @@ pub async fn dispatch(
                 }
                 ok
             });
+            // The controller mutation quota: a topic's partitions each count one.
+            let quota = client.mutations(shard, version >= 5, false);
+            let mut throttled = Vec::new();
+            if let Some(quota) = &quota {
+                let partitions = |name: Option<String>| {
+                    name.and_then(|n| image.topics.get(&n).map(|t| t.shards.len() as i64))
+                        .unwrap_or(0)
+                };
+                r.topic_names.retain(|n| {
+                    let ok = quota.admit(partitions(Some(n.0.to_string())));
+                    if !ok {
+                        throttled.push((Some(n.clone()), uuid::Uuid::nil()));
+                    }
+                    ok
+                });
+                r.topics.retain(|t| {
+                    let ok = quota.admit(partitions(name_of(&t.name, t.topic_id)));
+                    if !ok {
+                        throttled.push((t.name.clone(), t.topic_id));
+                    }
+                    ok
+                });
+            }
             let nothing_left = r.topic_names.is_empty() && r.topics.is_empty();
-            let mut response = if nothing_left && !denied.is_empty() {
+            let mut response = if nothing_left && !(denied.is_empty() && throttled.is_empty()) {
                 kafka_protocol::messages::DeleteTopicsResponse::default()
             } else {
                 crate::cluster::delete_topics(shard, r, version).await
             };
+            for (name, id) in throttled {
+                response.responses.push(
+                    kafka_protocol::messages::delete_topics_response::DeletableTopicResult::default()
+                        .with_name(name)
+                        .with_topic_id(id)
+                        .with_error_code(ResponseError::ThrottlingQuotaExceeded.code())
+                        .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(THROTTLED_MESSAGE))),
+                );
+            }
+            if let Some(quota) = &quota {
+                response.throttle_time_ms = response.throttle_time_ms.max(quota.throttle(&client));
+            }
             for (name, id) in denied {
                 response.responses.push(
                     kafka_protocol::messages::delete_topics_response::DeletableTopicResult::default()
@@ -211,7 +349,33 @@ pub async fn dispatch(
                 .into_iter()
                 .partition(|t| authz::topic(shard, &client, authz::operation::ALTER, &t.name));
             r.topics = ok;
+            // The controller mutation quota: each partition added counts one.
+            let quota = client.mutations(shard, version >= 3, r.validate_only);
+            let mut throttled = Vec::new();
+            if let Some(quota) = &quota {
+                let image = shard.image();
+                let (ok, no) = std::mem::take(&mut r.topics).into_iter().partition(|t| {
+                    let now = image
+                        .topics
+                        .get(t.name.as_str())
+                        .map_or(0, |t| t.shards.len() as i64);
+                    quota.admit(i64::from(t.count) - now)
+                });
+                r.topics = ok;
+                throttled = no;
+            }
             let mut response = crate::cluster::create_partitions(shard, r, version).await;
+            for t in throttled {
+                response.results.push(
+                    kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult::default()
+                        .with_name(t.name)
+                        .with_error_code(ResponseError::ThrottlingQuotaExceeded.code())
+                        .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(THROTTLED_MESSAGE))),
+                );
+            }
+            if let Some(quota) = &quota {
+                response.throttle_time_ms = response.throttle_time_ms.max(quota.throttle(&client));
+            }
             for t in refused {
                 response.results.push(
                     kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult::default()
@@ -315,6 +479,7 @@ pub async fn dispatch(
             } else {
                 r.replica_id.0 >= 0
             };
+            follower_fetch = follower;
             let quota = (!follower)
                 .then(|| client.quota(shard, crate::quota::CONSUMER_BYTE_RATE))
                 .flatten();
@@ -627,11 +792,107 @@ pub async fn dispatch(
         ),
         other => anyhow::bail!("no handler for {:?}", api_name(&other)),
     };
+    if let Some((worked, quota)) = request_quota.filter(|_| !follower_fetch) {
+        let used = crate::quota::percentage(worked.so_far());
+        let throttle = shard.shared.quotas.record_request_time(&quota, used);
+        if !throttle.is_zero() {
+            let until = std::time::Instant::now() + throttle;
+            if until > throttled_until.get() {
+                throttled_until.set(until);
+            }
+            let ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
+            tracing::debug!(target: "sluice::quota", quota = quota.sensor.key, bound = quota.bound, throttle_ms = ms, "throttled");
+            raise_throttle_time(&mut response, ms);
+        }
+    }
     Ok(Some(Answer {
         response,
         version,
         splices,
     }))
+}
+
+/// APIs a request quota never throttles, as in Kafka: ApiVersions and SASL (served before or
+/// around authentication), and what only brokers and controllers send.
+fn request_time_exempt(key: ApiKey) -> bool {
+    matches!(
+        key,
+        ApiKey::ApiVersions
+            | ApiKey::SaslHandshake
+            | ApiKey::SaslAuthenticate
+            | ApiKey::WriteTxnMarkers
+            | ApiKey::AlterPartition
+            | ApiKey::BrokerHeartbeat
+            | ApiKey::BrokerRegistration
+            | ApiKey::Vote
+            | ApiKey::BeginQuorumEpoch
+            | ApiKey::EndQuorumEpoch
+            | ApiKey::FetchSnapshot
+            | ApiKey::AllocateProducerIds
+            | ApiKey::AssignReplicasToDirs
+    )
+}
+
+/// Raises the response's `throttle_time_ms` to `ms` (a request quota's throttle beside any
+/// other), for the responses clients send most; the connection is muted for every one.
+fn raise_throttle_time(response: &mut ResponseKind, ms: i32) {
+    macro_rules! raise {
+        ($($kind:ident),* $(,)?) => {
+            match response {
+                $(ResponseKind::$kind(r) => r.throttle_time_ms = r.throttle_time_ms.max(ms),)*
+                _ => {}
+            }
+        };
+    }
+    raise!(
+        Produce,
+        Fetch,
+        Metadata,
+        ListOffsets,
+        OffsetCommit,
+        OffsetFetch,
+        OffsetDelete,
+        OffsetForLeaderEpoch,
+        FindCoordinator,
+        JoinGroup,
+        SyncGroup,
+        Heartbeat,
+        LeaveGroup,
+        ListGroups,
+        DescribeGroups,
+        DeleteGroups,
+        ConsumerGroupHeartbeat,
+        ConsumerGroupDescribe,
+        InitProducerId,
+        AddPartitionsToTxn,
+        AddOffsetsToTxn,
+        EndTxn,
+        TxnOffsetCommit,
+        DescribeProducers,
+        DescribeTransactions,
+        ListTransactions,
+        CreateTopics,
+        DeleteTopics,
+        CreatePartitions,
+        DeleteRecords,
+        DescribeConfigs,
+        AlterConfigs,
+        IncrementalAlterConfigs,
+        DescribeCluster,
+        DescribeTopicPartitions,
+        DescribeAcls,
+        CreateAcls,
+        DeleteAcls,
+        DescribeLogDirs,
+        DescribeClientQuotas,
+        AlterClientQuotas,
+        DescribeUserScramCredentials,
+        AlterUserScramCredentials,
+        ElectLeaders,
+        AlterPartitionReassignments,
+        ListPartitionReassignments,
+        UpdateFeatures,
+    );
 }
 
 fn api_name(r: &RequestKind) -> &'static str {

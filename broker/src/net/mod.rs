@@ -761,15 +761,24 @@ fn prepare(
         if !muted.is_zero() {
             glommio::timer::sleep(muted).await;
         }
-        let client = handlers::Client {
+        let mut client = handlers::Client {
             client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
             host: peer.map(|p| format!("/{}", p.ip())).unwrap_or_default(),
             zero_copy: identity.zero_copy,
             principal: identity.principal,
             listener: identity.listener,
             throttled_until: identity.throttled_until,
+            worked: None,
         };
-        let result = handlers::dispatch(&shard, key, version, &mut body, client, &mut turn).await;
+        // A client with a request_percentage quota: the time this request runs is counted.
+        client.worked = client
+            .quota(&shard, crate::quota::REQUEST_PERCENTAGE)
+            .map(|_| Rc::default());
+        let worked = client.worked.clone();
+        let result = {
+            let dispatched = std::pin::pin!(handlers::dispatch(&shard, key, version, &mut body, client, &mut turn));
+            crate::quota::Timed { fut: dispatched, worked }.await
+        };
         turn.finish().await;
         match result {
             Ok(Some(answer)) => match crate::codec::encode_answer(key, header.correlation_id, &answer) {
