@@ -421,3 +421,75 @@ def test_bad_settings_stop_the_start_with_a_clear_error(certs):
     assert r.returncode != 0 and "needs a truststore" in r.stderr + r.stdout
     r = run_sluice(*listeners, "--ssl-keystore-location", str(certs.broker_keystore), "--ssl-cipher-suites", "TLS_RSA_WITH_RC4")
     assert r.returncode != 0 and "TLS_RSA_WITH_RC4 is not a suite" in r.stderr + r.stdout
+
+
+def keytool(*args: str, cwd: Path) -> None:
+    r = subprocess.run(["keytool", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_pkcs12_stores_and_an_encrypted_pem_key(certs):
+    """Key material as Kafka's operators keep it: a PKCS#12 keystore and truststore written by
+    Java's keytool (ssl.keystore.type=PKCS12, ssl.truststore.type=PKCS12, with their
+    passwords), and a PEM keystore whose key is encrypted PKCS#8 (ssl.key.password). Wrong
+    passwords stop the start with an error that does not quote them."""
+    d = certs.dir
+    certs_mod._openssl("pkcs12", "-export", "-inkey", "broker.key", "-in", "broker.crt", "-certfile", "ca.pem",
+                       "-name", "broker", "-out", "broker-openssl.p12", "-passout", f"pass:{SECRET}", cwd=d)
+    keytool("-importkeystore", "-noprompt", "-srckeystore", "broker-openssl.p12", "-srcstoretype", "PKCS12",
+            "-srcstorepass", SECRET, "-destkeystore", "broker.p12", "-deststoretype", "PKCS12",
+            "-deststorepass", SECRET, cwd=d)
+    keytool("-importcert", "-noprompt", "-alias", "ca", "-file", "ca.pem", "-keystore", "trust.p12",
+            "-storetype", "PKCS12", "-storepass", SECRET, cwd=d)
+    mutual = ssl_client(certs, **{"ssl.certificate.location": str(certs.client_cert),
+                                  "ssl.key.location": str(certs.client_key)})
+    b = Broker(cores=1, num_partitions=2, name="tls-pkcs12", listener_name="CLIENT", client_config=mutual,
+               extra_args=["--listener-security-protocol-map", "CLIENT:SSL,CONTROLLER:PLAINTEXT",
+                           "--override", "ssl.keystore.type=PKCS12",
+                           "--ssl-keystore-location", str(d / "broker.p12"),
+                           "--ssl-keystore-password", SECRET,
+                           "--override", "ssl.truststore.type=PKCS12",
+                           "--ssl-truststore-location", str(d / "trust.p12"),
+                           "--override", f"ssl.truststore.password={SECRET}",
+                           "--ssl-client-auth", "required"])
+    b.start()
+    try:
+        sent = produce(b.bootstrap, mutual, "p12", messages(100))
+        read_back(b.bootstrap, mutual, "p12", sent)
+        # The truststore is what decides: a certificate of another authority is refused.
+        refused(b.bootstrap, ssl_client(certs, **{"ssl.certificate.location": str(certs.rogue_client_cert),
+                                                  "ssl.key.location": str(certs.rogue_client_key)}))
+        # The whole chain is served: a client checks it against the authority.
+        version, _, _ = handshake(b.port, certs.ca, certfile=str(certs.client_cert), keyfile=str(certs.client_key))
+        assert version == "TLSv1.3"
+    finally:
+        b.stop()
+        b.remove()
+    certs_mod._openssl("pkcs8", "-topk8", "-in", "broker.key", "-v2", "aes-256-cbc", "-passout", f"pass:{SECRET}",
+                       "-out", "broker-encrypted.key", cwd=d)
+    encrypted = d / "broker-encrypted-keystore.pem"
+    encrypted.write_bytes((d / "broker-encrypted.key").read_bytes() + (d / "broker.crt").read_bytes())
+    b = Broker(cores=1, num_partitions=2, name="tls-encrypted-pem", listener_name="CLIENT",
+               client_config=ssl_client(certs),
+               extra_args=["--listener-security-protocol-map", "CLIENT:SSL,CONTROLLER:PLAINTEXT",
+                           "--ssl-keystore-location", str(encrypted), "--ssl-key-password", SECRET])
+    b.start()
+    try:
+        sent = produce(b.bootstrap, ssl_client(certs), "enc", messages(50))
+        read_back(b.bootstrap, ssl_client(certs), "enc", sent)
+    finally:
+        b.stop()
+        b.remove()
+    listeners = ["--listeners", "CLIENT://127.0.0.1:0", "--listener-security-protocol-map", "CLIENT:SSL"]
+    wrong = "not-the-" + SECRET
+    for args, says in [
+        (["--ssl-keystore-location", str(encrypted), "--ssl-key-password", wrong], "does not decrypt"),
+        (["--ssl-keystore-location", str(encrypted)], "set ssl.key.password"),
+        (["--override", "ssl.keystore.type=PKCS12", "--ssl-keystore-location", str(d / "broker.p12"),
+          "--ssl-keystore-password", wrong], "does not open with ssl.keystore.password"),
+        (["--override", "ssl.keystore.type=JKS"], "use PEM or PKCS12"),
+    ]:
+        r = run_sluice(*listeners, *args)
+        out = r.stderr + r.stdout
+        assert r.returncode != 0 and says in out, out
+        assert SECRET not in out, out

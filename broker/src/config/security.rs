@@ -124,20 +124,24 @@ impl ClientAuth {
 /// line or DescribeConfigs answer shows them (their settings are Kafka's sensitive ones).
 #[derive(Clone, Default)]
 pub struct SslConfig {
-    /// `ssl.keystore.type`: `PEM` (KIP-651), the only type read so far.
+    /// `ssl.keystore.type`: `PEM` (KIP-651) or `PKCS12`.
     pub keystore_type: String,
-    /// `ssl.keystore.location`: a PEM file holding the private key and its certificate chain.
+    /// `ssl.keystore.location`: the private key and its certificate chain, a PEM file or a
+    /// PKCS#12 store.
     pub keystore_location: Option<PathBuf>,
-    /// `ssl.keystore.password`: for a PKCS#12 keystore; a PEM keystore's key is not encrypted.
+    /// `ssl.keystore.password`: a PKCS#12 keystore's password.
     pub keystore_password: Option<String>,
-    /// `ssl.key.password`: the password of an encrypted private key.
+    /// `ssl.key.password`: the password of an encrypted private key (a PEM keystore's
+    /// `ENCRYPTED PRIVATE KEY`).
     pub key_password: Option<String>,
     /// `ssl.keystore.certificate.chain` and `ssl.keystore.key`: the same material inline, as
     /// PEM text (KIP-651).
     pub keystore_certificate_chain: Option<String>,
     pub keystore_key: Option<String>,
-    /// `ssl.truststore.type`: `PEM`.
+    /// `ssl.truststore.type`: `PEM` or `PKCS12`.
     pub truststore_type: String,
+    /// `ssl.truststore.password`: a PKCS#12 truststore's password.
+    pub truststore_password: Option<String>,
     /// `ssl.truststore.location`: PEM certificates of the authorities client certificates are
     /// checked against (mutual TLS).
     pub truststore_location: Option<PathBuf>,
@@ -169,6 +173,7 @@ impl fmt::Debug for SslConfig {
             )
             .field("keystore_key", &hidden(&self.keystore_key))
             .field("truststore_type", &self.truststore_type)
+            .field("truststore_password", &hidden(&self.truststore_password))
             .field("truststore_location", &self.truststore_location)
             .field(
                 "truststore_certificates",

@@ -434,13 +434,14 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         kind: Kind::String,
         default: Some("PEM"),
         doc: "The format of the SSL listener's keystore: PEM (KIP-651: a private key and its \
-              certificate chain in one file, or inline). Kafka's default is JKS, which Sluice \
-              does not read.",
+              certificate chain in one file, or inline) or PKCS12 (with \
+              ssl.keystore.password). Kafka's default is JKS, which Sluice does not read \
+              (keytool -importkeystore -deststoretype PKCS12 converts one).",
         set: |c, v| {
             let t = v.trim().to_ascii_uppercase();
-            if t != "PEM" {
+            if t != "PEM" && t != "PKCS12" {
                 return Err(format!(
-                    "ssl.keystore.type: {t} keystores are not read; use PEM"
+                    "ssl.keystore.type: {t} keystores are not read; use PEM or PKCS12"
                 ));
             }
             c.ssl.keystore_type = t;
@@ -454,9 +455,10 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         dynamic: false,
         kind: Kind::String,
         default: None,
-        doc: "The SSL listener's keystore file: its private key (PKCS#8, PKCS#1 or SEC1, not \
-              encrypted) and certificate chain, PEM. Read again when the file changes, without \
-              a restart.",
+        doc: "The SSL listener's keystore file: its private key (PKCS#8, PKCS#1 or SEC1; an \
+              encrypted PKCS#8 key with ssl.key.password) and certificate chain, PEM; or a \
+              PKCS#12 store (ssl.keystore.type=PKCS12). Read again when the file changes, \
+              without a restart.",
         set: |c, v| {
             c.ssl.keystore_location = optional(v).map(PathBuf::from);
             Ok(())
@@ -469,7 +471,7 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         dynamic: false,
         kind: Kind::Password,
         default: None,
-        doc: "The keystore's password (a PEM keystore has none: accepted and unused).",
+        doc: "A PKCS#12 keystore's password (a PEM keystore has none: accepted and unused).",
         set: |c, v| {
             c.ssl.keystore_password = optional(v);
             Ok(())
@@ -482,8 +484,8 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         dynamic: false,
         kind: Kind::Password,
         default: None,
-        doc: "The password of an encrypted private key; encrypted PEM keys are refused at start \
-              for now, with a clear error.",
+        doc: "The password of a PEM keystore's encrypted private key (PKCS#8 \
+              \"ENCRYPTED PRIVATE KEY\", PBES2 as openssl pkcs8 -topk8 writes it).",
         set: |c, v| {
             c.ssl.key_password = optional(v);
             Ok(())
@@ -522,12 +524,13 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         dynamic: false,
         kind: Kind::String,
         default: Some("PEM"),
-        doc: "The format of the truststore client certificates are checked against: PEM.",
+        doc: "The format of the truststore client certificates are checked against: PEM, or \
+              PKCS12 (with ssl.truststore.password).",
         set: |c, v| {
             let t = v.trim().to_ascii_uppercase();
-            if t != "PEM" {
+            if t != "PEM" && t != "PKCS12" {
                 return Err(format!(
-                    "ssl.truststore.type: {t} truststores are not read; use PEM"
+                    "ssl.truststore.type: {t} truststores are not read; use PEM or PKCS12"
                 ));
             }
             c.ssl.truststore_type = t;
@@ -555,9 +558,12 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         dynamic: false,
         kind: Kind::Password,
         default: None,
-        doc: "The truststore's password (a PEM truststore has none: accepted and unused).",
-        set: |_, _| Ok(()),
-        get: |_| None,
+        doc: "A PKCS#12 truststore's password (a PEM truststore has none: accepted and unused).",
+        set: |c, v| {
+            c.ssl.truststore_password = optional(v);
+            Ok(())
+        },
+        get: |c| c.ssl.truststore_password.as_ref().map(|_| "[hidden]".into()),
     },
     Setting {
         name: "ssl.truststore.certificates",

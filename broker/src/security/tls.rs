@@ -47,8 +47,7 @@ pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
 pub fn server_config(ssl: &SslConfig) -> anyhow::Result<Arc<ServerConfig>> {
     let provider = Arc::new(provider(&ssl.cipher_suites)?);
     let versions = versions(&ssl.enabled_protocols)?;
-    let chain = certificate_chain(ssl)?;
-    let key = private_key(ssl)?;
+    let (chain, key) = keystore(ssl)?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
         .context("ssl.enabled.protocols and ssl.cipher.suites have nothing in common")?;
@@ -93,8 +92,9 @@ pub fn client_config(ssl: &SslConfig) -> anyhow::Result<Arc<rustls::ClientConfig
         .with_root_certificates(roots);
     let has_keystore = ssl.keystore_location.is_some() || ssl.keystore_certificate_chain.is_some();
     let config = if has_keystore {
+        let (chain, key) = keystore(ssl)?;
         builder
-            .with_client_auth_cert(certificate_chain(ssl)?, private_key(ssl)?)
+            .with_client_auth_cert(chain, key)
             .context("the keystore's private key does not match its certificate")?
     } else {
         builder.with_no_client_auth()
@@ -170,38 +170,139 @@ fn keystore_pem(ssl: &SslConfig) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
     }
 }
 
-fn certificate_chain(ssl: &SslConfig) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let (pem, _) = keystore_pem(ssl)?;
-    let chain = CertificateDer::pem_slice_iter(&pem)
+/// The keystore's certificate chain and private key: a PEM file or inline PEM (its key
+/// decrypted with `ssl.key.password` when it is an encrypted PKCS#8 key), or a PKCS#12 store.
+fn keystore(
+    ssl: &SslConfig,
+) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    if ssl.keystore_type == "PKCS12" {
+        return pkcs12_keystore(ssl);
+    }
+    let (chain_pem, key_pem) = keystore_pem(ssl)?;
+    let chain = CertificateDer::pem_slice_iter(&chain_pem)
         .collect::<Result<Vec<_>, _>>()
         .context("the keystore's certificates are not valid PEM")?;
     if chain.is_empty() {
         anyhow::bail!("the keystore holds no certificate (PEM \"CERTIFICATE\" sections)");
     }
-    Ok(chain)
+    Ok((
+        chain,
+        pem_private_key(&key_pem, ssl.key_password.as_deref())?,
+    ))
 }
 
-fn private_key(ssl: &SslConfig) -> anyhow::Result<PrivateKeyDer<'static>> {
-    let (_, pem) = keystore_pem(ssl)?;
-    if pem
-        .windows(b"ENCRYPTED PRIVATE KEY".len())
-        .any(|w| w == b"ENCRYPTED PRIVATE KEY")
-    {
-        anyhow::bail!(
-            "the keystore's private key is encrypted; encrypted PEM keys are not read yet \
-             (store it unencrypted, readable only by the broker)"
-        );
+const ENCRYPTED_BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+const ENCRYPTED_END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
+
+/// The private key of PEM text; an `ENCRYPTED PRIVATE KEY` (PKCS#8, PBES2) is decrypted with
+/// `password`. No error quotes the key or the password.
+fn pem_private_key(pem: &[u8], password: Option<&str>) -> anyhow::Result<PrivateKeyDer<'static>> {
+    let text = String::from_utf8_lossy(pem);
+    if let Some(start) = text.find(ENCRYPTED_BEGIN) {
+        let Some(password) = password else {
+            anyhow::bail!("the keystore's private key is encrypted: set ssl.key.password");
+        };
+        let stop = text[start..]
+            .find(ENCRYPTED_END)
+            .map(|end| start + end + ENCRYPTED_END.len())
+            .context("the keystore's encrypted private key has no END line")?;
+        let (_, der) = pkcs8::der::pem::decode_vec(text[start..stop].as_bytes()).map_err(|_| {
+            anyhow::anyhow!("the keystore's encrypted private key is not valid PEM")
+        })?;
+        let info = pkcs8::EncryptedPrivateKeyInfoRef::try_from(der.as_slice())
+            .map_err(|_| anyhow::anyhow!("the keystore's encrypted private key is not PKCS#8"))?;
+        let key = info.decrypt(password).map_err(|_| {
+            anyhow::anyhow!(
+                "the keystore's encrypted private key does not decrypt with ssl.key.password \
+                 (a wrong password, or an encryption other than PBES2)"
+            )
+        })?;
+        return Ok(PrivateKeyDer::Pkcs8(key.as_bytes().to_vec().into()));
     }
-    // The error of a key that does not parse never quotes the key.
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|_| {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|_| {
         anyhow::anyhow!(
-            "the keystore holds no private key (PEM \"PRIVATE KEY\", \"RSA PRIVATE KEY\" or \
-             \"EC PRIVATE KEY\")"
+            "the keystore holds no private key (PEM \"PRIVATE KEY\", \"ENCRYPTED PRIVATE KEY\", \
+             \"RSA PRIVATE KEY\" or \"EC PRIVATE KEY\")"
         )
     })
 }
 
+/// A PKCS#12 store's bytes and password, for `what` (`keystore` or `truststore`).
+fn pkcs12_file(
+    what: &str,
+    location: Option<&Path>,
+    password: Option<&str>,
+) -> anyhow::Result<(Vec<u8>, String)> {
+    let path = location.with_context(|| format!("a PKCS12 {what} needs ssl.{what}.location"))?;
+    let bytes =
+        std::fs::read(path).with_context(|| format!("ssl.{what}.location {}", path.display()))?;
+    let password =
+        password.with_context(|| format!("a PKCS12 {what} needs ssl.{what}.password"))?;
+    Ok((bytes, password.to_string()))
+}
+
+fn pkcs12_keystore(
+    ssl: &SslConfig,
+) -> anyhow::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let (bytes, password) = pkcs12_file(
+        "keystore",
+        ssl.keystore_location.as_deref(),
+        ssl.keystore_password.as_deref(),
+    )?;
+    let store = p12_keystore::KeyStore::from_pkcs12(
+        &bytes,
+        &password,
+        p12_keystore::Pkcs12ImportPolicy::Strict,
+    )
+    .map_err(|e| {
+        anyhow::anyhow!("the PKCS12 keystore does not open with ssl.keystore.password: {e}")
+    })?;
+    let (_, entry) = store
+        .private_key_chain()
+        .context("the PKCS12 keystore holds no private key with its certificate chain")?;
+    let chain: Vec<CertificateDer<'static>> = entry
+        .certs()
+        .iter()
+        .map(|c| CertificateDer::from(c.as_der().to_vec()))
+        .collect();
+    if chain.is_empty() {
+        anyhow::bail!("the PKCS12 keystore's private key has no certificate");
+    }
+    Ok((
+        chain,
+        PrivateKeyDer::Pkcs8(entry.key().as_der().to_vec().into()),
+    ))
+}
+
 fn truststore(ssl: &SslConfig, needed_for: &str) -> anyhow::Result<RootCertStore> {
+    if ssl.truststore_type == "PKCS12" {
+        let (bytes, password) = pkcs12_file(
+            "truststore",
+            ssl.truststore_location.as_deref(),
+            ssl.truststore_password.as_deref(),
+        )?;
+        // Every certificate in it, whether or not Java's keytool marked it trusted.
+        let store = p12_keystore::KeyStore::from_pkcs12(
+            &bytes,
+            &password,
+            p12_keystore::Pkcs12ImportPolicy::Raw,
+        )
+        .map_err(|e| {
+            anyhow::anyhow!("the PKCS12 truststore does not open with ssl.truststore.password: {e}")
+        })?;
+        let mut roots = RootCertStore::empty();
+        for (_, entry) in store.entries() {
+            if let p12_keystore::KeyStoreEntry::Certificate(cert) = entry {
+                roots
+                    .add(CertificateDer::from(cert.as_der().to_vec()))
+                    .context("a truststore certificate is not a usable authority")?;
+            }
+        }
+        if roots.is_empty() {
+            anyhow::bail!("the PKCS12 truststore holds no certificate");
+        }
+        return Ok(roots);
+    }
     let pem = match (&ssl.truststore_location, &ssl.truststore_certificates) {
         (Some(path), _) => std::fs::read(path)
             .with_context(|| format!("ssl.truststore.location {}", path.display()))?,
