@@ -129,6 +129,9 @@ pub fn checked(key: ApiKey) -> bool {
             | CreateAcls
             | DescribeAcls
             | DeleteAcls
+            | AlterReplicaLogDirs
+            | WriteTxnMarkers
+            | ListConfigResources
     )
 }
 
@@ -254,6 +257,69 @@ pub fn refusal(shard: &Shard, client: &Client, request: &RequestKind) -> Option<
         RequestKind::DescribeQuorum(_) if !cluster(shard, client, operation::DESCRIBE) => {
             ResponseKind::DescribeQuorum(
                 DescribeQuorumResponse::default().with_error_code(cluster_refused),
+            )
+        }
+        RequestKind::AlterReplicaLogDirs(r) if !cluster(shard, client, operation::ALTER) => {
+            use kafka_protocol::messages::alter_replica_log_dirs_response::*;
+            let results = r
+                .dirs
+                .iter()
+                .flat_map(|d| &d.topics)
+                .map(|t| {
+                    AlterReplicaLogDirTopicResult::default()
+                        .with_topic_name(t.name.clone())
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|&p| {
+                                    AlterReplicaLogDirPartitionResult::default()
+                                        .with_partition_index(p)
+                                        .with_error_code(cluster_refused)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            ResponseKind::AlterReplicaLogDirs(
+                AlterReplicaLogDirsResponse::default().with_results(results),
+            )
+        }
+        RequestKind::WriteTxnMarkers(r) if !cluster(shard, client, operation::CLUSTER_ACTION) => {
+            use kafka_protocol::messages::write_txn_markers_response::*;
+            let markers = r
+                .markers
+                .iter()
+                .map(|m| {
+                    let topics = m
+                        .topics
+                        .iter()
+                        .map(|t| {
+                            WritableTxnMarkerTopicResult::default()
+                                .with_name(t.name.clone())
+                                .with_partitions(
+                                    t.partition_indexes
+                                        .iter()
+                                        .map(|&p| {
+                                            WritableTxnMarkerPartitionResult::default()
+                                                .with_partition_index(p)
+                                                .with_error_code(cluster_refused)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect();
+                    WritableTxnMarkerResult::default()
+                        .with_producer_id(m.producer_id)
+                        .with_topics(topics)
+                })
+                .collect();
+            ResponseKind::WriteTxnMarkers(WriteTxnMarkersResponse::default().with_markers(markers))
+        }
+        RequestKind::ListConfigResources(_)
+            if !cluster(shard, client, operation::DESCRIBE_CONFIGS) =>
+        {
+            ResponseKind::ListConfigResources(
+                ListConfigResourcesResponse::default().with_error_code(cluster_refused),
             )
         }
         RequestKind::DescribeLogDirs(_) if !cluster(shard, client, operation::DESCRIBE) => {
