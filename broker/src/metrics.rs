@@ -56,7 +56,13 @@ pub struct Metrics {
     pub successful_reauthentication: AtomicU64,
     pub failed_reauthentication: AtomicU64,
     pub expired_connections_killed: AtomicU64,
+    /// Throttles by quota: (quota key, user, client id) to responses throttled and their
+    /// throttle time in ms. Touched only when a client is throttled.
+    pub throttles: std::sync::Mutex<Throttles>,
 }
+
+/// (quota key, user, client id) to (responses throttled, throttle time in ms).
+pub type Throttles = std::collections::BTreeMap<(&'static str, String, String), (u64, u64)>;
 
 impl Metrics {
     pub fn new(shards: usize) -> Metrics {
@@ -75,6 +81,17 @@ impl Metrics {
             .iter()
             .map(|s| gauge(s).load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// Counts a throttle of `ms` under the quota `key` for the client `user`, `client_id` (the
+    /// quota entity's names; empty where the entity leaves one out).
+    pub fn throttled(&self, key: &'static str, user: &str, client_id: &str, ms: u64) {
+        let mut throttles = self.throttles.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = throttles
+            .entry((key, user.to_string(), client_id.to_string()))
+            .or_default();
+        entry.0 += 1;
+        entry.1 += ms;
     }
 
     /// The text exposition of every metric, with `lags` as (group, topic, partition, lag).
@@ -191,6 +208,42 @@ impl Metrics {
             "The lag of a group this broker coordinates, over its partitions",
             lag_sum,
         );
+        // Kafka's quota sensor groups (Produce, Fetch, Request, ControllerMutation), with the
+        // quota entity's user and client id.
+        let throttles = self
+            .throttles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (key, group) in [
+            ("producer_byte_rate", "produce"),
+            ("consumer_byte_rate", "fetch"),
+            ("request_percentage", "request"),
+            ("controller_mutation_rate", "controllermutation"),
+        ] {
+            let count = Family::<Vec<(String, String)>, prometheus_client::metrics::counter::Counter>::default();
+            let time = Family::<Vec<(String, String)>, prometheus_client::metrics::counter::Counter>::default();
+            for ((_, user, client_id), (n, ms)) in
+                throttles.iter().filter(|((k, _, _), _)| *k == key)
+            {
+                let labels = vec![
+                    ("user".to_string(), label_value(user)),
+                    ("client_id".to_string(), label_value(client_id)),
+                ];
+                count.get_or_create(&labels).inc_by(*n);
+                time.get_or_create(&labels).inc_by(*ms);
+            }
+            registry.register(
+                format!("kafka_server_{group}_throttled"),
+                format!("Responses throttled by the {key} quota, per quota entity"),
+                count,
+            );
+            registry.register(
+                format!("kafka_server_{group}_throttle_time_ms"),
+                format!("Throttle time given under the {key} quota (ms), per quota entity"),
+                time,
+            );
+        }
         let mut out = String::new();
         encode(&mut out, &registry).expect("encoding into a String cannot fail");
         out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -14,7 +15,7 @@ from confluent_kafka import TopicPartition
 from kafka.protocol.admin import CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest
 from kafka.protocol.metadata import MetadataRequest
 
-from harness import Broker, admin, consumer, create_topic, producer
+from harness import Broker, admin, consumer, create_topic, free_port, producer
 from reference import java
 from wire import Pipeline, build
 
@@ -30,7 +31,10 @@ def broker():
     # flat out take ten seconds' worth at once and again each time the oldest sample expires,
     # about 1.1-1.2x its quota over its first 20 s (as Kafka's own broker, whose rules these
     # are); with two, the burst is one second's worth and the test can hold it to 10%.
-    b = Broker(cores=2, name="quotas", extra_args=["--override", "quota.window.num=2"])
+    metrics_port = free_port()
+    b = Broker(cores=2, name="quotas", extra_args=["--override", "quota.window.num=2",
+                                                   "--metrics-listener", f"127.0.0.1:{metrics_port}"])
+    b.metrics_port = metrics_port
     b.start()
     yield b
     b.stop()
@@ -239,6 +243,8 @@ def test_controller_mutations_over_the_quota_are_refused_with_throttling_quota_e
     finally:
         mutator.close()
         free.close()
+    m = throttle_metrics(broker)
+    assert m['kafka_server_controllermutation_throttled_total{user="",client_id="mutator"}'] >= 4, m
     md = admin(broker.bootstrap).list_topics(timeout=10).topics
     assert "mut-b" not in md and "mut-a" in md and "mut-c" in md
     assert len(md["mut-d"].partitions) == 5 and len(md["mut-c"].partitions) == 1
@@ -263,3 +269,14 @@ def test_a_client_over_its_request_percentage_is_throttled_and_the_others_are_no
     busy = [t for t in throttles["busy"] if t > 0]
     assert busy and max(busy) <= 1000, throttles["busy"]
     assert set(throttles["idle"]) == {0}
+    # /metrics counts them under Kafka's Request quota group, for the client id the quota is on.
+    m = throttle_metrics(broker)
+    assert m['kafka_server_request_throttled_total{user="",client_id="busy"}'] == len(busy), m
+    assert m['kafka_server_request_throttle_time_ms_total{user="",client_id="busy"}'] >= sum(busy) - len(busy), m
+    assert not any('client_id="idle"' in k for k in m), m
+
+
+def throttle_metrics(b) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10).read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("kafka_server_") and "throttle" in line and not line.startswith("#")}

@@ -89,7 +89,7 @@ impl Client {
     /// time, which it returns (ms) for the response's `throttle_time_ms`.
     fn throttle(&self, shard: &Shard, applied: &crate::quota::Applied, bytes: usize) -> i32 {
         let throttle = shard.shared.quotas.record(applied, bytes as f64);
-        self.mute(applied, throttle)
+        self.mute(shard, applied, throttle)
     }
 
     /// The `controller_mutation_rate` of a CreateTopics, DeleteTopics or CreatePartitions
@@ -113,17 +113,41 @@ impl Client {
     }
 
     /// Mutes the connection for `throttle` under `applied`; the throttle time in ms.
-    fn mute(&self, applied: &crate::quota::Applied, throttle: std::time::Duration) -> i32 {
-        if throttle.is_zero() {
-            return 0;
-        }
-        let until = std::time::Instant::now() + throttle;
-        if until > self.throttled_until.get() {
-            self.throttled_until.set(until);
-        }
-        tracing::debug!(target: "sluice::quota", principal = %self.principal, client_id = %self.client_id, quota = applied.sensor.key, bound = applied.bound, throttle_ms = throttle.as_millis() as u64, "throttled");
-        i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX)
+    fn mute(
+        &self,
+        shard: &Shard,
+        applied: &crate::quota::Applied,
+        throttle: std::time::Duration,
+    ) -> i32 {
+        mute(shard, &self.throttled_until, applied, throttle)
     }
+}
+
+/// Mutes a connection (its `throttled_until`) for `throttle` under the quota `applied`, and
+/// counts it in the metrics; the throttle time in ms, for the response.
+fn mute(
+    shard: &Shard,
+    throttled_until: &std::cell::Cell<std::time::Instant>,
+    applied: &crate::quota::Applied,
+    throttle: std::time::Duration,
+) -> i32 {
+    // Under a millisecond: nothing a response could tell.
+    if throttle.as_millis() == 0 {
+        return 0;
+    }
+    let until = std::time::Instant::now() + throttle;
+    if until > throttled_until.get() {
+        throttled_until.set(until);
+    }
+    let (user, client_id) = (&applied.sensor.user, &applied.sensor.client_id);
+    shard.shared.metrics.throttled(
+        applied.sensor.key,
+        user.as_deref().unwrap_or(""),
+        client_id.as_deref().unwrap_or(""),
+        throttle.as_millis() as u64,
+    );
+    tracing::debug!(target: "sluice::quota", ?user, ?client_id, quota = applied.sensor.key, bound = applied.bound, throttle_ms = throttle.as_millis() as u64, "throttled");
+    i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX)
 }
 
 /// A request's `controller_mutation_rate` (KIP-599): each topic it creates, deletes or adds
@@ -150,7 +174,7 @@ impl MutationQuota<'_> {
     /// The throttle time after the request (ms), its connection muted for it.
     fn throttle(&self, client: &Client) -> i32 {
         let throttle = self.shard.shared.quotas.mutation_throttle(&self.applied);
-        client.mute(&self.applied, throttle)
+        client.mute(self.shard, &self.applied, throttle)
     }
 }
 
@@ -795,13 +819,8 @@ pub async fn dispatch(
     if let Some((worked, quota)) = request_quota.filter(|_| !follower_fetch) {
         let used = crate::quota::percentage(worked.so_far());
         let throttle = shard.shared.quotas.record_request_time(&quota, used);
-        if !throttle.is_zero() {
-            let until = std::time::Instant::now() + throttle;
-            if until > throttled_until.get() {
-                throttled_until.set(until);
-            }
-            let ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
-            tracing::debug!(target: "sluice::quota", quota = quota.sensor.key, bound = quota.bound, throttle_ms = ms, "throttled");
+        let ms = mute(shard, &throttled_until, &quota, throttle);
+        if ms > 0 {
             raise_throttle_time(&mut response, ms);
         }
     }
