@@ -34,6 +34,7 @@ pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
 pub const REQUEST_PERCENTAGE: &str = "request_percentage";
 pub const CONTROLLER_MUTATION_RATE: &str = "controller_mutation_rate";
+pub const CONNECTION_CREATION_RATE: &str = "connection_creation_rate";
 
 /// Every client quota of the cluster, by entity then key (the metadata image's).
 pub type Quotas = BTreeMap<QuotaEntity, BTreeMap<String, QuotaValue>>;
@@ -45,6 +46,8 @@ pub struct SensorKey {
     pub key: &'static str,
     pub user: Option<String>,
     pub client_id: Option<String>,
+    /// For `connection_creation_rate`: the client's address.
+    pub ip: Option<String>,
 }
 
 /// The quota a client is held to for one key.
@@ -96,6 +99,33 @@ pub fn resolve(quotas: &Quotas, key: &'static str, user: &str, client_id: &str) 
                     key,
                     user: u.map(|_| user.to_string()),
                     client_id: c.map(|_| client_id.to_string()),
+                    ip: None,
+                },
+                bound: value.0,
+            });
+        }
+    }
+    None
+}
+
+/// The `connection_creation_rate` quota (KIP-612) on connections from `ip`: the IP's own, or
+/// the default IP quota, which bounds each address on its own.
+pub fn resolve_ip(quotas: &Quotas, ip: &str) -> Option<Applied> {
+    if quotas.is_empty() {
+        return None;
+    }
+    for name in [Some(ip.to_string()), None] {
+        let entity: QuotaEntity = vec![("ip".to_string(), name)];
+        if let Some(value) = quotas
+            .get(&entity)
+            .and_then(|keys| keys.get(CONNECTION_CREATION_RATE))
+        {
+            return Some(Applied {
+                sensor: SensorKey {
+                    key: CONNECTION_CREATION_RATE,
+                    user: None,
+                    client_id: None,
+                    ip: Some(ip.to_string()),
                 },
                 bound: value.0,
             });
@@ -467,7 +497,8 @@ mod tests {
             SensorKey {
                 key: PRODUCER_BYTE_RATE,
                 user: Some("bob".into()),
-                client_id: None
+                client_id: None,
+                ip: None,
             }
         );
         assert_ne!(
@@ -497,6 +528,7 @@ mod tests {
                 key: PRODUCER_BYTE_RATE,
                 user: Some(user.into()),
                 client_id: None,
+                ip: None,
             },
             bound: 1000.0,
         };
@@ -549,6 +581,7 @@ mod tests {
                 key: CONTROLLER_MUTATION_RATE,
                 user: Some("alice".into()),
                 client_id: None,
+                ip: None,
             },
             bound: 2.0,
         };

@@ -5,6 +5,7 @@ the same broker are never throttled."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import urllib.request
@@ -280,3 +281,39 @@ def throttle_metrics(b) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10).read().decode()
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
             if line.startswith("kafka_server_") and "throttle" in line and not line.startswith("#")}
+
+
+def test_connections_over_their_ips_creation_rate_are_closed_after_a_throttle(broker):
+    """KIP-612: `kafka-configs --entity-type ips` sets connection_creation_rate on an address;
+    its connections beyond the rate are closed unanswered after their throttle time, while
+    another address opening as many at once is served every one."""
+    from test_sasl import api_versions, read_frames
+
+    def answers(s: socket.socket) -> int:
+        try:
+            return len(read_frames(s, 1))
+        except ConnectionResetError:  # closed with the request unread
+            return 0
+    configs(broker.bootstrap, "--alter", "--entity-type", "ips", "--entity-name", "127.0.0.2",
+            "--add-config", "connection_creation_rate=5")
+    try:
+        out = configs(broker.bootstrap, "--describe", "--entity-type", "ips", "--entity-name", "127.0.0.2")
+        assert "connection_creation_rate=5.0" in out, out
+        time.sleep(0.5)  # every shard's image holds the quota
+        answered = {}
+        for source in ("127.0.0.2", "127.0.0.1"):
+            sockets = [socket.create_connection(("127.0.0.1", broker.port), timeout=10, source_address=(source, 0))
+                       for _ in range(30)]
+            try:
+                for s in sockets:
+                    s.sendall(api_versions(1))
+                answered[source] = sum(map(answers, sockets))
+            finally:
+                for s in sockets:
+                    s.close()
+        assert answered["127.0.0.1"] == 30, answered
+        # Five a second over samples of a second: about one sample's worth gets through.
+        assert 3 <= answered["127.0.0.2"] <= 12, answered
+    finally:
+        configs(broker.bootstrap, "--alter", "--entity-type", "ips", "--entity-name", "127.0.0.2",
+                "--delete-config", "connection_creation_rate")

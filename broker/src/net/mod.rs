@@ -68,6 +68,8 @@ static OPEN_PER_IP: LazyLock<Mutex<HashMap<IpAddr, usize>>> =
 use crate::loggers::RateLimitedLog;
 
 static REFUSALS: RateLimitedLog = RateLimitedLog::new();
+/// Connections closed for their IP's connection_creation_rate.
+static THROTTLED: RateLimitedLog = RateLimitedLog::new();
 static ACCEPT_ERRORS: RateLimitedLog = RateLimitedLog::new();
 
 /// `max.connections` and `max.connections.per.ip` as they are now: the start-up values, or
@@ -246,6 +248,20 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener, name: Rc<str>) {
                         continue;
                     }
                 };
+                if let Some(throttle) = connection_throttle(&shard, peer) {
+                    // KIP-612: over its connection_creation_rate, the connection is not counted
+                    // and is closed once the throttle time has passed, so its client backs off.
+                    if let Some(suppressed) = THROTTLED.due(REFUSAL_LOG_INTERVAL) {
+                        tracing::info!(?peer, throttle_ms = throttle.as_millis() as u64, throttled_since_last_line = suppressed, "connection over its IP's connection_creation_rate; closing it after the throttle time");
+                    }
+                    glommio::spawn_local(async move {
+                        let _slot = slot;
+                        glommio::timer::sleep(throttle).await;
+                        drop(stream);
+                    })
+                    .detach();
+                    continue;
+                }
                 let shard = shard.clone();
                 let acceptor = tls.as_ref().map(|t| t.acceptor(shard.id));
                 let auth = sasl.clone().map(sasl::Authenticator::new);
@@ -318,6 +334,22 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener, name: Rc<str>) {
             }
         }
     }
+}
+
+/// The throttle time of a new connection from `peer` over its IP's `connection_creation_rate`
+/// (KIP-612), counted against it unless it is throttled; `None` within the quota or without
+/// one.
+fn connection_throttle(shard: &Shard, peer: Option<SocketAddr>) -> Option<Duration> {
+    let ip = peer?.ip().to_string();
+    let image = shard.image();
+    let applied = crate::quota::resolve_ip(&image.cluster.as_ref()?.quotas, &ip)?;
+    let quotas = &shard.shared.quotas;
+    let throttle = quotas.record(&applied, 1.0);
+    if throttle.as_millis() == 0 {
+        return None;
+    }
+    quotas.unrecord(&applied, 1.0);
+    Some(throttle)
 }
 
 /// How a connection ended, for its log line.
