@@ -11,11 +11,14 @@ command (RSA keys, PKCS#1 v1.5 signatures)."""
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import socket
 import struct
+import ssl
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -27,6 +30,8 @@ from harness import SLUICE_BIN, TEST_DIR, Broker, consumer, free_port, produce_a
 from reference import java
 from test_sasl import handshake, read_frames, request
 from confluent_kafka import TopicPartition
+
+import certs as certs_mod
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ISSUER = "https://issuer.sluice.test"
@@ -263,10 +268,98 @@ def test_bad_oauth_settings_stop_the_start():
     d = Path(tempfile.mkdtemp(prefix="pytest-oauth-bad-", dir=TEST_DIR))
     args = [str(SLUICE_BIN), "--data-dir", str(d), "--cores", "1", "--listeners", f"CLIENT://127.0.0.1:{free_port()}",
             "--listener-security-protocol-map", "CLIENT:SASL_PLAINTEXT", "--sasl-enabled-mechanisms", "OAUTHBEARER"]
-    for extra, said in [(["--override", "sasl.oauthbearer.jwks.endpoint.url=https://idp.test/jwks"], "only file: URLs"),
+    for extra, said in [(["--override", "sasl.oauthbearer.jwks.endpoint.url=https://idp.sluice.invalid/jwks"],
+                         "the JWKS at https://idp.sluice.invalid/jwks"),
                         (["--override", f"sasl.oauthbearer.jwks.endpoint.url=file://{d}/missing.json"], "missing.json"),
                         (["--override", "listener.name.client.oauthbearer.sasl.jaas.config="
                                         "org.apache.kafka.common.security.plain.PlainLoginModule required;"],
                          "OAuthBearerLoginModule")]:
         r = subprocess.run([*args, *extra], capture_output=True, text=True, timeout=30)
         assert r.returncode != 0 and said in r.stderr + r.stdout, r.stderr[-1000:]
+
+
+class JwksServer:
+    """An identity provider's JWKS endpoint over HTTPS (a certificate of the test authority),
+    serving whatever key set is current and counting the fetches."""
+
+    def __init__(self, certs):
+        self.keys: list[dict] = []
+        self.fetches = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                server.fetches += 1
+                body = json.dumps({"keys": server.keys}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certs.dir / "broker.crt", certs.dir / "broker.key")
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.httpd.server_address[1]}/jwks"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def test_signed_tokens_against_a_jwks_served_over_https():
+    """sasl.oauthbearer.jwks.endpoint.url naming an https endpoint (trusted through
+    ssl.truststore.location): fetched once at start, whichever shard checks the token; a token
+    naming a key the set lacks (the provider rotated its keys) makes the broker fetch it again
+    early, so the new key's tokens get in without a restart, and a flood of unknown keys fetches
+    at most about once a second."""
+    d = Path(tempfile.mkdtemp(prefix="pytest-oauth-https-", dir=TEST_DIR))
+    certs = certs_mod.make(d / "certs")
+    first, second = Signer(d, "key-1"), Signer(d, "key-2")
+    idp = JwksServer(certs)
+    idp.keys = [first.jwk]
+    b = oauth_broker("oauth-https",
+                     "--override", f"sasl.oauthbearer.jwks.endpoint.url={idp.url}",
+                     "--ssl-truststore-location", str(certs.ca),
+                     "--override", f"sasl.oauthbearer.expected.audience={AUDIENCE}",
+                     "--override", f"sasl.oauthbearer.expected.issuer={ISSUER}")
+    b.client_config = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                       "oauth_cb": lambda _: (first.token("alice"), time.time() + 3600)}
+    try:
+        b.start()
+        assert idp.fetches == 1
+        assert exchange(b.port, bearer(first.token("alice")))[0] == (0, b"")
+        roundtrip(b.bootstrap, b.client_config, "oauth-https", 50)
+        assert idp.fetches == 1
+        # The provider rotates to a second key: its first token is refused and asks for the
+        # set again; soon after, its tokens get in.
+        idp.keys = [first.jwk, second.jwk]
+        token = second.token("alice")
+        deadline = time.monotonic() + 10
+        while exchange(b.port, bearer(token))[0] != (0, b""):
+            assert time.monotonic() < deadline, "the rotated key set was not fetched"
+            time.sleep(0.2)
+        assert idp.fetches == 2
+        # Tokens naming keys no one has: fetches stay about one a second.
+        before, start = idp.fetches, time.monotonic()
+        for i in range(30):
+            exchange(b.port, bearer(first.token("alice", kid=f"nobody-{i}")))
+        elapsed = time.monotonic() - start
+        assert idp.fetches - before <= elapsed + 2, (idp.fetches - before, elapsed)
+        # Without a truststore that holds its authority, the endpoint is not trusted: no start.
+        r = subprocess.run([str(SLUICE_BIN), "--data-dir", str(d / "untrusted"), "--cores", "1",
+                            "--listeners", f"CLIENT://127.0.0.1:{free_port()}",
+                            "--listener-security-protocol-map", "CLIENT:SASL_PLAINTEXT",
+                            "--sasl-enabled-mechanisms", "OAUTHBEARER",
+                            "--override", f"sasl.oauthbearer.jwks.endpoint.url={idp.url}"],
+                           capture_output=True, text=True, timeout=60)
+        out = r.stderr + r.stdout
+        assert r.returncode != 0 and f"the JWKS at {idp.url}" in out and "UnknownIssuer" in out, out[-1000:]
+    finally:
+        b.stop()
+        b.remove()
+        idp.close()

@@ -199,6 +199,12 @@ pub const OAUTHBEARER_LOGIN_MODULE: &str =
 pub struct OAuthConfig {
     /// `sasl.oauthbearer.jwks.endpoint.url`
     pub jwks_endpoint_url: Option<String>,
+    /// `sasl.oauthbearer.jwks.endpoint.refresh.ms`: how often an https JWKS is fetched again.
+    pub jwks_refresh_ms: u64,
+    /// `sasl.oauthbearer.jwks.endpoint.retry.backoff.ms` and `...retry.backoff.max.ms`: the
+    /// first and the longest wait before fetching again after a failure.
+    pub jwks_retry_backoff_ms: u64,
+    pub jwks_retry_backoff_max_ms: u64,
     /// `sasl.oauthbearer.expected.audience`
     pub expected_audience: Vec<String>,
     /// `sasl.oauthbearer.expected.issuer`

@@ -635,8 +635,11 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         dynamic: false,
         kind: Kind::String,
         default: None,
-        doc: "Where OAUTHBEARER's signing keys are (a JWKS): a file: URL, read again when the \
-              file changes. Set (or with listener.name.<l>.oauthbearer.sasl.server.callback.\
+        doc: "Where OAUTHBEARER's signing keys are (a JWKS): an https: (or http:) URL, fetched \
+              at start and again every sasl.oauthbearer.jwks.endpoint.refresh.ms and when a \
+              token names a key the set lacks (trusting ssl.truststore.* when it is set, the \
+              Web PKI's authorities otherwise); or a file: URL, read again when the file \
+              changes. Set (or with listener.name.<l>.oauthbearer.sasl.server.callback.\
               handler.class naming Kafka's OAuthBearerValidatorCallbackHandler), tokens must be \
               signed by one of its keys; unset, unsigned tokens are accepted (Kafka's unsecured \
               default, for tests and development).",
@@ -645,6 +648,48 @@ pub static BROKER_SETTINGS: &[Setting] = &[
             Ok(())
         },
         get: |c| c.sasl.oauth.jwks_endpoint_url.clone(),
+    },
+    Setting {
+        name: "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Long,
+        default: Some("3600000"),
+        doc: "How often an https JWKS is fetched again.",
+        set: |c, v| {
+            c.sasl.oauth.jwks_refresh_ms = number("sasl.oauthbearer.jwks.endpoint.refresh.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.sasl.oauth.jwks_refresh_ms),
+    },
+    Setting {
+        name: "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Long,
+        default: Some("100"),
+        doc: "The first wait before fetching an https JWKS again after a failed fetch; it \
+              doubles up to sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms.",
+        set: |c, v| {
+            c.sasl.oauth.jwks_retry_backoff_ms =
+                number("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.sasl.oauth.jwks_retry_backoff_ms),
+    },
+    Setting {
+        name: "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Long,
+        default: Some("10000"),
+        doc: "The longest wait between fetches of an https JWKS that keep failing.",
+        set: |c, v| {
+            c.sasl.oauth.jwks_retry_backoff_max_ms =
+                number("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", v)?;
+            Ok(())
+        },
+        get: |c| show(c.sasl.oauth.jwks_retry_backoff_max_ms),
     },
     Setting {
         name: "sasl.oauthbearer.expected.audience",

@@ -9,8 +9,9 @@
 //!   `unsecuredValidatorScopeClaimName`, `unsecuredValidatorRequiredScope`,
 //!   `unsecuredValidatorAllowableClockSkewMs`).
 //! - **Signed** (`OAuthBearerValidatorCallbackHandler`, KIP-768): the token's signature checked
-//!   against the keys of `sasl.oauthbearer.jwks.endpoint.url` (a `file:` URL here, read again
-//!   when the file changes), asymmetric algorithms only, then its expiry (with
+//!   against the keys of `sasl.oauthbearer.jwks.endpoint.url` (an `https:` endpoint fetched by
+//!   [`RemoteJwks`], or a `file:` URL read again when the file changes), asymmetric algorithms
+//!   only, then its expiry (with
 //!   `sasl.oauthbearer.clock.skew.seconds`), audience (`sasl.oauthbearer.expected.audience`),
 //!   issuer (`sasl.oauthbearer.expected.issuer`) and subject claim
 //!   (`sasl.oauthbearer.sub.claim.name`).
@@ -28,7 +29,7 @@ use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
-use crate::config::security::OAuthConfig;
+use crate::config::security::{OAuthConfig, SslConfig};
 
 /// Kafka's class names for the server callback handler that checks signed tokens.
 pub const VALIDATOR_CALLBACK_HANDLER: &str =
@@ -51,11 +52,9 @@ pub struct Unsecured {
     pub clock_skew_ms: u64,
 }
 
-/// Signed tokens against a JWKS file.
+/// Signed tokens against a JWKS.
 pub struct Signed {
-    jwks: PathBuf,
-    /// The key set and the modification time it was read at.
-    keys: Mutex<Option<(SystemTime, Arc<JwkSet>)>>,
+    jwks: Jwks,
     audience: Vec<String>,
     issuer: Option<String>,
     sub_claim: String,
@@ -66,24 +65,31 @@ impl Validator {
     /// The validator `oauth` and the listener's JAAS options describe.
     pub fn new(
         oauth: &OAuthConfig,
+        ssl: &SslConfig,
         jaas_options: &[(String, String)],
     ) -> Result<Validator, String> {
         if oauth.signed() {
             let url = oauth.jwks_endpoint_url.as_deref().ok_or_else(|| {
                 format!("{VALIDATOR_CALLBACK_HANDLER} needs sasl.oauthbearer.jwks.endpoint.url")
             })?;
-            let jwks = url
-                .strip_prefix("file://")
-                .or_else(|| url.strip_prefix("file:"))
-                .ok_or_else(|| {
-                    format!(
-                        "sasl.oauthbearer.jwks.endpoint.url {url}: only file: URLs are read (a JWKS \
-                         kept up to date on disk); https endpoints are not fetched yet"
-                    )
-                })?;
+            let jwks = if url.starts_with("https://") || url.starts_with("http://") {
+                Jwks::Remote(RemoteJwks::of(url, oauth, ssl)?)
+            } else {
+                let path = url
+                    .strip_prefix("file://")
+                    .or_else(|| url.strip_prefix("file:"))
+                    .ok_or_else(|| {
+                        format!(
+                            "sasl.oauthbearer.jwks.endpoint.url {url}: an https:, http: or file: URL"
+                        )
+                    })?;
+                Jwks::File {
+                    path: PathBuf::from(path),
+                    keys: Mutex::new(None),
+                }
+            };
             let signed = Signed {
-                jwks: PathBuf::from(jwks),
-                keys: Mutex::new(None),
+                jwks,
                 audience: oauth.expected_audience.clone(),
                 issuer: oauth.expected_issuer.clone(),
                 sub_claim: oauth.sub_claim_name.clone(),
@@ -228,35 +234,162 @@ fn json_part(part: &str, what: &str) -> Result<Value, String> {
     serde_json::from_slice(&bytes).map_err(|_| format!("the token's {what} is not JSON"))
 }
 
+/// Where the signing keys come from.
+enum Jwks {
+    /// A file, read again when it changes: the key set and the modification time it was read
+    /// at.
+    File {
+        path: PathBuf,
+        keys: Mutex<Option<(SystemTime, Arc<JwkSet>)>>,
+    },
+    Remote(Arc<RemoteJwks>),
+}
+
+/// A JWKS served over HTTP(S), fetched by a thread of its own, one per URL in the process (every
+/// shard's validator shares it): at start, every `sasl.oauthbearer.jwks.endpoint.refresh.ms`,
+/// and early when a token names a key the set lacks (a rotation), at most once a second; a
+/// failed fetch is tried again after the retry backoff, doubling, and the last good set stays
+/// in force meanwhile.
+pub struct RemoteJwks {
+    keys: Mutex<Arc<JwkSet>>,
+    /// Asks the fetching thread for an early fetch.
+    wake: std::sync::mpsc::SyncSender<()>,
+}
+
+/// The least time between two fetches a token asked for.
+const EARLY_FETCH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl RemoteJwks {
+    /// The process's fetcher of `url`, started (and its first fetch done) on first use.
+    fn of(url: &str, oauth: &OAuthConfig, ssl: &SslConfig) -> Result<Arc<RemoteJwks>, String> {
+        static REMOTES: std::sync::LazyLock<
+            Mutex<std::collections::HashMap<String, Arc<RemoteJwks>>>,
+        > = std::sync::LazyLock::new(Default::default);
+        let mut remotes = REMOTES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(remote) = remotes.get(url) {
+            return Ok(remote.clone());
+        }
+        let agent = http_agent(ssl)?;
+        let first = fetch(&agent, url)?;
+        let (wake, woken) = std::sync::mpsc::sync_channel(1);
+        let remote = Arc::new(RemoteJwks {
+            keys: Mutex::new(first),
+            wake,
+        });
+        let refresh = std::time::Duration::from_millis(oauth.jwks_refresh_ms.max(1));
+        let first_backoff = std::time::Duration::from_millis(oauth.jwks_retry_backoff_ms.max(1));
+        let max_backoff = std::time::Duration::from_millis(oauth.jwks_retry_backoff_max_ms.max(1));
+        let (me, url_owned) = (remote.clone(), url.to_string());
+        std::thread::Builder::new()
+            .name("jwks-refresh".into())
+            .spawn(move || {
+                let mut fetched = std::time::Instant::now();
+                let mut wait = refresh;
+                let mut backoff = first_backoff;
+                loop {
+                    match woken.recv_timeout(wait) {
+                        Ok(()) if fetched.elapsed() < EARLY_FETCH_INTERVAL => {
+                            wait = EARLY_FETCH_INTERVAL - fetched.elapsed();
+                            continue;
+                        }
+                        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
+                    fetched = std::time::Instant::now();
+                    match fetch(&agent, &url_owned) {
+                        Ok(set) => {
+                            *me.keys.lock().unwrap_or_else(|e| e.into_inner()) = set;
+                            wait = refresh;
+                            backoff = first_backoff;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "fetching the OAUTHBEARER JWKS failed; the keys fetched before stay in force");
+                            wait = backoff;
+                            backoff = (backoff * 2).min(max_backoff);
+                        }
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the JWKS fetcher: {e}"))?;
+        remotes.insert(url.to_string(), remote.clone());
+        Ok(remote)
+    }
+}
+
+/// The HTTP client of JWKS fetches: trusting `ssl.truststore.*` when it is set, the Web PKI's
+/// authorities otherwise; bounded in time.
+fn http_agent(ssl: &SslConfig) -> Result<ureq::Agent, String> {
+    let mut tls = ureq::tls::TlsConfig::builder();
+    if ssl.truststore_location.is_some() || ssl.truststore_certificates.is_some() {
+        let certs = super::tls::truststore_certificates(ssl)
+            .map_err(|e| format!("the JWKS endpoint's authorities: {e:#}"))?;
+        let certs = certs
+            .iter()
+            .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+            .collect();
+        tls = tls.root_certs(ureq::tls::RootCerts::Specific(Arc::new(certs)));
+    }
+    Ok(ureq::Agent::config_builder()
+        .tls_config(tls.build())
+        .timeout_global(Some(std::time::Duration::from_secs(10)))
+        .build()
+        .into())
+}
+
+/// One fetch of the JWKS at `url`: a key set with at least one key.
+fn fetch(agent: &ureq::Agent, url: &str) -> Result<Arc<JwkSet>, String> {
+    let body = agent
+        .get(url)
+        .call()
+        .and_then(|mut r| r.body_mut().read_to_vec())
+        .map_err(|e| format!("the JWKS at {url}: {e}"))?;
+    let set: JwkSet = serde_json::from_slice(&body)
+        .map_err(|e| format!("the JWKS at {url} is not a JWK set: {e}"))?;
+    if set.keys.is_empty() {
+        return Err(format!("the JWKS at {url} holds no key"));
+    }
+    Ok(Arc::new(set))
+}
+
 impl Signed {
-    /// The key set, read again when its file changed.
+    /// The key set: the file's, read again when it changed, or the last fetched.
     fn keys(&self) -> Result<Arc<JwkSet>, String> {
-        let modified = std::fs::metadata(&self.jwks)
+        let (path, keys) = match &self.jwks {
+            Jwks::Remote(remote) => {
+                return Ok(remote
+                    .keys
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone())
+            }
+            Jwks::File { path, keys } => (path, keys),
+        };
+        let modified = std::fs::metadata(path)
             .and_then(|m| m.modified())
-            .map_err(|e| format!("the JWKS file {}: {e}", self.jwks.display()))?;
-        let mut keys = self.keys.lock().expect("the JWKS lock is never poisoned");
+            .map_err(|e| format!("the JWKS file {}: {e}", path.display()))?;
+        let mut keys = keys.lock().expect("the JWKS lock is never poisoned");
         if let Some((at, set)) = keys.as_ref() {
             if *at == modified {
                 return Ok(set.clone());
             }
         }
-        let text = std::fs::read(&self.jwks)
-            .map_err(|e| format!("the JWKS file {}: {e}", self.jwks.display()))?;
-        let set: JwkSet = serde_json::from_slice(&text).map_err(|e| {
-            format!(
-                "the JWKS file {} is not a JWK set: {e}",
-                self.jwks.display()
-            )
-        })?;
+        let text =
+            std::fs::read(path).map_err(|e| format!("the JWKS file {}: {e}", path.display()))?;
+        let set: JwkSet = serde_json::from_slice(&text)
+            .map_err(|e| format!("the JWKS file {} is not a JWK set: {e}", path.display()))?;
         if set.keys.is_empty() {
-            return Err(format!(
-                "the JWKS file {} holds no key",
-                self.jwks.display()
-            ));
+            return Err(format!("the JWKS file {} holds no key", path.display()));
         }
         let set = Arc::new(set);
         *keys = Some((modified, set.clone()));
         Ok(set)
+    }
+
+    /// A token named a key the set lacks: an early fetch, for a remote set.
+    fn missing_key(&self) {
+        if let Jwks::Remote(remote) = &self.jwks {
+            let _ = remote.wake.try_send(());
+        }
     }
 
     fn validate(&self, token: &str) -> Result<(String, u64), String> {
@@ -282,9 +415,13 @@ impl Signed {
         }
         let keys = self.keys()?;
         let jwk = match &header.kid {
-            Some(kid) => keys
-                .find(kid)
-                .ok_or_else(|| format!("no key {kid:?} in the JWKS"))?,
+            Some(kid) => match keys.find(kid) {
+                Some(jwk) => jwk,
+                None => {
+                    self.missing_key();
+                    return Err(format!("no key {kid:?} in the JWKS"));
+                }
+            },
             None if keys.keys.len() == 1 => &keys.keys[0],
             None => return Err("the token names no key (kid) and the JWKS holds several".into()),
         };

@@ -71,7 +71,7 @@ impl SaslServer {
                 .map(|j| j.options.clone())
                 .unwrap_or_default();
             Some(
-                super::oauthbearer::Validator::new(&config.sasl.oauth, &options)
+                super::oauthbearer::Validator::new(&config.sasl.oauth, &config.ssl, &options)
                     .map_err(|e| format!("listener {listener}, OAUTHBEARER: {e}"))?,
             )
         } else {

@@ -275,13 +275,27 @@ fn pkcs12_keystore(
 }
 
 fn truststore(ssl: &SslConfig, needed_for: &str) -> anyhow::Result<RootCertStore> {
-    if ssl.truststore_type == "PKCS12" {
+    if ssl.truststore_location.is_none() && ssl.truststore_certificates.is_none() {
+        anyhow::bail!("{needed_for} needs a truststore: set ssl.truststore.location");
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in truststore_certificates(ssl)? {
+        roots
+            .add(cert)
+            .context("a truststore certificate is not a usable authority")?;
+    }
+    Ok(roots)
+}
+
+/// The certificates of `ssl.truststore.*`: a PEM file or inline PEM, or a PKCS#12 store (every
+/// certificate in it, whether or not Java's keytool marked it trusted). At least one.
+pub fn truststore_certificates(ssl: &SslConfig) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs = if ssl.truststore_type == "PKCS12" {
         let (bytes, password) = pkcs12_file(
             "truststore",
             ssl.truststore_location.as_deref(),
             ssl.truststore_password.as_deref(),
         )?;
-        // Every certificate in it, whether or not Java's keytool marked it trusted.
         let store = p12_keystore::KeyStore::from_pkcs12(
             &bytes,
             &password,
@@ -290,37 +304,30 @@ fn truststore(ssl: &SslConfig, needed_for: &str) -> anyhow::Result<RootCertStore
         .map_err(|e| {
             anyhow::anyhow!("the PKCS12 truststore does not open with ssl.truststore.password: {e}")
         })?;
-        let mut roots = RootCertStore::empty();
-        for (_, entry) in store.entries() {
-            if let p12_keystore::KeyStoreEntry::Certificate(cert) = entry {
-                roots
-                    .add(CertificateDer::from(cert.as_der().to_vec()))
-                    .context("a truststore certificate is not a usable authority")?;
-            }
-        }
-        if roots.is_empty() {
-            anyhow::bail!("the PKCS12 truststore holds no certificate");
-        }
-        return Ok(roots);
-    }
-    let pem = match (&ssl.truststore_location, &ssl.truststore_certificates) {
-        (Some(path), _) => std::fs::read(path)
-            .with_context(|| format!("ssl.truststore.location {}", path.display()))?,
-        (None, Some(inline)) => inline.as_bytes().to_vec(),
-        (None, None) => {
-            anyhow::bail!("{needed_for} needs a truststore: set ssl.truststore.location")
-        }
+        store
+            .entries()
+            .filter_map(|(_, entry)| match entry {
+                p12_keystore::KeyStoreEntry::Certificate(cert) => {
+                    Some(CertificateDer::from(cert.as_der().to_vec()))
+                }
+                _ => None,
+            })
+            .collect()
+    } else {
+        let pem = match (&ssl.truststore_location, &ssl.truststore_certificates) {
+            (Some(path), _) => std::fs::read(path)
+                .with_context(|| format!("ssl.truststore.location {}", path.display()))?,
+            (None, Some(inline)) => inline.as_bytes().to_vec(),
+            (None, None) => anyhow::bail!("no truststore: set ssl.truststore.location"),
+        };
+        CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .context("the truststore is not valid PEM")?
     };
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        roots
-            .add(cert.context("the truststore is not valid PEM")?)
-            .context("a truststore certificate is not a usable authority")?;
-    }
-    if roots.is_empty() {
+    if certs.is_empty() {
         anyhow::bail!("the truststore holds no certificate");
     }
-    Ok(roots)
+    Ok(certs)
 }
 
 /// A shard's TLS acceptor, built again when the key material's files change.
