@@ -36,9 +36,15 @@ use config::BrokerConfig;
 pub mod wire {
     pub use crate::codec::frame::{body_len, decode_frame, decode_header, Decoded, Header};
     pub use crate::codec::{decode_request, supported, SUPPORTED};
+    /// TLS as the listeners and this node's links to the others set it up, for the fuzz
+    /// targets.
+    pub use crate::config::security::{ClientAuth, SslConfig};
     /// SASL as a connection runs it, for the fuzz targets.
     pub use crate::security::sasl::{Authenticator, Outcome, SaslServer};
     pub use crate::security::scram::Mechanism as ScramMechanism;
+    pub use crate::security::tls::{
+        client_config as tls_client_config, server_config as tls_server_config,
+    };
 }
 
 #[derive(Parser, Debug)]
