@@ -35,6 +35,26 @@ def signed(name: str, ca: str, cwd: Path, subject: str, extensions: str, days: i
              "-CAcreateserial", "-out", f"{name}.crt", "-days", str(days), "-extfile", f"{name}.ext", cwd=cwd)
 
 
+def expired(name: str, ca: str, cwd: Path, subject: str, extensions: str) -> None:
+    """`name.key` and `name.crt`, signed by the authority `ca` but valid only in 2020
+    (`openssl ca` sets the dates; `openssl x509` cannot set them in the past)."""
+    _key(name, cwd)
+    _openssl("req", "-new", "-key", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=cwd)
+    (cwd / f"{name}.ext").write_text(extensions)
+    db = cwd / f"{name}-ca"
+    db.mkdir(exist_ok=True)
+    (db / "index.txt").write_text("")
+    (db / "serial").write_text("1000\n")
+    (db / "ca.cnf").write_text(
+        "[ca]\ndefault_ca = test\n"
+        f"[test]\ndatabase = {db}/index.txt\nnew_certs_dir = {db}\nserial = {db}/serial\n"
+        "default_md = sha256\npolicy = any\n"
+        "[any]\ncommonName = supplied\norganizationalUnitName = optional\n")
+    _openssl("ca", "-batch", "-config", str(db / "ca.cnf"), "-cert", f"{ca}.pem", "-keyfile", f"{ca}.key",
+             "-in", f"{name}.csr", "-out", f"{name}.crt", "-notext", "-startdate", "20200101000000Z",
+             "-enddate", "20201231000000Z", "-extfile", f"{name}.ext", cwd=cwd)
+
+
 @dataclass
 class Certs:
     dir: Path

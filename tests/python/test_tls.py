@@ -308,6 +308,14 @@ def test_mutual_tls(certs):
         refused(b.bootstrap, ssl_client(certs))
         refused(b.bootstrap, ssl_client(certs, **{"ssl.certificate.location": str(certs.rogue_client_cert),
                                                   "ssl.key.location": str(certs.rogue_client_key)}))
+        # One from the trusted authority that has expired: refused, and the log says why.
+        certs_mod.expired("old-client", "ca", certs.dir, "/CN=alice/OU=tests", certs_mod.CLIENT_EXTENSIONS)
+        refused(b.bootstrap, ssl_client(certs, **{"ssl.certificate.location": str(certs.dir / "old-client.crt"),
+                                                  "ssl.key.location": str(certs.dir / "old-client.key")}))
+        deadline = time.monotonic() + 10
+        while "expired" not in b.log_path.read_text().lower():
+            assert time.monotonic() < deadline, "no log line names the expired certificate"
+            time.sleep(0.2)
         with pytest.raises((ssl.SSLError, ConnectionError)):
             # In TLS 1.3 the client's side of the handshake completes before the broker refuses
             # it: the refusal comes with the first read.
