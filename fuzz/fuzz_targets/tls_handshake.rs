@@ -13,7 +13,7 @@
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use rustls::{ClientConfig, ClientConnection, ServerConfig, ServerConnection};
+use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerConnection};
 use sluice_broker::wire::{tls_client_config, tls_server_config, ClientAuth, SslConfig};
 
 fn ssl() -> SslConfig {
@@ -40,28 +40,12 @@ fn configs() -> &'static (Arc<ServerConfig>, Arc<ClientConfig>) {
     })
 }
 
-/// Feeds `chunks` to a session through `read_tls`, draining its output after each; stops at
-/// the first error.
-fn drive(
-    mut read: impl FnMut(&mut &[u8]) -> std::io::Result<usize>,
-    mut process: impl FnMut() -> bool,
-    mut drain: impl FnMut(),
-    chunks: &[u8],
-) {
-    let mut rest = chunks;
-    while let Some((&len, tail)) = rest.split_first() {
-        let len = (len as usize).min(tail.len());
-        let (mut chunk, next) = tail.split_at(len);
-        rest = next;
-        while !chunk.is_empty() {
-            match read(&mut chunk) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            if !process() {
-                return;
-            }
-            drain();
+/// Writes out whatever the session wants to send (into a sink).
+fn drain(conn: &mut Connection, sink: &mut Vec<u8>) {
+    while conn.wants_write() {
+        sink.clear();
+        if conn.write_tls(sink).is_err() {
+            break;
         }
     }
 }
@@ -71,53 +55,31 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let (server, client) = configs();
-    let mut sink = Vec::new();
-    if side & 1 == 0 {
-        let conn = std::cell::RefCell::new(
-            ServerConnection::new(server.clone()).expect("a server session"),
-        );
-        drive(
-            |chunk| conn.borrow_mut().read_tls(chunk),
-            || conn.borrow_mut().process_new_packets().is_ok(),
-            || {
-                let mut c = conn.borrow_mut();
-                while c.wants_write() {
-                    sink.clear();
-                    if c.write_tls(&mut sink).is_err() {
-                        break;
-                    }
-                }
-            },
-            chunks,
-        );
+    let mut conn = if side & 1 == 0 {
+        Connection::Server(ServerConnection::new(server.clone()).expect("a server session"))
     } else {
         let name = rustls_pki_types::ServerName::try_from("localhost").expect("a server name");
-        let conn = std::cell::RefCell::new(
-            ClientConnection::new(client.clone(), name).expect("a client session"),
-        );
-        {
-            // The client speaks first: its ClientHello goes out before any input.
-            let mut c = conn.borrow_mut();
-            while c.wants_write() {
-                sink.clear();
-                if c.write_tls(&mut sink).is_err() {
-                    break;
-                }
+        Connection::Client(ClientConnection::new(client.clone(), name).expect("a client session"))
+    };
+    let mut sink = Vec::new();
+    // A client speaks first: its ClientHello goes out before any input.
+    drain(&mut conn, &mut sink);
+    // Each chunk as reads from the socket, the session's output drained after each; the first
+    // error ends it.
+    let mut rest = chunks;
+    while let Some((&len, tail)) = rest.split_first() {
+        let len = (len as usize).min(tail.len());
+        let (mut chunk, next) = tail.split_at(len);
+        rest = next;
+        while !chunk.is_empty() {
+            match conn.read_tls(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
             }
+            if conn.process_new_packets().is_err() {
+                return;
+            }
+            drain(&mut conn, &mut sink);
         }
-        drive(
-            |chunk| conn.borrow_mut().read_tls(chunk),
-            || conn.borrow_mut().process_new_packets().is_ok(),
-            || {
-                let mut c = conn.borrow_mut();
-                while c.wants_write() {
-                    sink.clear();
-                    if c.write_tls(&mut sink).is_err() {
-                        break;
-                    }
-                }
-            },
-            chunks,
-        );
     }
 });
