@@ -67,12 +67,13 @@ pub const FEATURES: &[Feature] = &[
         max_version: 2,
         default: None,
     },
-    // No share groups (KIP-932) and no streams groups (KIP-1071) yet.
+    // Share groups (KIP-932), on by default as in Kafka 4.2+. No streams groups (KIP-1071)
+    // yet.
     Feature {
         name: "share.version",
         min_version: 0,
-        max_version: 0,
-        default: Some(0),
+        max_version: 1,
+        default: Some(1),
     },
     Feature {
         name: "streams.version",
@@ -182,7 +183,8 @@ mod tests {
         assert!(raise.contains("newer"), "{raise}");
         let beyond = check_update(2, TRANSACTION_VERSION, 3, UPGRADE).unwrap_err();
         assert!(beyond.contains("supports versions 0-2"), "{beyond}");
-        assert!(check_update(0, "share.version", 1, UPGRADE).is_err());
+        assert!(check_update(0, "share.version", 1, UPGRADE).is_ok());
+        assert!(check_update(0, "share.version", 2, UPGRADE).is_err());
         assert!(check_update(1, "group.version", 0, UNSAFE_DOWNGRADE).is_err());
         assert!(check_update(0, "no.such.feature", 1, UPGRADE).is_err());
     }

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("the transaction coordinator, I/O-free", &["txn"]),
     ("the group coordinator, I/O-free", &["group"]),
+    ("the share partitions, I/O-free", &["share"]),
     ("links to the other nodes", &["peer"]),
     ("TLS, SASL and SCRAM", &["security"]),
     (

@@ -26,6 +26,7 @@ mod quota;
 mod security;
 mod server;
 mod shard;
+mod share;
 mod topic_config;
 mod txn;
 

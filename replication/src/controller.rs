@@ -1828,6 +1828,11 @@ impl Controller {
                     ));
                 }
             }
+            ConfigResourceType::Group => {
+                if res.resource_name.is_empty() {
+                    return Err((INVALID_REQUEST, "Group name must not be empty.".to_string()));
+                }
+            }
             ConfigResourceType::Broker => {
                 if !res.resource_name.is_empty() && res.resource_name.parse::<i32>().is_err() {
                     return Err((

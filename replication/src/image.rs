@@ -143,6 +143,17 @@ impl MetadataImage {
         self.configs.get(&(resource_type, name.to_owned()))
     }
 
+    /// Every resource of `resource_type` with configs set, and its configs.
+    pub fn configs_of(
+        &self,
+        resource_type: ConfigResourceType,
+    ) -> impl Iterator<Item = (&str, &ConfigMap)> {
+        self.configs
+            .iter()
+            .filter(move |((t, _), _)| *t == resource_type)
+            .map(|((_, name), c)| (name.as_str(), c))
+    }
+
     pub fn topic_configs(&self, topic: &str) -> Option<&ConfigMap> {
         self.configs(ConfigResourceType::Topic, topic)
     }

@@ -66,6 +66,8 @@ pub struct Offset(pub i64);
 pub enum ConfigResourceType {
     Topic,
     Broker,
+    /// A group's configs (KIP-848 and KIP-932: session timeouts, share-group settings).
+    Group,
 }
 
 impl ConfigResourceType {
@@ -74,6 +76,7 @@ impl ConfigResourceType {
         match self {
             ConfigResourceType::Topic => 2,
             ConfigResourceType::Broker => 4,
+            ConfigResourceType::Group => 32,
         }
     }
 
@@ -81,6 +84,7 @@ impl ConfigResourceType {
         match id {
             2 => Some(ConfigResourceType::Topic),
             4 => Some(ConfigResourceType::Broker),
+            32 => Some(ConfigResourceType::Group),
             _ => None,
         }
     }

@@ -90,7 +90,7 @@ def test_kafka_features_describes_and_updates_the_levels_sluice_implements(fresh
         "eligible.leader.replicas.version": ("1", "1", "1"),
         "group.version": ("1", "1", "1"),
         "transaction.version": ("0", "2", "2"),
-        "share.version": ("0", "0", "0"),
+        "share.version": ("0", "1", "1"),
         "streams.version": ("0", "0", "0"),
     }, levels
     for name in ("transaction.version", "group.version", "eligible.leader.replicas.version"):
@@ -112,8 +112,8 @@ def test_kafka_features_describes_and_updates_the_levels_sluice_implements(fresh
         assert rc != 0 and "Could not upgrade transaction.version to 3." in out, out
         rc, out = update(b, "downgrade", "--feature", "transaction.version=2")
         assert rc != 0 and "Could not downgrade transaction.version to 2." in out, out
-    rc, out = update(broker.bootstrap, "upgrade", "--feature", "share.version=1")
-    assert rc != 0 and "Could not upgrade share.version to 1." in out, out
+    rc, out = update(broker.bootstrap, "upgrade", "--feature", "share.version=2")
+    assert rc != 0 and "Could not upgrade share.version to 2." in out, out
 
     # The level is in the metadata log: a restart keeps it.
     broker.restart()

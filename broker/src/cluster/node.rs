@@ -118,6 +118,9 @@ fn validate_config(
         ConfigResourceType::Broker => configs
             .iter()
             .try_for_each(|(k, v)| super::broker_configs::check_broker_config(k, v)),
+        ConfigResourceType::Group => {
+            crate::group::configs::validate(configs).map_err(|m| (error_code::INVALID_CONFIG, m))
+        }
     }
 }
 
@@ -128,6 +131,7 @@ fn config_default(resource: ConfigResourceType, name: &str) -> Option<String> {
             crate::topic_config::setting(name).map(|s| s.default_value().to_string())
         }
         ConfigResourceType::Broker => super::broker_configs::broker_config_default(name),
+        ConfigResourceType::Group => None,
     }
 }
 

@@ -98,6 +98,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Share groups (KIP-932): 1 is the first stable version (0 was Kafka 4.0's early access);
+    // ShareFetch and ShareAcknowledge 2 (acquire modes, RENEW) are past the codec's versions.
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     // 5 adds IsCordoned (KIP-1066; no directory is ever cordoned), past the codec's

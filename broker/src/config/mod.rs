@@ -106,6 +106,22 @@ pub struct BrokerConfig {
     /// `group.consumer.heartbeat.interval.ms`: how often KIP-848 members are told to heartbeat;
     /// less than the session timeout.
     pub group_consumer_heartbeat_interval_ms: u64,
+    /// `group.share.session.timeout.ms`: a share group member silent this long leaves.
+    pub group_share_session_timeout_ms: u64,
+    /// `group.share.heartbeat.interval.ms`
+    pub group_share_heartbeat_interval_ms: u64,
+    /// `group.share.record.lock.duration.ms`: the acquisition lock of a share consumer's records.
+    pub group_share_record_lock_duration_ms: u64,
+    /// `group.share.min.record.lock.duration.ms` and `group.share.max.record.lock.duration.ms`:
+    /// the bounds of any acquisition lock.
+    pub group_share_min_record_lock_duration_ms: u64,
+    pub group_share_max_record_lock_duration_ms: u64,
+    /// `group.share.delivery.count.limit`: deliveries before a record is archived.
+    pub group_share_delivery_count_limit: u64,
+    /// `group.share.partition.max.record.locks`: records of one share partition acquired at once.
+    pub group_share_partition_max_record_locks: u64,
+    /// `group.share.max.size`: members of one share group.
+    pub group_share_max_size: u64,
     /// `offsets.topic.num.partitions`
     pub offsets_topic_partitions: i32,
     /// `offsets.topic.replication.factor` as set; [`BrokerConfig::offsets_topic_replication_factor`]
@@ -434,6 +450,14 @@ impl BrokerConfig {
             group_initial_rebalance_delay_ms: 0,
             group_consumer_session_timeout_ms: 0,
             group_consumer_heartbeat_interval_ms: 0,
+            group_share_session_timeout_ms: 0,
+            group_share_heartbeat_interval_ms: 0,
+            group_share_record_lock_duration_ms: 0,
+            group_share_min_record_lock_duration_ms: 0,
+            group_share_max_record_lock_duration_ms: 0,
+            group_share_delivery_count_limit: 0,
+            group_share_partition_max_record_locks: 0,
+            group_share_max_size: 0,
             offsets_topic_partitions: 0,
             offsets_topic_replication_factor_set: None,
             transaction_state_log_partitions: 0,
@@ -591,6 +615,26 @@ impl BrokerConfig {
             anyhow::bail!(
                 "group.consumer.heartbeat.interval.ms ({heartbeat}) must be less than \
                  group.consumer.session.timeout.ms ({session})"
+            );
+        }
+        if self.group_share_heartbeat_interval_ms >= self.group_share_session_timeout_ms {
+            anyhow::bail!(
+                "group.share.heartbeat.interval.ms ({}) must be less than \
+                 group.share.session.timeout.ms ({})",
+                self.group_share_heartbeat_interval_ms,
+                self.group_share_session_timeout_ms
+            );
+        }
+        let (min, lock, max) = (
+            self.group_share_min_record_lock_duration_ms,
+            self.group_share_record_lock_duration_ms,
+            self.group_share_max_record_lock_duration_ms,
+        );
+        if !(min <= lock && lock <= max) {
+            anyhow::bail!(
+                "group.share.record.lock.duration.ms ({lock}) must be between \
+                 group.share.min.record.lock.duration.ms ({min}) and \
+                 group.share.max.record.lock.duration.ms ({max})"
             );
         }
         Ok(())

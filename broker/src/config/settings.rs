@@ -1192,6 +1192,113 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         get: |c| show(c.group_consumer_heartbeat_interval_ms),
     },
     Setting {
+        name: "group.share.session.timeout.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("45000"),
+        doc: "How long a share group member may go without a heartbeat before it leaves its group and \
+              the records it holds are released.",
+        set: |c, v| {
+            c.group_share_session_timeout_ms = at_least("group.share.session.timeout.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.group_share_session_timeout_ms),
+    },
+    Setting {
+        name: "group.share.heartbeat.interval.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("5000"),
+        doc: "How often share group members are told to heartbeat; less than the session timeout.",
+        set: |c, v| {
+            c.group_share_heartbeat_interval_ms = at_least("group.share.heartbeat.interval.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.group_share_heartbeat_interval_ms),
+    },
+    Setting {
+        name: "group.share.record.lock.duration.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("30000"),
+        doc: "How long a share consumer holds the records it acquired before they are released for \
+              another delivery; a group's share.record.lock.duration.ms overrides it.",
+        set: |c, v| {
+            c.group_share_record_lock_duration_ms = at_least("group.share.record.lock.duration.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.group_share_record_lock_duration_ms),
+    },
+    Setting {
+        name: "group.share.min.record.lock.duration.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("15000"),
+        doc: "The shortest acquisition lock a broker or group setting may ask for.",
+        set: |c, v| {
+            c.group_share_min_record_lock_duration_ms = at_least("group.share.min.record.lock.duration.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.group_share_min_record_lock_duration_ms),
+    },
+    Setting {
+        name: "group.share.max.record.lock.duration.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("60000"),
+        doc: "The longest acquisition lock a broker or group setting may ask for.",
+        set: |c, v| {
+            c.group_share_max_record_lock_duration_ms = at_least("group.share.max.record.lock.duration.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.group_share_max_record_lock_duration_ms),
+    },
+    Setting {
+        name: "group.share.delivery.count.limit",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("5"),
+        doc: "How many times a record is delivered to share consumers before it is archived (a poison \
+              record); a group's share.delivery.count.limit overrides it.",
+        set: |c, v| {
+            c.group_share_delivery_count_limit = at_least("group.share.delivery.count.limit", v, 2)?;
+            Ok(())
+        },
+        get: |c| show(c.group_share_delivery_count_limit),
+    },
+    Setting {
+        name: "group.share.partition.max.record.locks",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("2000"),
+        doc: "How many records of one partition a share group may have acquired at once.",
+        set: |c, v| {
+            c.group_share_partition_max_record_locks = at_least("group.share.partition.max.record.locks", v, 100)?;
+            Ok(())
+        },
+        get: |c| show(c.group_share_partition_max_record_locks),
+    },
+    Setting {
+        name: "group.share.max.size",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("200"),
+        doc: "How many members one share group may have.",
+        set: |c, v| {
+            c.group_share_max_size = at_least("group.share.max.size", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.group_share_max_size),
+    },
+    Setting {
         name: "group.consumer.migration.policy",
         flag: None,
         dynamic: false,

@@ -812,6 +812,11 @@ impl GroupCoordinator {
     /// members waiting in JoinGroup or SyncGroup get NOT_COORDINATOR and find the new
     /// coordinator, as Kafka's members do. The number of groups dropped.
     pub fn unload(&self, index: i32, partitions: i32) -> usize {
+        // Share group membership is in memory: members get UNKNOWN_MEMBER_ID from the new
+        // coordinator and join again.
+        self.share_groups
+            .borrow_mut()
+            .retain(|id, _| offsets_topic::partition_for(id, partitions) != index);
         let mut groups = self.groups.borrow_mut();
         let gone: Vec<String> = groups
             .keys()

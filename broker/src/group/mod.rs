@@ -34,10 +34,12 @@ use futures_channel::oneshot;
 use kafka_protocol::ResponseError;
 
 pub mod classic;
+pub mod configs;
 pub mod consumer;
 pub mod consumer_protocol;
 pub mod offsets_topic;
 pub mod placement;
+pub mod share;
 
 pub use classic::{GroupEffect, Reply};
 
@@ -380,6 +382,9 @@ impl Group {
 #[derive(Default)]
 pub struct GroupCoordinator {
     pub groups: RefCell<HashMap<String, Group>>,
+    /// Share groups (KIP-932), in the same name space: an id is a classic or consumer group,
+    /// or a share group, never both.
+    pub share_groups: RefCell<HashMap<String, share::ShareGroup>>,
 }
 
 pub struct JoinRequest {

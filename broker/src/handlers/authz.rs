@@ -97,6 +97,10 @@ pub fn checked(key: ApiKey) -> bool {
             | Heartbeat
             | LeaveGroup
             | ConsumerGroupHeartbeat
+            | ShareGroupHeartbeat
+            | ShareGroupDescribe
+            | ShareFetch
+            | ShareAcknowledge
             | OffsetCommit
             | OffsetFetch
             | CreateTopics
@@ -223,6 +227,11 @@ pub fn refusal(shard: &Shard, client: &Client, request: &RequestKind) -> Option<
         }
         RequestKind::LeaveGroup(r) if !read_group(&r.group_id) => {
             ResponseKind::LeaveGroup(LeaveGroupResponse::default().with_error_code(group_refused))
+        }
+        RequestKind::ShareGroupHeartbeat(r) if !read_group(&r.group_id) => {
+            ResponseKind::ShareGroupHeartbeat(
+                ShareGroupHeartbeatResponse::default().with_error_code(group_refused),
+            )
         }
         RequestKind::ConsumerGroupHeartbeat(r) if !read_group(&r.group_id) => {
             ResponseKind::ConsumerGroupHeartbeat(

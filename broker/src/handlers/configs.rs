@@ -39,6 +39,7 @@ const SOURCE_DYNAMIC_BROKER_CONFIG: i8 = 2;
 const SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG: i8 = 3;
 const SOURCE_STATIC_BROKER_CONFIG: i8 = 4;
 const SOURCE_DEFAULT_CONFIG: i8 = 5;
+const SOURCE_GROUP_CONFIG: i8 = 8;
 
 /// What Sluice says of a Kafka broker setting it accepts but does not use.
 const ACCEPTED_ONLY: &str =
@@ -405,6 +406,34 @@ pub async fn describe(
                     config.node_id
                 )));
                 Vec::new()
+            }
+            // A group's configs: those it set (source GROUP_CONFIG), the others with the
+            // broker's value they default to.
+            RESOURCE_GROUP => {
+                let own = image
+                    .cluster
+                    .as_ref()
+                    .and_then(|c| c.group_configs.get(&name));
+                crate::group::configs::described(&config, own)
+                    .into_iter()
+                    .map(|(k, v, set)| {
+                        let source = if set {
+                            SOURCE_GROUP_CONFIG
+                        } else {
+                            SOURCE_DEFAULT_CONFIG
+                        };
+                        Described::new(
+                            k.to_string(),
+                            vec![(k.to_string(), Some(v), source)],
+                            Traits {
+                                read_only: false,
+                                sensitive: false,
+                                config_type: TYPE_STRING,
+                                documentation: "",
+                            },
+                        )
+                    })
+                    .collect()
             }
             other => {
                 result.error_code = ResponseError::InvalidRequest.code();

@@ -236,7 +236,7 @@ fn leader_hints(
 }
 
 /// Waits until any of the listeners fires or the deadline passes.
-async fn wait_any(listeners: Vec<Pin<Box<event_listener::EventListener>>>, timeout: Duration) {
+pub async fn wait_any(listeners: Vec<Pin<Box<event_listener::EventListener>>>, timeout: Duration) {
     let mut listeners = listeners;
     let woken = futures_lite::future::poll_fn(move |cx| {
         for l in listeners.iter_mut() {

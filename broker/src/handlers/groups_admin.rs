@@ -47,6 +47,14 @@ pub async fn list(shard: &Rc<Shard>, request: ListGroupsRequest) -> ListGroupsRe
                         "classic",
                     ),
                 })
+                .chain(s.groups.share_groups.borrow().iter().map(|(id, g)| {
+                    (
+                        id.clone(),
+                        "share".to_string(),
+                        g.state().to_string(),
+                        "share",
+                    )
+                }))
                 .collect::<Vec<_>>()
         })
         .await;
@@ -184,6 +192,29 @@ pub async fn delete(shard: &Rc<Shard>, request: DeleteGroupsRequest) -> DeleteGr
             Some(owner) => {
                 shard
                     .invoke_on(owner, move |s| async move {
+                        // A share group: only once it has no members; its share partitions
+                        // on every shard go with it.
+                        let share = s
+                            .groups
+                            .share_groups
+                            .borrow()
+                            .get(&id)
+                            .map(|g| g.members.is_empty());
+                        match share {
+                            Some(false) => return ResponseError::NonEmptyGroup.code(),
+                            Some(true) => {
+                                s.groups.share_groups.borrow_mut().remove(&id);
+                                let gone = id.clone();
+                                s.invoke_on_all(move |s| {
+                                    let g = gone.clone();
+                                    async move { s.share_delete_group(&g) }
+                                })
+                                .await;
+                                tracing::info!(group = %id, "deleted share group");
+                                return 0;
+                            }
+                            None => {}
+                        }
                         let keys = {
                             let groups = s.groups.groups.borrow();
                             match groups.get(&id) {

@@ -49,6 +49,10 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod order;
 pub mod produce;
+pub mod share_acknowledge;
+pub mod share_fetch;
+pub mod share_group_describe;
+pub mod share_group_heartbeat;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
@@ -701,6 +705,31 @@ pub async fn dispatch(
         RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
             consumer_group_heartbeat::handle(shard, r, client.client_id, client.host).await,
         ),
+        RequestKind::ShareGroupHeartbeat(r) => ResponseKind::ShareGroupHeartbeat(
+            share_group_heartbeat::handle(shard, r, client.client_id, client.host).await,
+        ),
+        RequestKind::ShareGroupDescribe(mut r) => {
+            // The authorizer: DESCRIBE on each group; the refused ones after the others.
+            let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
+                .into_iter()
+                .partition(|g| authz::group(shard, &client, authz::operation::DESCRIBE, g));
+            r.group_ids = ok;
+            let mut response = share_group_describe::handle(shard, r).await;
+            for g in refused {
+                response.groups.push(
+                    kafka_protocol::messages::share_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+                );
+            }
+            ResponseKind::ShareGroupDescribe(response)
+        }
+        RequestKind::ShareFetch(r) => {
+            ResponseKind::ShareFetch(share_fetch::handle(shard, &client, r).await)
+        }
+        RequestKind::ShareAcknowledge(r) => {
+            ResponseKind::ShareAcknowledge(share_acknowledge::handle(shard, &client, r).await)
+        }
         RequestKind::ConsumerGroupDescribe(mut r) => {
             // The authorizer: DESCRIBE on each group; the refused ones after the others.
             let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)

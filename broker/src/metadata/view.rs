@@ -81,6 +81,8 @@ pub struct ClusterView {
     pub acls: Vec<sluice_replication::acl::AclBinding>,
     /// Client quotas by entity, then key (`crate::quota`).
     pub quotas: BTreeMap<QuotaEntity, BTreeMap<String, QuotaValue>>,
+    /// Groups' own configs (`crate::group::configs`), by group id.
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl ClusterView {
@@ -137,6 +139,10 @@ pub fn broker_image(
             .collect(),
         acls: cluster.acls().values().cloned().collect(),
         quotas: cluster.client_quotas().clone(),
+        group_configs: cluster
+            .configs_of(ConfigResourceType::Group)
+            .map(|(name, c)| (name.to_string(), c.clone()))
+            .collect(),
         ..ClusterView::default()
     };
     for b in cluster.brokers() {

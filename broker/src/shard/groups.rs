@@ -39,6 +39,7 @@ impl Shard {
                         .groups
                         .expire_sessions(Instant::now(), shard.config(), &shard.image());
                 shard.run_group_effects(effects);
+                shard.expire_share_members();
             }
         })
         .detach();
@@ -81,6 +82,93 @@ impl Shard {
         );
         self.run_group_effects(effects);
         result
+    }
+
+    /// ShareGroupHeartbeat (KIP-932) on the coordinator shard. A member that left has the
+    /// records it holds released on every shard.
+    pub fn share_heartbeat(
+        self: &Rc<Self>,
+        group_id: &str,
+        req: crate::group::share::ShareHeartbeat,
+    ) -> crate::group::share::ShareHeartbeatResult {
+        use crate::group::share::ShareHeartbeatResult;
+        let taken = self.groups.groups.borrow().get(group_id).is_some_and(|g| {
+            !g.members.is_empty()
+                || g.consumer.as_ref().is_some_and(|c| !c.members.is_empty())
+                || !g.offsets.is_empty()
+        });
+        if taken {
+            return ShareHeartbeatResult {
+                error: ResponseError::GroupIdNotFound.code(),
+                message: Some(format!("Group {group_id} is not a share group.")),
+                ..Default::default()
+            };
+        }
+        let image = self.image();
+        let max_size = self.config().group_share_max_size as usize;
+        let mut groups = self.groups.share_groups.borrow_mut();
+        let group = groups.entry(group_id.to_string()).or_default();
+        let before = group.epoch;
+        let result = group.heartbeat(req, Instant::now(), max_size, &|t: &str| {
+            image.topics.get(t).map(|m| (m.id, m.shards.len() as i32))
+        });
+        if group.epoch != before {
+            tracing::info!(group = %group_id, epoch = group.epoch, members = group.members.len(), "share group epoch bumped");
+        }
+        drop(groups);
+        if let Some(member) = &result.left {
+            self.release_share_member(group_id, member);
+        }
+        result
+    }
+
+    /// Releases what `member` of share group `group_id` holds, on every shard, in the
+    /// background.
+    pub fn release_share_member(self: &Rc<Self>, group_id: &str, member: &str) {
+        let shard = self.clone();
+        let (group_id, member) = (group_id.to_string(), member.to_string());
+        glommio::spawn_local(async move {
+            let released: usize = shard
+                .invoke_on_all(move |s| {
+                    let (g, m) = (group_id.clone(), member.clone());
+                    async move { s.share_release(&g, &m) }
+                })
+                .await
+                .into_iter()
+                .sum();
+            if released > 0 {
+                tracing::debug!(
+                    released,
+                    "records of a share group member that left released"
+                );
+            }
+        })
+        .detach();
+    }
+
+    /// Share group members past their session timeout leave.
+    fn expire_share_members(self: &Rc<Self>) {
+        let image = self.image();
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        for (id, group) in self.groups.share_groups.borrow_mut().iter_mut() {
+            if group.members.is_empty() {
+                continue;
+            }
+            let own = image.cluster.as_ref().and_then(|c| c.group_configs.get(id));
+            let timeout = crate::group::configs::ShareGroupConfig::resolve(self.config(), own)
+                .session_timeout_ms;
+            let expired = group.expire(now, Duration::from_millis(timeout), &|t: &str| {
+                image.topics.get(t).map(|m| (m.id, m.shards.len() as i32))
+            });
+            for member in expired {
+                tracing::info!(group = %id, member = %member, "share group member session expired");
+                gone.push((id.clone(), member));
+            }
+        }
+        for (group, member) in gone {
+            self.release_share_member(&group, &member);
+        }
     }
 
     /// JoinGroup on the coordinator shard: answered once the join phase completes.

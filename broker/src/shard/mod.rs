@@ -30,6 +30,7 @@ pub mod partition;
 mod placement;
 pub mod read;
 pub mod replication;
+pub mod share;
 pub mod txn;
 pub mod txn_verify;
 pub mod wake;
@@ -130,6 +131,9 @@ pub struct Shard {
     pub cache: Rc<BatchCache>,
     pub groups: crate::group::GroupCoordinator,
     pub fetch_sessions: RefCell<fetch_sessions::FetchSessions>,
+    /// The share partitions this shard leads and the share sessions of its connections.
+    pub share_partitions: share::SharePartitions,
+    pub share_sessions: share::ShareSessions,
     /// The leaders this shard's replica fetchers copy from (one fetcher each).
     pub fetchers: RefCell<std::collections::HashSet<i32>>,
     /// Whether shard 0 looked for replicas removed while this node was down (once per run).
@@ -163,6 +167,8 @@ impl Shard {
             cache,
             groups: Default::default(),
             fetch_sessions: Default::default(),
+            share_partitions: Default::default(),
+            share_sessions: Default::default(),
             fetchers: Default::default(),
             replica_throttle: Default::default(),
             strays_checked: Default::default(),

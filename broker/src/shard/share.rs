@@ -1,0 +1,514 @@
+//! The share partitions this shard leads (KIP-932) and the share sessions of the connections
+//! it serves.
+//!
+//! A share partition (`crate::share::partition`) lives on the shard that owns the topic
+//! partition's replica, created the first time a share group reads the partition here, and
+//! dropped when the replica stops leading. ShareFetch and ShareAcknowledge reach it through
+//! [`Shard::share_local`]: acknowledgements first, then, for a fetch, the log is read from the
+//! share partition's next fetch offset and the records acquired for the member come back with
+//! the batches that hold them.
+//!
+//! Share sessions (which partitions a member fetches from this broker, and the epoch of its
+//! next request) live on the shard of the connection, as Kafka keeps them per broker.
+//!
+//! The in-flight state is in memory only: after a restart or a leader change a share partition
+//! starts again from its group's `share.auto.offset.reset` (persisting it through the share
+//! coordinator is the next step, see broker/README.md).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+
+use super::read::{read_local, PartitionRead, Records};
+use super::Shard;
+use crate::group::configs::{OffsetReset, ShareGroupConfig};
+use crate::share::partition::{AckError, AckType, AcquiredRange, ShareConfig, SharePartition};
+use sluice_engine::Offset;
+
+/// Share sessions one shard keeps at most (Kafka's `group.share.max.share.sessions` is per
+/// broker); the oldest goes when a new one would exceed it.
+pub const SHARE_SESSIONS_MAX: usize = 2000;
+
+/// One acknowledgement batch of a request, as the wire carries it.
+#[derive(Clone, Debug)]
+pub struct AckBatch {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub types: Vec<i8>,
+}
+
+/// One partition of a ShareFetch or ShareAcknowledge, for its owner shard.
+#[derive(Clone, Debug)]
+pub struct ShareRead {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub acks: Vec<AckBatch>,
+    /// Whether records are wanted (a ShareAcknowledge, or a fetch's second pass, only acks).
+    pub fetch: bool,
+}
+
+/// What one partition's turn found.
+#[derive(Debug, Default)]
+pub struct ShareResult {
+    pub error_code: i16,
+    /// The acknowledgements' outcome (0 when there were none or all applied).
+    pub ack_error_code: i16,
+    pub ack_error_message: Option<String>,
+    pub leader_epoch: i32,
+    pub records: Option<Bytes>,
+    pub acquired: Vec<AcquiredRange>,
+}
+
+/// A share partition with the group settings it was made with.
+struct Entry {
+    partition: SharePartition,
+    read_committed: bool,
+    /// The leader epoch it was made in: a replica that led, followed and leads again starts
+    /// over, as a new leader does.
+    leader_epoch: i32,
+}
+
+/// A share partition's key: (group, topic, partition).
+type ShareKey = (String, Arc<str>, i32);
+
+/// One share partition's state as `sluice group` and DescribeShareGroupOffsets show it: topic,
+/// partition, start offset, in-flight (available, acquired, acknowledged, archived).
+pub type ShareState = (Arc<str>, i32, i64, (u64, u64, u64, u64));
+
+/// The share partitions of this shard.
+#[derive(Default)]
+pub struct SharePartitions {
+    map: std::cell::RefCell<HashMap<ShareKey, Entry>>,
+}
+
+/// A member's share session on this broker: the partitions it fetches and the epoch its next
+/// request must carry.
+#[derive(Debug)]
+pub struct ShareSession {
+    pub next_epoch: i32,
+    pub partitions: indexmap::IndexSet<(uuid::Uuid, i32)>,
+    pub last_used: Instant,
+}
+
+#[derive(Default)]
+pub struct ShareSessions {
+    pub map: std::cell::RefCell<HashMap<(String, String), ShareSession>>,
+}
+
+impl ShareSessions {
+    /// Makes room for one more session: the least recently used goes.
+    pub fn evict_if_full(&self) {
+        let mut map = self.map.borrow_mut();
+        if map.len() < SHARE_SESSIONS_MAX {
+            return;
+        }
+        if let Some(oldest) = map
+            .iter()
+            .min_by_key(|(_, s)| s.last_used)
+            .map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+    }
+}
+
+/// The group's share settings, as the partition state machine takes them.
+fn share_config(c: &ShareGroupConfig) -> ShareConfig {
+    ShareConfig {
+        record_lock_duration: Duration::from_millis(c.record_lock_duration_ms),
+        delivery_count_limit: c.delivery_count_limit,
+        partition_max_record_locks: c.partition_max_record_locks,
+    }
+}
+
+/// Kafka's batch header: base offset at 0, length at 8, attributes at 21, last offset delta
+/// at 23, producer id at 43; 61 bytes in all.
+const BATCH_HEADER: usize = 61;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+
+/// One batch's offsets and what the share partition needs of its header.
+#[derive(Clone, Copy, Debug)]
+struct BatchInfo {
+    first: i64,
+    last: i64,
+    control: bool,
+    transactional: bool,
+    producer_id: i64,
+}
+
+/// The batches of `buf`, whole ones only, with their byte ranges.
+fn batches_of(buf: &Bytes) -> Vec<(BatchInfo, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while buf.len() >= at + BATCH_HEADER {
+        let b = &buf[at..];
+        let first = i64::from_be_bytes(b[0..8].try_into().expect("8 bytes"));
+        let length = i32::from_be_bytes(b[8..12].try_into().expect("4 bytes"));
+        let Ok(length) = usize::try_from(length) else {
+            break;
+        };
+        let size = 12 + length;
+        if length < BATCH_HEADER - 12 || buf.len() < at + size {
+            break;
+        }
+        let attributes = i16::from_be_bytes(b[21..23].try_into().expect("2 bytes"));
+        let delta = i32::from_be_bytes(b[23..27].try_into().expect("4 bytes"));
+        let producer_id = i64::from_be_bytes(b[43..51].try_into().expect("8 bytes"));
+        out.push((
+            BatchInfo {
+                first,
+                last: first + i64::from(delta.max(0)),
+                control: attributes & ATTR_CONTROL != 0,
+                transactional: attributes & ATTR_TRANSACTIONAL != 0,
+                producer_id,
+            },
+            at..at + size,
+        ));
+        at += size;
+    }
+    out
+}
+
+fn ack_types(batch: &AckBatch) -> Result<Vec<AckType>, String> {
+    batch
+        .types
+        .iter()
+        .map(|&t| AckType::from_wire(t).ok_or_else(|| format!("unknown acknowledge type {t}")))
+        .collect()
+}
+
+impl Shard {
+    /// One member's turn at share partitions this shard owns: for each, its acknowledgements,
+    /// then (when asked) records acquired from the log, at most `max_records` in all and
+    /// `max_bytes` of batches.
+    pub async fn share_local(
+        self: &Rc<Self>,
+        group_id: &str,
+        member: Rc<str>,
+        reads: Vec<ShareRead>,
+        max_records: u32,
+        max_bytes: usize,
+    ) -> Vec<ShareResult> {
+        let image = self.image();
+        let own = image
+            .cluster
+            .as_ref()
+            .and_then(|c| c.group_configs.get(group_id));
+        let group_config = ShareGroupConfig::resolve(self.config(), own);
+        let config = share_config(&group_config);
+        let mut results = Vec::with_capacity(reads.len());
+        let mut records_left = max_records.max(1);
+        let mut bytes_left = max_bytes.max(1);
+        for read in reads {
+            let mut result = ShareResult::default();
+            let Some(partition) = self.partition(&read.topic, read.partition) else {
+                result.error_code = ResponseError::UnknownTopicOrPartition.code();
+                results.push(result);
+                continue;
+            };
+            let key = (group_id.to_string(), read.topic.clone(), read.partition);
+            let epoch = match partition.check_leader(-1) {
+                Ok(e) => e,
+                Err(code) => {
+                    self.share_partitions.map.borrow_mut().remove(&key);
+                    result.error_code = code;
+                    results.push(result);
+                    continue;
+                }
+            };
+            result.leader_epoch = epoch.0;
+            let now = Instant::now();
+            let log_start = partition.log.log_start_offset().0;
+            let high_watermark = partition.high_watermark().0;
+            // The first read of the partition by the group places its start offset.
+            let fetch_from = {
+                let mut map = self.share_partitions.map.borrow_mut();
+                if map.get(&key).is_some_and(|e| e.leader_epoch != epoch.0) {
+                    map.remove(&key);
+                }
+                let entry = map.entry(key.clone()).or_insert_with(|| {
+                    let start = match group_config.auto_offset_reset {
+                        OffsetReset::Earliest => log_start,
+                        OffsetReset::Latest => high_watermark,
+                        // Timestamps are looked up by the segment index; until then, the
+                        // records still in the log.
+                        OffsetReset::ByDuration(_) => log_start,
+                    };
+                    tracing::info!(group = %group_id, topic = %read.topic, partition = read.partition, start_offset = start, "share partition initialized");
+                    Entry {
+                        partition: SharePartition::new(start, config),
+                        read_committed: group_config.read_committed,
+                        leader_epoch: epoch.0,
+                    }
+                });
+                entry.partition.set_config(config);
+                entry.read_committed = group_config.read_committed;
+                // Retention or DeleteRecords moved the log start past it.
+                if entry.partition.start_offset() < log_start {
+                    entry.partition.reset_start(log_start);
+                }
+                for batch in &read.acks {
+                    let outcome =
+                        ack_types(batch)
+                            .map_err(AckError::InvalidRequest)
+                            .and_then(|types| {
+                                entry.partition.acknowledge(
+                                    &member,
+                                    batch.first_offset,
+                                    batch.last_offset,
+                                    &types,
+                                    now,
+                                )
+                            });
+                    match outcome {
+                        Ok(()) => {}
+                        Err(AckError::InvalidRecordState { offset }) => {
+                            tracing::debug!(group = %group_id, member = %member, topic = %read.topic, partition = read.partition, offset, first = batch.first_offset, last = batch.last_offset, "acknowledgement refused: not acquired by this member");
+                            result.ack_error_code = ResponseError::InvalidRecordState.code();
+                            result.ack_error_message = Some(format!(
+                                "The record at offset {offset} is not acquired by this member."
+                            ));
+                        }
+                        Err(AckError::InvalidRequest(m)) => {
+                            result.ack_error_code = ResponseError::InvalidRequest.code();
+                            result.ack_error_message = Some(m);
+                        }
+                    }
+                }
+                if read.fetch && records_left > 0 && bytes_left > 0 {
+                    entry
+                        .partition
+                        .next_fetch_offset(now)
+                        .filter(|&o| o < high_watermark)
+                        .map(|o| (o, entry.read_committed))
+                } else {
+                    None
+                }
+            };
+            let Some((fetch_offset, read_committed)) = fetch_from else {
+                results.push(result);
+                continue;
+            };
+            let partition_read = PartitionRead {
+                topic: read.topic.clone(),
+                partition: read.partition,
+                fetch_offset: Offset(fetch_offset),
+                max_bytes: bytes_left,
+                current_leader_epoch: -1,
+                last_fetched_epoch: -1,
+                replica: None,
+                read_committed,
+                client_rack: None,
+            };
+            let (mut found, _) = read_local(
+                self,
+                std::slice::from_ref(&partition_read),
+                bytes_left,
+                false,
+            )
+            .await;
+            let found = found.pop().expect("one partition read");
+            if found.error_code != 0 {
+                result.error_code = found.error_code;
+                results.push(result);
+                continue;
+            }
+            let buf = match found.records {
+                Records::Batches(b) => Records::concatenated(b),
+                // Not spliced: a read for a copy comes back in memory.
+                Records::File(_) => Bytes::new(),
+            };
+            let batches = batches_of(&buf);
+            // Under read_committed, the records of aborted transactions and every control
+            // batch are never delivered: archived as they are passed.
+            let aborted = |b: &BatchInfo| {
+                b.transactional
+                    && found.aborted_transactions.iter().any(|a| {
+                        a.producer_id == b.producer_id
+                            && a.first_offset.0 <= b.last
+                            && b.first <= a.last_offset.0
+                    })
+            };
+            let mut acquired = Vec::new();
+            let mut kept = Vec::new();
+            {
+                let mut map = self.share_partitions.map.borrow_mut();
+                let Some(entry) = map.get_mut(&key) else {
+                    results.push(result);
+                    continue;
+                };
+                let now = Instant::now();
+                let mut run: Vec<(i64, i64)> = Vec::new();
+                let mut runs_ranges: Vec<std::ops::Range<usize>> = Vec::new();
+                let flush = |run: &mut Vec<(i64, i64)>,
+                             ranges: &mut Vec<std::ops::Range<usize>>,
+                             entry: &mut Entry,
+                             acquired: &mut Vec<AcquiredRange>,
+                             kept: &mut Vec<std::ops::Range<usize>>,
+                             records_left: &mut u32| {
+                    if run.is_empty() || *records_left == 0 {
+                        run.clear();
+                        ranges.clear();
+                        return;
+                    }
+                    let got = entry.partition.acquire(&member, run, *records_left, now);
+                    let count: i64 = got.iter().map(|r| r.last_offset - r.first_offset + 1).sum();
+                    *records_left = records_left.saturating_sub(count as u32);
+                    for (range, (first, last)) in ranges.iter().zip(run.iter()) {
+                        if got
+                            .iter()
+                            .any(|r| r.first_offset <= *last && *first <= r.last_offset)
+                        {
+                            kept.push(range.clone());
+                        }
+                    }
+                    acquired.extend(got);
+                    run.clear();
+                    ranges.clear();
+                };
+                for (info, range) in &batches {
+                    if info.control || (read_committed && aborted(info)) {
+                        flush(
+                            &mut run,
+                            &mut runs_ranges,
+                            entry,
+                            &mut acquired,
+                            &mut kept,
+                            &mut records_left,
+                        );
+                        entry.partition.skip(info.first, info.last);
+                        continue;
+                    }
+                    run.push((info.first, info.last));
+                    runs_ranges.push(range.clone());
+                }
+                flush(
+                    &mut run,
+                    &mut runs_ranges,
+                    entry,
+                    &mut acquired,
+                    &mut kept,
+                    &mut records_left,
+                );
+            }
+            if !kept.is_empty() {
+                let mut out = bytes::BytesMut::new();
+                for r in &kept {
+                    out.extend_from_slice(&buf[r.clone()]);
+                }
+                bytes_left = bytes_left.saturating_sub(out.len());
+                result.records = Some(out.freeze());
+            }
+            result.acquired = acquired;
+            results.push(result);
+        }
+        results
+    }
+
+    /// Everything `member` of `group_id` holds on this shard's share partitions goes back to
+    /// the others (it left its group, or closed its share session).
+    pub fn share_release(&self, group_id: &str, member: &str) -> usize {
+        let mut released = 0;
+        for ((group, _, _), entry) in self.share_partitions.map.borrow_mut().iter_mut() {
+            if group == group_id {
+                released += entry.partition.release_member(member);
+            }
+        }
+        released
+    }
+
+    /// The share partitions of `group_id` on this shard: (topic, partition, start offset,
+    /// in-flight counts), for DescribeShareGroupOffsets (not served yet).
+    #[allow(dead_code)]
+    /// The share partitions of `group_id` on this shard: (topic, partition, start offset,
+    /// in-flight counts (available, acquired, acknowledged, archived)).
+    pub fn share_state(&self, group_id: &str) -> Vec<ShareState> {
+        self.share_partitions
+            .map
+            .borrow()
+            .iter()
+            .filter(|((g, _, _), _)| g == group_id)
+            .map(|((_, t, p), e)| {
+                (
+                    t.clone(),
+                    *p,
+                    e.partition.start_offset(),
+                    e.partition.in_flight_counts(),
+                )
+            })
+            .collect()
+    }
+
+    /// Forgets `group_id`'s share partitions on this shard (DeleteGroups of an empty group).
+    pub fn share_delete_group(&self, group_id: &str) -> usize {
+        let mut map = self.share_partitions.map.borrow_mut();
+        let before = map.len();
+        map.retain(|(g, _, _), _| g != group_id);
+        before - map.len()
+    }
+
+    /// For AlterShareGroupOffsets (not served yet).
+    #[allow(dead_code)]
+    /// Moves `group_id`'s start offset of a partition (AlterShareGroupOffsets): creates the
+    /// share partition there if the group has not read it yet.
+    pub fn share_reset(&self, group_id: &str, topic: Arc<str>, partition: i32, offset: i64) -> i16 {
+        let leader_epoch = match self
+            .partition(&topic, partition)
+            .map(|p| p.check_leader(-1))
+        {
+            Some(Ok(e)) => e.0,
+            Some(Err(code)) => return code,
+            None => return ResponseError::UnknownTopicOrPartition.code(),
+        };
+        let image = self.image();
+        let own = image
+            .cluster
+            .as_ref()
+            .and_then(|c| c.group_configs.get(group_id));
+        let group_config = ShareGroupConfig::resolve(self.config(), own);
+        let mut map = self.share_partitions.map.borrow_mut();
+        let entry = map
+            .entry((group_id.to_string(), topic, partition))
+            .or_insert_with(|| Entry {
+                partition: SharePartition::new(offset, share_config(&group_config)),
+                read_committed: group_config.read_committed,
+                leader_epoch,
+            });
+        entry.partition.reset_start(offset);
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(base: i64, records: i32, attributes: i16, producer_id: i64) -> Vec<u8> {
+        let mut b = vec![0u8; BATCH_HEADER];
+        b[0..8].copy_from_slice(&base.to_be_bytes());
+        b[8..12].copy_from_slice(&((BATCH_HEADER - 12) as i32).to_be_bytes());
+        b[21..23].copy_from_slice(&attributes.to_be_bytes());
+        b[23..27].copy_from_slice(&(records - 1).to_be_bytes());
+        b[43..51].copy_from_slice(&producer_id.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn batch_headers_give_offsets_and_kinds_and_a_torn_tail_is_left_out() {
+        let mut buf = batch(10, 5, 0, -1);
+        buf.extend(batch(15, 1, ATTR_CONTROL | ATTR_TRANSACTIONAL, 7));
+        buf.extend(batch(16, 3, ATTR_TRANSACTIONAL, 7));
+        buf.extend(&batch(19, 3, 0, -1)[..30]);
+        let found = batches_of(&Bytes::from(buf));
+        assert_eq!(found.len(), 3);
+        assert_eq!((found[0].0.first, found[0].0.last), (10, 14));
+        assert!(found[1].0.control && found[1].0.transactional);
+        assert_eq!(found[2].0.producer_id, 7);
+        assert_eq!(found[2].1, 2 * BATCH_HEADER..3 * BATCH_HEADER);
+    }
+}

@@ -1,0 +1,275 @@
+"""Share groups (KIP-932, "queues for Kafka") with librdkafka's share consumer
+(confluent-kafka's `ShareConsumer`): ShareGroupHeartbeat, ShareFetch and ShareAcknowledge
+against one broker.
+
+Every check asserts on the records: which were delivered, to whom, how often and with which
+delivery count. The broker's acquisition lock is 2 s here (`group.share.record.lock.duration.ms`,
+its minimum lowered to 1 s) so that lock timeouts show within a test; groups read from the
+earliest offset (`share.auto.offset.reset`, a group config set with IncrementalAlterConfigs as
+`kafka-configs --entity-type groups` does).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from confluent_kafka import AcknowledgeType, KafkaException, Producer, ShareConsumer
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic)
+
+LOCK_MS = 2000
+BROKER_ARGS = ["--override", f"group.share.record.lock.duration.ms={LOCK_MS}",
+               "--override", "group.share.min.record.lock.duration.ms=1000",
+               "--override", "group.share.session.timeout.ms=6000",
+               "--override", "group.share.heartbeat.interval.ms=1000"]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def setup_topic(broker, partitions: int = 1, group_configs: dict | None = None) -> tuple[str, str]:
+    """A new topic and a new share group reading it from the earliest offset."""
+    topic, group = unique("share"), unique("sg")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(20)
+    configs = {"share.auto.offset.reset": "earliest", **(group_configs or {})}
+    resource = ConfigResource("GROUP", group, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    admin.incremental_alter_configs([resource])[resource].result(20)
+    # What the group runs with is what DescribeConfigs says it set.
+    described = admin.describe_configs([ConfigResource("GROUP", group)])
+    entries = list(described.values())[0].result(20)
+    for k, v in configs.items():
+        assert entries[k].value == v, (k, entries[k].value)
+    return topic, group
+
+
+def produce(broker, topic: str, count: int, batch: int = 10, start: int = 0, **config) -> None:
+    """`count` records valued `r-<n>`, in batches of about `batch` records."""
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.num.messages": batch, **config})
+    for i in range(start, start + count):
+        p.produce(topic, value=f"r-{i}".encode())
+        if i % batch == batch - 1:
+            p.flush(20)
+    assert p.flush(20) == 0
+
+
+def share_consumer(broker, group: str, topic: str, **config) -> ShareConsumer:
+    c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, **config})
+    c.subscribe([topic])
+    return c
+
+
+def poll(c: ShareConsumer, timeout: float = 0.5) -> list:
+    out = []
+    for m in list(c.poll(timeout) or []):
+        assert not m.error(), m.error()
+        out.append(m)
+    return out
+
+
+def test_more_consumers_than_partitions_all_get_work_and_each_record_comes_once(broker):
+    topic, group = setup_topic(broker)
+    total = 2000
+    produce(broker, topic, total, batch=20)
+    got: dict[str, list[tuple[int, int]]] = {}
+    lock = threading.Lock()
+    quiet_since = [time.monotonic()]
+
+    def member(n: int) -> None:
+        c = share_consumer(broker, group, topic)
+        deadline = time.monotonic() + 40
+        try:
+            while time.monotonic() < deadline:
+                ms = poll(c)
+                with lock:
+                    if ms:
+                        quiet_since[0] = time.monotonic()
+                    for m in ms:
+                        got.setdefault(m.value().decode(), []).append((n, m.delivery_count()))
+                    if len(got) >= total and time.monotonic() - quiet_since[0] > 3:
+                        break
+                # Slow members, so that the others get batches too.
+                time.sleep(0.02)
+            # Implicit acknowledgement: what the last poll returned is accepted by the next.
+            poll(c, 0.1)
+            c.commit_sync(10)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=member, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(f"r-{i}" for i in range(total)), f"{total - len(got)} records never delivered"
+    twice = {v: d for v, d in got.items() if len(d) > 1}
+    assert not twice, f"{len(twice)} records delivered more than once, e.g. {list(twice.items())[:3]}"
+    assert all(d[0][1] == 1 for d in got.values()), "every record delivered once has delivery count 1"
+    per_member = Counter(d[0][0] for d in got.values())
+    assert len(per_member) >= 3, f"one partition, four members: the work spread over {dict(per_member)}"
+
+
+def test_release_redelivers_reject_archives_and_accept_never_comes_back(broker):
+    topic, group = setup_topic(broker)
+    produce(broker, topic, 30, batch=5)
+    c = share_consumer(broker, group, topic, **{"share.acknowledgement.mode": "explicit"})
+    deliveries: dict[int, list[int]] = {}
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            ms = poll(c)
+            for m in ms:
+                n = int(m.value().decode()[2:])
+                deliveries.setdefault(n, []).append(m.delivery_count())
+                if n % 3 == 0 and m.delivery_count() == 1:
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+                elif n % 3 == 1:
+                    c.acknowledge(m, AcknowledgeType.REJECT)
+                else:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+            if ms:
+                result = c.commit_sync(10)
+                assert all(v is None for v in result.values()), result
+            done = all(n in deliveries for n in range(30)) and all(len(deliveries[n]) == 2 for n in range(0, 30, 3))
+            if done and not ms:
+                # Nothing more may come: wait out a lock duration to be sure.
+                extra = []
+                until = time.monotonic() + LOCK_MS / 1000 + 1
+                while time.monotonic() < until:
+                    extra += poll(c)
+                assert not extra, f"delivered again: {[(m.value(), m.delivery_count()) for m in extra]}"
+                break
+    finally:
+        c.close()
+    assert sorted(deliveries) == list(range(30))
+    for n, counts in deliveries.items():
+        if n % 3 == 0:
+            assert counts == [1, 2], (n, counts)
+        else:
+            assert counts == [1], (n, counts)
+
+
+def test_the_delivery_limit_archives_a_poison_record(broker):
+    topic, group = setup_topic(broker, group_configs={"share.delivery.count.limit": "3"})
+    # One batch per record, so that releasing the poison one does not hold back the others.
+    produce(broker, topic, 5, batch=1)
+    c = share_consumer(broker, group, topic, **{"share.acknowledgement.mode": "explicit"})
+    deliveries: dict[int, list[int]] = {}
+    quiet = 0.0
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and quiet < 3:
+            ms = poll(c)
+            quiet = 0.0 if ms else quiet + 0.5
+            for m in ms:
+                n = int(m.value().decode()[2:])
+                deliveries.setdefault(n, []).append(m.delivery_count())
+                c.acknowledge(m, AcknowledgeType.RELEASE if n == 2 else AcknowledgeType.ACCEPT)
+            if ms:
+                c.commit_sync(10)
+    finally:
+        c.close()
+    assert deliveries[2] == [1, 2, 3], f"the poison record is delivered exactly 3 times: {deliveries[2]}"
+    assert all(deliveries[n] == [1] for n in (0, 1, 3, 4)), deliveries
+
+
+KILLED_MEMBER = """
+import sys, time
+from confluent_kafka import ShareConsumer
+c = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+                   "share.acknowledgement.mode": "explicit"})
+c.subscribe([sys.argv[3]])
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    ms = [m for m in list(c.poll(0.5) or []) if not m.error()]
+    if ms:
+        print(" ".join(str(m.offset()) for m in ms), flush=True)
+        time.sleep(60)  # holds them, never acknowledging, until killed
+"""
+
+
+def test_records_of_a_member_killed_mid_batch_come_back_after_the_lock(broker):
+    topic, group = setup_topic(broker)
+    produce(broker, topic, 50, batch=50)
+    member = subprocess.Popen([sys.executable, "-c", KILLED_MEMBER, broker.bootstrap, group, topic],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        held = [int(o) for o in member.stdout.readline().split()]
+    finally:
+        member.kill()
+        member.wait(10)
+    killed_at = time.monotonic()
+    assert held, "the member acquired records before it was killed"
+    c = share_consumer(broker, group, topic)
+    got: dict[int, int] = {}
+    first_at = None
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(got) < 50:
+            for m in poll(c):
+                first_at = first_at or time.monotonic()
+                got[m.offset()] = m.delivery_count()
+        poll(c, 0.1)
+        c.commit_sync(10)
+    finally:
+        c.close()
+    assert sorted(got) == list(range(50)), "nothing lost"
+    assert all(got[o] == 2 for o in held), "what the killed member held comes back a second time"
+    assert all(got[o] == 1 for o in got if o not in held)
+    # Back within the lock duration (2 s) and the time to poll them, well before the member's
+    # session timeout (6 s) would have released them.
+    assert first_at - killed_at < LOCK_MS / 1000 + 3.5, first_at - killed_at
+
+
+def test_read_committed_share_groups_skip_aborted_transactions(broker):
+    topic, committed_group = setup_topic(broker, group_configs={"share.isolation.level": "read_committed"})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    uncommitted_group = unique("sg")
+    resource = ConfigResource("GROUP", uncommitted_group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(20)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("tx")})
+    p.init_transactions(20)
+    for outcome, start in (("commit", 0), ("abort", 100), ("commit", 200)):
+        p.begin_transaction()
+        for i in range(start, start + 10):
+            p.produce(topic, value=f"r-{i}".encode())
+        p.flush(20)
+        (p.commit_transaction if outcome == "commit" else p.abort_transaction)(20)
+
+    def read_all(group: str) -> list[str]:
+        c = share_consumer(broker, group, topic)
+        seen, quiet = [], 0.0
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and quiet < 2:
+                ms = poll(c)
+                quiet = 0.0 if ms else quiet + 0.5
+                seen += [m.value().decode() for m in ms]
+            poll(c, 0.1)
+            c.commit_sync(10)
+        finally:
+            c.close()
+        return seen
+
+    committed = [f"r-{i}" for i in list(range(0, 10)) + list(range(200, 210))]
+    assert sorted(read_all(committed_group)) == sorted(committed)
+    assert sorted(read_all(uncommitted_group)) == sorted(committed + [f"r-{i}" for i in range(100, 110)])
+
+
+def test_unknown_group_configs_and_bad_values_are_refused(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for key, value in (("share.no.such.config", "1"), ("share.auto.offset.reset", "oldest"),
+                       ("share.isolation.level", "committed")):
+        resource = ConfigResource("GROUP", unique("sg"), incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+        with pytest.raises(KafkaException) as e:
+            admin.incremental_alter_configs([resource])[resource].result(20)
+        assert e.value.args[0].code() == 40, (key, e.value)  # INVALID_CONFIG
