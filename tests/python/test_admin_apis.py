@@ -65,12 +65,10 @@ EXPECTED_APIS = {
     49: (0, 1), 50: (0, 0), 51: (0, 0), 55: (0, 2), 57: (0, 2), 60: (0, 2), 61: (0, 0), 65: (0, 0), 66: (0, 2),
     68: (0, 1), 69: (0, 1),
     74: (0, 1), 75: (0, 0),
-    # Share groups (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge.
-    76: (1, 1), 77: (1, 1), 78: (1, 1), 79: (1, 1),
+    # Share groups (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge,
+    # DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets.
+    76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 90: (0, 1), 91: (0, 0), 92: (0, 0),
 }
-# APIs served below Kafka 4.4's newest version: ShareFetch and ShareAcknowledge 2 (acquire modes
-# and RENEW, KIP-1206 and KIP-1222).
-BEHIND_KAFKA = {78: 1, 79: 1}
 METADATA_VERSION_4_0 = 25
 TOPIC_OPERATIONS_ALL = 3576
 
@@ -156,7 +154,7 @@ def test_api_versions_advertise_what_is_implemented_and_kafka_4_features(both):
         # Every API Sluice has at the newest version Kafka 4.4 has; the minimum is Kafka's
         # (Produce keeps 3, as Kafka now refuses 0-2 though it still lists them for librdkafka's
         # sake).
-        assert key in kafka_table and hi == BEHIND_KAFKA.get(key, kafka_table[key][1]), (key, hi, kafka_table.get(key))
+        assert key in kafka_table and hi == kafka_table[key][1], (key, hi, kafka_table.get(key))
         assert lo == kafka_table[key][0] or (key == 0 and lo == 3), (key, lo, kafka_table[key])
 
     finalized = {f["name"]: (f["min_version_level"], f["max_version_level"]) for f in v4["finalized_features"]}

@@ -116,6 +116,13 @@ impl Rewrite {
         Ok(())
     }
 
+    /// What was written, followed by the rest of `src` unchanged.
+    pub fn rest(mut self) -> Bytes {
+        let rest = std::mem::take(&mut self.src);
+        self.out.put_slice(&rest);
+        self.out.freeze()
+    }
+
     /// The message's last tagged fields; nothing may follow them.
     pub fn finish(mut self) -> anyhow::Result<Bytes> {
         self.tagged_fields()?;

@@ -98,12 +98,19 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
-    // Share groups (KIP-932): 1 is the first stable version (0 was Kafka 4.0's early access);
-    // ShareFetch and ShareAcknowledge 2 (acquire modes, RENEW) are past the codec's versions.
+    // Share groups (KIP-932): 1 is the first stable version (0 was Kafka 4.0's early access).
+    // ShareFetch and ShareAcknowledge 2 add the record-limit acquire mode and RENEW
+    // acknowledgements (KIP-1206, KIP-1222), past the codec's versions
+    // (`versions::share_fetch_v2_as_v1` and the others).
     (ApiKey::ShareGroupHeartbeat, 1, 1),
     (ApiKey::ShareGroupDescribe, 1, 1),
-    (ApiKey::ShareFetch, 1, 1),
-    (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::ShareFetch, 1, 2),
+    (ApiKey::ShareAcknowledge, 1, 2),
+    // 1 adds each partition's lag (KIP-1226), past the codec's versions: the request is 0's,
+    // the response is encoded here (`versions::encode_describe_share_group_offsets`).
+    (ApiKey::DescribeShareGroupOffsets, 0, 1),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     // 5 adds IsCordoned (KIP-1066; no directory is ever cordoned), past the codec's
@@ -146,6 +153,28 @@ pub fn decode_request(key: ApiKey, version: i16, body: &mut Bytes) -> anyhow::Re
         let mut v1 = versions::v2_as_v1(body)?;
         return RequestKind::decode(key, &mut v1, 1);
     }
+    if (key, version) == (ApiKey::ShareFetch, 2) {
+        let (mut v1, mode, renew) = versions::share_fetch_v2_as_v1(body)?;
+        let mut request = RequestKind::decode(key, &mut v1, 1)?;
+        if let RequestKind::ShareFetch(r) = &mut request {
+            r.unknown_tagged_fields.insert(
+                versions::NEWER_FIELDS_TAG,
+                Bytes::from(vec![mode as u8, u8::from(renew)]),
+            );
+        }
+        return Ok(request);
+    }
+    if (key, version) == (ApiKey::ShareAcknowledge, 2) {
+        let (mut v1, renew) = versions::share_acknowledge_v2_as_v1(body)?;
+        let mut request = RequestKind::decode(key, &mut v1, 1)?;
+        if let RequestKind::ShareAcknowledge(r) = &mut request {
+            r.unknown_tagged_fields.insert(
+                versions::NEWER_FIELDS_TAG,
+                Bytes::from(vec![u8::from(renew)]),
+            );
+        }
+        return Ok(request);
+    }
     RequestKind::decode(key, body, codec_version(key, version))
 }
 
@@ -165,6 +194,10 @@ pub fn codec_version(key: ApiKey, version: i16) -> i16 {
         (ApiKey::DeleteGroups, 3) => 2,
         // The response; the request is read by `write_txn_markers::v2_as_v1`.
         (ApiKey::WriteTxnMarkers, 2) => 1,
+        // The responses (ShareAcknowledge's rewritten by `versions::share_acknowledge_v1_as_v2`);
+        // the requests are read by `versions::share_*_v2_as_v1`.
+        (ApiKey::ShareFetch, 2) | (ApiKey::ShareAcknowledge, 2) => 1,
+        (ApiKey::DescribeShareGroupOffsets, 1) => 0,
         _ => version,
     }
 }
@@ -226,6 +259,20 @@ pub fn encode_response(
         }
         ResponseKind::DeleteGroups(r) if version >= 3 => {
             versions::encode_delete_v3(r, &mut buf);
+        }
+        ResponseKind::DescribeShareGroupOffsets(r) => {
+            versions::encode_describe_share_group_offsets(r, version, &mut buf);
+        }
+        ResponseKind::ShareAcknowledge(r) if version >= 2 => {
+            let mut r = r.clone();
+            let lock_ms = r
+                .unknown_tagged_fields
+                .remove(&versions::NEWER_FIELDS_TAG)
+                .and_then(|b| <[u8; 4]>::try_from(&b[..]).ok())
+                .map_or(0, i32::from_be_bytes);
+            let mut v1 = BytesMut::new();
+            ResponseKind::ShareAcknowledge(r).encode(&mut v1, 1)?;
+            versions::share_acknowledge_v1_as_v2(v1.freeze(), lock_ms, &mut buf)?;
         }
         _ if topic_ids::codec_version(key, version).is_some() => {
             let mut named = BytesMut::new();

@@ -132,3 +132,92 @@ pub fn v2_as_v1(body: &mut bytes::Bytes) -> anyhow::Result<bytes::Bytes> {
     }
     r.finish()
 }
+
+/// Where a decoded request keeps what its newer version adds and the codec's older one lacks,
+/// and a response what its handler adds for the newer version's encoding: an unknown tagged
+/// field no client can send (tags are unsigned varints far below this), taken off again before
+/// anything is encoded.
+pub const NEWER_FIELDS_TAG: i32 = i32::MAX;
+
+/// ShareFetch 2's request (KIP-1206, KIP-1222) as version 1's bytes, and the two fields it adds
+/// after `batch_size`: the acquire mode (0 batch-optimized, 1 record-limit) and whether its
+/// acknowledgements are RENEWs.
+pub fn share_fetch_v2_as_v1(body: &mut bytes::Bytes) -> anyhow::Result<(bytes::Bytes, i8, bool)> {
+    let mut r = super::compact::Rewrite::new(std::mem::take(body));
+    r.string()?; // group_id
+    r.string()?; // member_id
+                 // share_session_epoch, max_wait_ms, min_bytes, max_bytes, max_records, batch_size
+    r.copy(6 * 4)?;
+    let mode = r.take(1)?[0] as i8;
+    let renew = r.take(1)?[0] != 0;
+    Ok((r.rest(), mode, renew))
+}
+
+/// ShareAcknowledge 2's request (KIP-1222) as version 1's bytes, and whether its
+/// acknowledgements are RENEWs (the bool it adds after `share_session_epoch`).
+pub fn share_acknowledge_v2_as_v1(body: &mut bytes::Bytes) -> anyhow::Result<(bytes::Bytes, bool)> {
+    let mut r = super::compact::Rewrite::new(std::mem::take(body));
+    r.string()?; // group_id
+    r.string()?; // member_id
+    r.copy(4)?; // share_session_epoch
+    let renew = r.take(1)?[0] != 0;
+    Ok((r.rest(), renew))
+}
+
+/// ShareAcknowledge 2's response: version 1's with `acquisition_lock_timeout_ms` (int32) after
+/// the top-level error message.
+pub fn share_acknowledge_v1_as_v2(
+    v1: bytes::Bytes,
+    lock_ms: i32,
+    buf: &mut bytes::BytesMut,
+) -> anyhow::Result<()> {
+    let mut r = super::compact::Rewrite::new(v1);
+    r.copy(4 + 2)?; // throttle_time_ms, error_code
+    r.string()?; // error_message
+    r.put(&lock_ms.to_be_bytes());
+    buf.extend_from_slice(&r.rest());
+    Ok(())
+}
+
+/// DescribeShareGroupOffsets' response, version 0 or 1 (1 adds each partition's `lag`, which
+/// the handler leaves under [`NEWER_FIELDS_TAG`]; the codec has version 0 only).
+pub fn encode_describe_share_group_offsets(
+    response: &kafka_protocol::messages::DescribeShareGroupOffsetsResponse,
+    version: i16,
+    buf: &mut bytes::BytesMut,
+) {
+    use super::compact;
+    use bytes::BufMut;
+    buf.put_i32(response.throttle_time_ms);
+    compact::len(buf, response.groups.len());
+    for g in &response.groups {
+        compact::string(buf, &g.group_id.0);
+        compact::len(buf, g.topics.len());
+        for t in &g.topics {
+            compact::string(buf, &t.topic_name.0);
+            buf.put_slice(t.topic_id.as_bytes());
+            compact::len(buf, t.partitions.len());
+            for p in &t.partitions {
+                buf.put_i32(p.partition_index);
+                buf.put_i64(p.start_offset);
+                buf.put_i32(p.leader_epoch);
+                if version >= 1 {
+                    let lag = p
+                        .unknown_tagged_fields
+                        .get(&NEWER_FIELDS_TAG)
+                        .and_then(|b| <[u8; 8]>::try_from(&b[..]).ok())
+                        .map_or(-1, i64::from_be_bytes);
+                    buf.put_i64(lag);
+                }
+                buf.put_i16(p.error_code);
+                compact::nullable_string(buf, p.error_message.as_deref());
+                compact::no_tagged_fields(buf);
+            }
+            compact::no_tagged_fields(buf);
+        }
+        buf.put_i16(g.error_code);
+        compact::nullable_string(buf, g.error_message.as_deref());
+        compact::no_tagged_fields(buf);
+    }
+    compact::no_tagged_fields(buf);
+}

@@ -101,6 +101,9 @@ pub fn checked(key: ApiKey) -> bool {
             | ShareGroupDescribe
             | ShareFetch
             | ShareAcknowledge
+            | DescribeShareGroupOffsets
+            | AlterShareGroupOffsets
+            | DeleteShareGroupOffsets
             | OffsetCommit
             | OffsetFetch
             | CreateTopics

@@ -61,5 +61,19 @@ pub fn handle(
                     .with_resource_name(StrBytes::from_string(name.clone()))
             }));
     }
+    // Groups with configs of their own (Kafka lists those; the groups themselves come from
+    // ListGroups).
+    if types.contains(&RESOURCE_GROUP) {
+        let image = shard.image();
+        if let Some(cluster) = image.cluster.as_ref() {
+            response
+                .config_resources
+                .extend(cluster.group_configs.keys().map(|name| {
+                    ConfigResource::default()
+                        .with_resource_type(RESOURCE_GROUP)
+                        .with_resource_name(StrBytes::from_string(name.clone()))
+                }));
+        }
+    }
     response
 }

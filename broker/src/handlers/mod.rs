@@ -53,6 +53,7 @@ pub mod share_acknowledge;
 pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
+pub mod share_group_offsets;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
@@ -75,6 +76,8 @@ pub struct Client {
     /// The time this request has run so far, when the client has a `request_percentage`
     /// quota (`crate::quota::Timed` adds it up).
     pub worked: Option<Rc<crate::quota::Worked>>,
+    /// The share sessions the connection opened, closed with it (`shard/share.rs`).
+    pub share_sessions: Rc<crate::shard::share::ConnectionSessions>,
 }
 
 impl Client {
@@ -724,12 +727,99 @@ pub async fn dispatch(
             }
             ResponseKind::ShareGroupDescribe(response)
         }
+        RequestKind::DescribeShareGroupOffsets(mut r) => {
+            // The authorizer: DESCRIBE on each group (refused ones get the error), DESCRIBE on
+            // each topic named (the others are left out, as Kafka answers).
+            use kafka_protocol::messages::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup;
+            let (ok, refused): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut r.groups).into_iter().partition(|g| {
+                    authz::group(shard, &client, authz::operation::DESCRIBE, &g.group_id)
+                });
+            r.groups = ok;
+            for g in &mut r.groups {
+                if let Some(topics) = &mut g.topics {
+                    topics.retain(|t| {
+                        authz::topic(shard, &client, authz::operation::DESCRIBE, &t.topic_name)
+                    });
+                }
+            }
+            let mut response = share_group_offsets::describe(shard, r).await;
+            for g in refused {
+                response.groups.push(
+                    DescribeShareGroupOffsetsResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+                );
+            }
+            ResponseKind::DescribeShareGroupOffsets(response)
+        }
+        RequestKind::AlterShareGroupOffsets(mut r) => {
+            // The authorizer: READ on the group, else the whole request is refused; READ on
+            // each topic.
+            use kafka_protocol::messages::alter_share_group_offsets_response::*;
+            if !authz::group(shard, &client, authz::operation::READ, &r.group_id) {
+                ResponseKind::AlterShareGroupOffsets(
+                    kafka_protocol::messages::AlterShareGroupOffsetsResponse::default()
+                        .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+                )
+            } else {
+                let (ok, refused): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut r.topics).into_iter().partition(|t| {
+                        authz::topic(shard, &client, authz::operation::READ, &t.topic_name)
+                    });
+                r.topics = ok;
+                let mut response = share_group_offsets::alter(shard, r).await;
+                for t in refused {
+                    let partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            AlterShareGroupOffsetsResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                        })
+                        .collect();
+                    response.responses.push(
+                        AlterShareGroupOffsetsResponseTopic::default()
+                            .with_topic_name(t.topic_name)
+                            .with_partitions(partitions),
+                    );
+                }
+                ResponseKind::AlterShareGroupOffsets(response)
+            }
+        }
+        RequestKind::DeleteShareGroupOffsets(mut r) => {
+            // The authorizer: DELETE on the group, else the whole request is refused; READ on
+            // each topic.
+            use kafka_protocol::messages::delete_share_group_offsets_response::*;
+            if !authz::group(shard, &client, authz::operation::DELETE, &r.group_id) {
+                ResponseKind::DeleteShareGroupOffsets(
+                    kafka_protocol::messages::DeleteShareGroupOffsetsResponse::default()
+                        .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+                )
+            } else {
+                let (ok, refused): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut r.topics).into_iter().partition(|t| {
+                        authz::topic(shard, &client, authz::operation::READ, &t.topic_name)
+                    });
+                r.topics = ok;
+                let mut response = share_group_offsets::delete(shard, r).await;
+                for t in refused {
+                    response.responses.push(
+                        DeleteShareGroupOffsetsResponseTopic::default()
+                            .with_topic_name(t.topic_name)
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code()),
+                    );
+                }
+                ResponseKind::DeleteShareGroupOffsets(response)
+            }
+        }
         RequestKind::ShareFetch(r) => {
             ResponseKind::ShareFetch(share_fetch::handle(shard, &client, r).await)
         }
-        RequestKind::ShareAcknowledge(r) => {
-            ResponseKind::ShareAcknowledge(share_acknowledge::handle(shard, &client, r).await)
-        }
+        RequestKind::ShareAcknowledge(r) => ResponseKind::ShareAcknowledge(
+            share_acknowledge::handle(shard, &client, r, version).await,
+        ),
         RequestKind::ConsumerGroupDescribe(mut r) => {
             // The authorizer: DESCRIBE on each group; the refused ones after the others.
             let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)

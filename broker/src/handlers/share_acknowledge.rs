@@ -21,6 +21,7 @@ pub async fn handle(
     shard: &Rc<Shard>,
     client: &super::Client,
     request: ShareAcknowledgeRequest,
+    version: i16,
 ) -> ShareAcknowledgeResponse {
     let mut response = ShareAcknowledgeResponse::default();
     let (Some(group_id), Some(member_id)) = (request.group_id.as_ref(), request.member_id.as_ref())
@@ -40,7 +41,15 @@ pub async fn handle(
     tracing::debug!(target: "sluice::share", group = %group_id, member = %member_id, epoch = request.share_session_epoch, acks = request.topics.iter().flat_map(|t| &t.partitions).map(|p| p.acknowledgement_batches.len()).sum::<usize>(), "ShareAcknowledge");
     let key = (group_id.clone(), member_id.clone());
     // Acknowledging needs a session: epoch 0 (opening one) is refused, as Kafka does.
-    let closing = match session_step(shard, &key, request.share_session_epoch, &[], &[], false) {
+    let closing = match session_step(
+        shard,
+        client,
+        &key,
+        request.share_session_epoch,
+        &[],
+        &[],
+        false,
+    ) {
         Ok(SessionStep::Closed) => true,
         Ok(SessionStep::Fetch(_)) => false,
         Err(code) => {
@@ -78,6 +87,7 @@ pub async fn handle(
                         .map(|b| (b.first_offset, b.last_offset, &b.acknowledge_types)),
                 ),
                 fetch: false,
+                record_limit: false,
             });
         }
     }
@@ -115,6 +125,20 @@ pub async fn handle(
                         .with_leader_id(-1)
                         .with_leader_epoch(-1),
                 ),
+        );
+    }
+    if version >= 2 {
+        // Version 2's acquisition_lock_timeout_ms, for the encoder (`codec::versions`).
+        let own = image
+            .cluster
+            .as_ref()
+            .and_then(|c| c.group_configs.get(&group_id));
+        let lock_ms = crate::group::configs::ShareGroupConfig::resolve(shard.config(), own)
+            .record_lock_duration_ms;
+        let lock_ms = i32::try_from(lock_ms).unwrap_or(i32::MAX);
+        response.unknown_tagged_fields.insert(
+            crate::codec::versions::NEWER_FIELDS_TAG,
+            bytes::Bytes::copy_from_slice(&lock_ms.to_be_bytes()),
         );
     }
     response.responses = by_topic

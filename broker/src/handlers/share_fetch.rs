@@ -42,6 +42,7 @@ pub enum SessionStep {
 /// request's partitions, `forgotten` those it drops.
 pub fn session_step(
     shard: &Shard,
+    client: &super::Client,
     key: &SessionKey,
     epoch: i32,
     added: &[(uuid::Uuid, i32)],
@@ -69,8 +70,13 @@ pub fn session_step(
                     next_epoch: 1,
                     partitions,
                     last_used: now,
+                    connection: client.share_sessions.token(),
                 },
             );
+            let mut opened = client.share_sessions.opened.borrow_mut();
+            if !opened.contains(key) {
+                opened.push(key.clone());
+            }
             Ok(SessionStep::Fetch(list))
         }
         e if e > 0 => {
@@ -104,6 +110,7 @@ pub struct Wanted {
     pub topic: Option<Arc<str>>,
     pub acks: Vec<AckBatch>,
     pub fetch: bool,
+    pub record_limit: bool,
 }
 
 /// Runs each partition's turn on its owner shard, all owners at once; results in `wanted`'s
@@ -157,6 +164,7 @@ pub async fn run_on_owners(
                     partition: wanted[i].partition,
                     acks: wanted[i].acks.clone(),
                     fetch: wanted[i].fetch,
+                    record_limit: wanted[i].record_limit,
                 })
                 .collect();
             let shard = shard.clone();
@@ -204,9 +212,17 @@ pub fn ack_batches<'a>(batches: impl Iterator<Item = (i64, i64, &'a Vec<i8>)>) -
 pub async fn handle(
     shard: &Rc<Shard>,
     client: &super::Client,
-    request: ShareFetchRequest,
+    mut request: ShareFetchRequest,
 ) -> ShareFetchResponse {
     let mut response = ShareFetchResponse::default();
+    // Version 2's acquire mode (1: record-limit, at most `max_records` even if that splits a
+    // batch) and renew flag (a fetch carrying RENEWs only renews: it acquires nothing).
+    let (record_limit, renewing) = request
+        .unknown_tagged_fields
+        .remove(&crate::codec::versions::NEWER_FIELDS_TAG)
+        .map_or((false, false), |b| {
+            (b.first() == Some(&1), b.get(1) == Some(&1))
+        });
     let (Some(group_id), Some(member_id)) = (request.group_id.as_ref(), request.member_id.as_ref())
     else {
         response.error_code = ResponseError::InvalidRequest.code();
@@ -253,6 +269,7 @@ pub async fn handle(
     let key = (group_id.clone(), member_id.clone());
     let step = match session_step(
         shard,
+        client,
         &key,
         request.share_session_epoch,
         &added,
@@ -310,7 +327,8 @@ pub async fn handle(
             partition,
             topic,
             acks: acks.remove(&(topic_id, partition)).unwrap_or_default(),
-            fetch: !closing,
+            fetch: !closing && !renewing,
+            record_limit,
         });
     }
     let max_wait =
@@ -346,6 +364,7 @@ pub async fn handle(
     // Nothing acquired: wait for appends on the partitions' shards, then try again (the
     // acknowledgements went with the first pass).
     while !closing
+        && !renewing
         && results.iter().all(|r| r.acquired.is_empty())
         && Instant::now() < deadline
         && !wanted.is_empty()

@@ -516,6 +516,9 @@ where
     let mut idle_at: Option<&'static str> = None;
     // Muted by a quota until then (`crate::quota`): nothing more is read before it.
     let throttled_until = Rc::new(Cell::new(Instant::now()));
+    // The share sessions this connection opened (KIP-932): closed, and what their members hold
+    // released, when the connection ends, as Kafka does.
+    let share_sessions: Rc<crate::shard::share::ConnectionSessions> = Rc::default();
     // When the SASL session ends unless the client logs in again (KIP-368).
     let mut session_expires: Option<Instant> = None;
     let result: anyhow::Result<&'static str> = loop {
@@ -665,6 +668,7 @@ where
             principal: principal.clone(),
             listener: listener.clone(),
             throttled_until: throttled_until.clone(),
+            share_sessions: share_sessions.clone(),
         };
         match prepare(&shard, body, peer, identity, chain.next()) {
             Ok(task) => match unless_idle(tx.send(task), &progress, idle).await {
@@ -695,6 +699,7 @@ where
     if let Some(task) = writer_task.take() {
         task.cancel().await;
     }
+    shard.close_share_sessions(&share_sessions);
     if let Some(state) = idle_at {
         tracing::info!(
             ?peer,
@@ -721,6 +726,7 @@ pub async fn loopback(shard: Rc<Shard>, frame: Bytes) -> std::io::Result<Vec<u8>
         // It stands in for a call from another broker.
         listener: Rc::from(shard.config().inter_broker_listener()),
         throttled_until: Rc::new(Cell::new(Instant::now())),
+        share_sessions: Rc::default(),
     };
     let task = prepare(&shard, body, None, identity, chain.next())
         .map_err(|e| std::io::Error::other(format!("loopback request: {e}")))?;
@@ -742,6 +748,7 @@ struct Identity {
     /// The listener the connection came in on.
     listener: Rc<str>,
     throttled_until: Rc<Cell<Instant>>,
+    share_sessions: Rc<crate::shard::share::ConnectionSessions>,
 }
 
 /// Checks the header and starts the request; the returned task yields the response frame.
@@ -800,6 +807,7 @@ fn prepare(
             principal: identity.principal,
             listener: identity.listener,
             throttled_until: identity.throttled_until,
+            share_sessions: identity.share_sessions,
             worked: None,
         };
         // A client with a request_percentage quota: the time this request runs is counted.

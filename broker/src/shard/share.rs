@@ -49,6 +49,9 @@ pub struct ShareRead {
     pub acks: Vec<AckBatch>,
     /// Whether records are wanted (a ShareAcknowledge, or a fetch's second pass, only acks).
     pub fetch: bool,
+    /// ShareFetch 2's record-limit acquire mode: at most the records left, splitting a batch if
+    /// need be (batch-optimized, the default, acquires whole batches).
+    pub record_limit: bool,
 }
 
 /// What one partition's turn found.
@@ -75,9 +78,26 @@ struct Entry {
 /// A share partition's key: (group, topic, partition).
 type ShareKey = (String, Arc<str>, i32);
 
-/// One share partition's state as `sluice group` and DescribeShareGroupOffsets show it: topic,
-/// partition, start offset, in-flight (available, acquired, acknowledged, archived).
-pub type ShareState = (Arc<str>, i32, i64, (u64, u64, u64, u64));
+/// One share partition's state as DescribeShareGroupOffsets and `sluice group` show it.
+#[derive(Clone, Debug)]
+pub struct ShareState {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    pub start_offset: i64,
+    /// In-flight records: (available, acquired, acknowledged, archived).
+    pub in_flight: (u64, u64, u64, u64),
+    pub high_watermark: i64,
+    pub leader_epoch: i32,
+}
+
+impl ShareState {
+    /// Records at or past the start offset not yet done: what the group still has to
+    /// deliver or have acknowledged (Kafka's share-partition lag).
+    pub fn lag(&self) -> i64 {
+        let done = (self.in_flight.2 + self.in_flight.3) as i64;
+        (self.high_watermark - self.start_offset - done).max(0)
+    }
+}
 
 /// The share partitions of this shard.
 #[derive(Default)]
@@ -92,6 +112,22 @@ pub struct ShareSession {
     pub next_epoch: i32,
     pub partitions: indexmap::IndexSet<(uuid::Uuid, i32)>,
     pub last_used: Instant,
+    /// The connection that opened it ([`ConnectionSessions::token`]): its end closes the
+    /// session, unless another connection opened the member's session since.
+    pub connection: usize,
+}
+
+/// The share sessions one connection opened, by (group, member).
+#[derive(Default)]
+pub struct ConnectionSessions {
+    pub opened: std::cell::RefCell<Vec<(String, String)>>,
+}
+
+impl ConnectionSessions {
+    /// This connection's token: its address, unique among live connections.
+    pub fn token(&self) -> usize {
+        self as *const ConnectionSessions as usize
+    }
 }
 
 #[derive(Default)]
@@ -371,7 +407,21 @@ impl Shard {
                     run.clear();
                     ranges.clear();
                 };
+                // Record-limit mode: no offset past what `records_left` allows from the fetch
+                // offset (records already done there count against it: at most, not exactly).
+                let limit_end = if read.record_limit {
+                    fetch_offset.saturating_add(i64::from(records_left)) - 1
+                } else {
+                    i64::MAX
+                };
                 for (info, range) in &batches {
+                    if info.first > limit_end {
+                        break;
+                    }
+                    let info = &BatchInfo {
+                        last: info.last.min(limit_end),
+                        ..*info
+                    };
                     if info.control || (read_committed && aborted(info)) {
                         flush(
                             &mut run,
@@ -410,6 +460,29 @@ impl Shard {
         results
     }
 
+    /// A connection ended: the share sessions it opened close, and what their members hold
+    /// goes back to the others at once rather than when its locks run out (Kafka's behaviour).
+    pub fn close_share_sessions(self: &Rc<Self>, connection: &ConnectionSessions) {
+        let token = connection.token();
+        let opened = std::mem::take(&mut *connection.opened.borrow_mut());
+        for key in opened {
+            let mine = {
+                let mut map = self.share_sessions.map.borrow_mut();
+                match map.get(&key) {
+                    Some(s) if s.connection == token => {
+                        map.remove(&key);
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if mine {
+                tracing::debug!(target: "sluice::share", group = %key.0, member = %key.1, "share session closed with its connection");
+                self.release_share_member(&key.0, &key.1);
+            }
+        }
+    }
+
     /// Everything `member` of `group_id` holds on this shard's share partitions goes back to
     /// the others (it left its group, or closed its share session).
     pub fn share_release(&self, group_id: &str, member: &str) -> usize {
@@ -422,26 +495,33 @@ impl Shard {
         released
     }
 
-    /// The share partitions of `group_id` on this shard: (topic, partition, start offset,
-    /// in-flight counts), for DescribeShareGroupOffsets (not served yet).
-    #[allow(dead_code)]
-    /// The share partitions of `group_id` on this shard: (topic, partition, start offset,
-    /// in-flight counts (available, acquired, acknowledged, archived)).
+    /// The share partitions of `group_id` on this shard, as DescribeShareGroupOffsets shows
+    /// them.
     pub fn share_state(&self, group_id: &str) -> Vec<ShareState> {
         self.share_partitions
             .map
             .borrow()
             .iter()
             .filter(|((g, _, _), _)| g == group_id)
-            .map(|((_, t, p), e)| {
-                (
-                    t.clone(),
-                    *p,
-                    e.partition.start_offset(),
-                    e.partition.in_flight_counts(),
-                )
+            .map(|((_, t, p), e)| ShareState {
+                topic: t.clone(),
+                partition: *p,
+                start_offset: e.partition.start_offset(),
+                in_flight: e.partition.in_flight_counts(),
+                high_watermark: self
+                    .partition(t, *p)
+                    .map_or(-1, |part| part.high_watermark().0),
+                leader_epoch: e.leader_epoch,
             })
             .collect()
+    }
+
+    /// Forgets `group_id`'s share partitions of `topic` on this shard (DeleteShareGroupOffsets).
+    pub fn share_delete_topic(&self, group_id: &str, topic: &str) -> usize {
+        let mut map = self.share_partitions.map.borrow_mut();
+        let before = map.len();
+        map.retain(|(g, t, _), _| !(g == group_id && &**t == topic));
+        before - map.len()
     }
 
     /// Forgets `group_id`'s share partitions on this shard (DeleteGroups of an empty group).
@@ -452,8 +532,6 @@ impl Shard {
         before - map.len()
     }
 
-    /// For AlterShareGroupOffsets (not served yet).
-    #[allow(dead_code)]
     /// Moves `group_id`'s start offset of a partition (AlterShareGroupOffsets): creates the
     /// share partition there if the group has not read it yet.
     pub fn share_reset(&self, group_id: &str, topic: Arc<str>, partition: i32, offset: i64) -> i16 {

@@ -231,12 +231,8 @@ public final class ShareTest {
             lines.add("FAIL " + title + ": " + name + ": " + why);
         }
 
-        /** A check that passes when {@code why} is null ({@link #SKIPPED}: not run, and said so). */
+        /** A check that passes when {@code why} is null. */
         boolean check(String name, String why) {
-            if (why == SKIPPED) {
-                lines.add("SKIP " + title + ": " + name + " (JAVA_SHARE_SKIP_OFFSETS: the broker does not serve DescribeShareGroupOffsets)");
-                return true;
-            }
             if (why == null) {
                 pass(name);
             } else {
@@ -417,10 +413,6 @@ public final class ShareTest {
     }
 
     /** The share group's start offset and lag for the partition; null when it has none. */
-    /** Set for a broker without DescribeShareGroupOffsets: the lag checks print SKIP lines. */
-    static final boolean SKIP_OFFSETS = System.getenv("JAVA_SHARE_SKIP_OFFSETS") != null;
-    static final String SKIPPED = new String("skipped");
-
     static SharePartitionOffsetInfo shareOffset(Admin admin, String group, TopicPartition tp) throws Exception {
         Map<TopicPartition, SharePartitionOffsetInfo> m = admin.listShareGroupOffsets(
                 Map.of(group, new ListShareGroupOffsetsSpec().topicPartitions(List.of(tp))))
@@ -439,9 +431,6 @@ public final class ShareTest {
      * last acknowledgement it can still show an older start offset, with lag 0.)
      */
     static String lagReachesZero(Admin admin, String group, TopicPartition tp, long end) throws Exception {
-        if (SKIP_OFFSETS) {
-            return SKIPPED;
-        }
         long deadline = System.nanoTime() + 15_000_000_000L;
         SharePartitionOffsetInfo info = null;
         while (System.nanoTime() < deadline) {
