@@ -183,6 +183,7 @@ public final class ShareTest {
         scenario("share delivery limit", "poison", this::poison);
         scenario("share lock timeout, holder alive", "lock-alive", this::lockAlive);
         scenario("share lock timeout, holder SIGKILLed", "lock-killed", this::lockKilled);
+        scenario("share RENEW keeps records acquired", "renew", this::renew);
         scenario("share isolation levels", "isolation", this::isolation);
         scenario("share admin", "admin", this::admin);
     }
@@ -894,6 +895,96 @@ public final class ShareTest {
             s.checkEquals("the holder received nothing after its first batch", held.size(), a.got().size());
             s.check("the holder closes cleanly after its lock expired", a.crash == null && a.closeError == null ? null
                 : "failed " + a.crash + ", close " + a.closeError);
+            s.check("listShareGroupOffsets: lag 0", lagReachesZero(admin, group, tp, endOffset(admin, tp)));
+        }
+    }
+
+    /**
+     * A member in explicit mode takes a batch and renews its lock (RENEW, KIP-1222) every second
+     * for more than twice the group's lock duration, then accepts it; another member of the
+     * group gets the rest of the topic and never a renewed record.
+     */
+    private void renew(Scenario s) throws Exception {
+        String topic = s.name("t");
+        String group = s.name("g");
+        TopicPartition tp = new TopicPartition(topic, 0);
+        int n = 50;
+        try (Admin admin = admin()) {
+            createTopic(admin, topic, 1);
+            groupConfig(admin, group, Map.of("share.record.lock.duration.ms", String.valueOf(GROUP_LOCK_MS)));
+            // Two batches: the renewer takes the first, the other member the second.
+            Map<String, Long> at = produce(topic, values(0, n / 2), 16_384);
+            Properties config = new Properties();
+            config.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            config.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            config.put(ConsumerConfig.CLIENT_ID_CONFIG, "renewer-" + run);
+            config.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+            config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+            config.put(ConsumerConfig.SHARE_ACKNOWLEDGEMENT_MODE_CONFIG, "explicit");
+            List<ConsumerRecord<String, String>> held = new ArrayList<>();
+            List<String> renewErrors = new ArrayList<>();
+            List<String> acceptErrors = new ArrayList<>();
+            Reader other;
+            long renewedFor;
+            try (KafkaShareConsumer<String, String> c = new KafkaShareConsumer<>(config)) {
+                c.subscribe(List.of(topic));
+                long deadline = System.nanoTime() + JOIN_MS * 1_000_000L;
+                while (held.isEmpty() && System.nanoTime() < deadline) {
+                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                        held.add(r);
+                    }
+                }
+                if (held.isEmpty()) {
+                    throw new Failure("the renewer got no records in " + JOIN_MS + " ms");
+                }
+                long heldAt = System.nanoTime();
+                at.putAll(produce(topic, values(n / 2, n / 2), 16_384));
+                other = s.reader("other", group, topic, Map.of(), null);
+                other.start();
+                // Renew for 2.5 lock durations, every second. The client hands renewed records
+                // back in the next poll (Kafka 4.4's behaviour), to be acknowledged from there.
+                List<String> handedBack = new ArrayList<>();
+                while (System.nanoTime() - heldAt < GROUP_LOCK_MS * 2_500_000L) {
+                    Thread.sleep(1000);
+                    for (ConsumerRecord<String, String> r : held) {
+                        c.acknowledge(r, AcknowledgeType.RENEW);
+                    }
+                    c.commitSync(Duration.ofSeconds(10)).forEach((t, e) -> e.ifPresent(x -> renewErrors.add(t + ": " + x)));
+                    List<ConsumerRecord<String, String>> again = new ArrayList<>();
+                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(500))) {
+                        again.add(r);
+                    }
+                    if (!again.stream().map(ConsumerRecord::offset).toList().equals(held.stream().map(ConsumerRecord::offset).toList())) {
+                        handedBack.add(again.stream().map(r -> r.offset() + "dc" + r.deliveryCount().orElse((short) -1)).toList().toString());
+                    }
+                    if (!again.isEmpty()) {
+                        held = again;
+                    }
+                }
+                s.check("each renewal hands back exactly the renewed records", handedBack.isEmpty() ? null : abbreviate(handedBack.toString()));
+                s.check("renewed records keep delivery count 1", held.stream().allMatch(r -> r.deliveryCount().orElse((short) -1) == 1) ? null
+                    : abbreviate(held.toString()));
+                renewedFor = (System.nanoTime() - heldAt) / 1_000_000;
+                for (ConsumerRecord<String, String> r : held) {
+                    c.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+                c.commitSync(Duration.ofSeconds(10)).forEach((t, e) -> e.ifPresent(x -> acceptErrors.add(t + ": " + x)));
+            }
+            Set<String> heldValues = new HashSet<>();
+            held.forEach(r -> heldValues.add(r.value()));
+            s.note("the renewer held " + held.size() + " records for " + renewedFor + " ms (lock " + GROUP_LOCK_MS + " ms)");
+            s.check("RENEW commits reported no error", renewErrors.isEmpty() ? null : abbreviate(renewErrors.toString()));
+            s.check("the ACCEPT after the renewals reported no error", acceptErrors.isEmpty() ? null : abbreviate(acceptErrors.toString()));
+            Set<String> rest = new HashSet<>(at.keySet());
+            rest.removeAll(heldValues);
+            drain("the other member to receive the " + rest.size() + " records not held", List.of(other),
+                g -> distinct(g).containsAll(rest), DRAIN_MS);
+            quiet(List.of(other), GROUP_LOCK_MS + 500);
+            other.stopAndClose();
+            List<Got> got = other.got();
+            List<Got> stolen = got.stream().filter(g -> heldValues.contains(g.value())).toList();
+            s.check("the other member never got a renewed record", stolen.isEmpty() ? null : abbreviate(stolen.toString()));
+            s.check("the other member got every other record once, delivery count 1", exactlyOnceFirstTime(got, rest));
             s.check("listShareGroupOffsets: lag 0", lagReachesZero(admin, group, tp, endOffset(admin, tp)));
         }
     }
