@@ -114,6 +114,17 @@ def test_more_consumers_than_partitions_all_get_work_and_each_record_comes_once(
     assert all(d[0][1] == 1 for d in got.values()), "every record delivered once has delivery count 1"
     per_member = Counter(d[0][0] for d in got.values())
     assert len(per_member) >= 3, f"one partition, four members: the work spread over {dict(per_member)}"
+    # `sluice group` lists the share group and describes it: empty now, every record done.
+    from harness import SLUICE_BIN
+    listed = subprocess.run([str(SLUICE_BIN), "group", "list", "--bootstrap-server", broker.bootstrap],
+                            capture_output=True, text=True, timeout=60)
+    assert any(line.split()[:3] == [group, "Empty", "share"] for line in listed.stdout.splitlines()), listed.stdout
+    described = subprocess.run([str(SLUICE_BIN), "group", "describe", group, "--bootstrap-server", broker.bootstrap],
+                               capture_output=True, text=True, timeout=60)
+    assert described.returncode == 0, described.stderr
+    assert "Type: share" in described.stdout and "State: Empty" in described.stdout, described.stdout
+    rows = [line.split() for line in described.stdout.splitlines() if line.startswith(topic)]
+    assert rows == [[topic, "0", str(total), str(total), "0"]], described.stdout
 
 
 def test_release_redelivers_reject_archives_and_accept_never_comes_back(broker):

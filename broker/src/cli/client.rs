@@ -58,6 +58,9 @@ pub const CLIENT_VERSIONS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     // For KIP-848 groups, which DescribeGroups does not describe.
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Share groups (KIP-932): members, and each partition's start offset.
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetFetch, 2, 8),
     (ApiKey::OffsetCommit, 2, 8),

@@ -919,7 +919,179 @@ fn list(admin: &mut Admin, states: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A share group (KIP-932) as ShareGroupDescribe and DescribeShareGroupOffsets tell it.
+struct ShareDescription {
+    state: String,
+    epoch: i32,
+    /// (member id, client id, host, assignment by topic).
+    members: Vec<(String, String, String, Vec<(String, Vec<i32>)>)>,
+    /// Each partition's share-partition start offset (-1: not read yet), or its error.
+    start_offsets: BTreeMap<Tp, Result<i64, BrokerError>>,
+}
+
+impl Admin {
+    /// The share group `group`, or `None` when it is not one (or the cluster has none).
+    fn describe_share_group(&mut self, group: &str) -> anyhow::Result<Option<ShareDescription>> {
+        use kafka_protocol::messages::{
+            DescribeShareGroupOffsetsRequest, ShareGroupDescribeRequest,
+        };
+        let outcome = self.on_coordinator(group, |client| {
+            let Some(version) = client.version_of(ApiKey::ShareGroupDescribe) else {
+                return Ok(Ok(None));
+            };
+            let request =
+                ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(str_bytes(group))]);
+            let response = client.send_at(&request, version)?;
+            let Some(g) = response.groups.into_iter().next() else {
+                bail!("the ShareGroupDescribe response does not mention group {group:?}");
+            };
+            if g.error_code == ResponseError::GroupIdNotFound.code() {
+                return Ok(Ok(None));
+            }
+            if g.error_code != 0 {
+                return Ok(Err(BrokerError {
+                    code: g.error_code,
+                    message: g.error_message.map(|m| m.to_string()),
+                }));
+            }
+            let members = g
+                .members
+                .into_iter()
+                .map(|m| {
+                    let assignment = m
+                        .assignment
+                        .topic_partitions
+                        .into_iter()
+                        .map(|t| (t.topic_name.0.to_string(), t.partitions))
+                        .collect();
+                    (
+                        m.member_id.to_string(),
+                        m.client_id.to_string(),
+                        m.client_host.to_string(),
+                        assignment,
+                    )
+                })
+                .collect();
+            let mut start_offsets = BTreeMap::new();
+            if let Some(version) = client.version_of(ApiKey::DescribeShareGroupOffsets) {
+                let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+                    kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default()
+                        .with_group_id(GroupId(str_bytes(group)))
+                        .with_topics(None),
+                ]);
+                let response = client.send_at(&request, version)?;
+                for g in response.groups {
+                    for t in g.topics {
+                        for p in t.partitions {
+                            let tp = (t.topic_name.0.to_string(), p.partition_index);
+                            let value = if p.error_code == 0 {
+                                Ok(p.start_offset)
+                            } else {
+                                Err(BrokerError {
+                                    code: p.error_code,
+                                    message: p.error_message.map(|m| m.to_string()),
+                                })
+                            };
+                            start_offsets.insert(tp, value);
+                        }
+                    }
+                }
+            }
+            Ok(Ok(Some(ShareDescription {
+                state: g.group_state.to_string(),
+                epoch: g.group_epoch,
+                members,
+                start_offsets,
+            })))
+        })?;
+        outcome.map_err(|e| anyhow!(e.describe(format!("describing share group {group:?}"))))
+    }
+}
+
+/// `describe` for a share group: its members and their assignments, and per partition the
+/// share-partition start offset, the log end offset and the backlog between them: records not
+/// delivered yet, in flight, or acknowledged beyond one still in flight (so at least what Kafka
+/// calls the share lag).
+fn describe_share(admin: &mut Admin, group: &str, share: ShareDescription) -> anyhow::Result<()> {
+    println!("Group: {group}");
+    println!("Type: share");
+    println!("State: {}", share.state);
+    println!("Group epoch: {}", share.epoch);
+    println!("Members: {}", share.members.len());
+    if !share.members.is_empty() {
+        println!();
+        let rows: Vec<Vec<String>> = share
+            .members
+            .iter()
+            .map(|(id, client, host, assignment)| {
+                let assigned: Vec<String> = assignment
+                    .iter()
+                    .map(|(t, ps)| {
+                        let ps: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
+                        format!("{t}:{}", ps.join(","))
+                    })
+                    .collect();
+                vec![
+                    id.clone(),
+                    or_dash(client),
+                    or_dash(host),
+                    or_dash(&assigned.join(" ")),
+                ]
+            })
+            .collect();
+        print_table(&["MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], &rows);
+    }
+    let partitions: BTreeSet<Tp> = share.start_offsets.keys().cloned().collect();
+    if partitions.is_empty() {
+        eprintln!("note: share group {group} has read no partition yet");
+        return Ok(());
+    }
+    let topics: BTreeSet<&str> = partitions.iter().map(|(t, _)| t.as_str()).collect();
+    let topics: Vec<&str> = topics.into_iter().collect();
+    let leaders = admin.leaders(&topics)?;
+    let ends = admin.list_offsets(&leaders, &partitions, LATEST)?;
+    println!();
+    let rows: Vec<Vec<String>> = partitions
+        .iter()
+        .map(|tp| {
+            let end = match ends.get(tp) {
+                Some(Ok(o)) => Some(*o),
+                _ => None,
+            };
+            let (start, backlog) = match &share.start_offsets[tp] {
+                Ok(start) if *start >= 0 => (
+                    start.to_string(),
+                    end.map_or("-".into(), |e| (e - start).max(0).to_string()),
+                ),
+                Ok(_) => ("-".into(), "-".into()),
+                Err(e) => (error_name(e.code).to_string(), "-".into()),
+            };
+            vec![
+                tp.0.clone(),
+                tp.1.to_string(),
+                start,
+                end.map_or("-".into(), |e| e.to_string()),
+                backlog,
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "TOPIC",
+            "PARTITION",
+            "START-OFFSET",
+            "LOG-END-OFFSET",
+            "BACKLOG",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
 fn describe(admin: &mut Admin, group: &str) -> anyhow::Result<()> {
+    if let Some(share) = admin.describe_share_group(group)? {
+        return describe_share(admin, group, share);
+    }
     let description = admin.describe_group(group)?;
     if description.is_dead() {
         bail!(
