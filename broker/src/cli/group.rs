@@ -919,12 +919,14 @@ fn list(admin: &mut Admin, states: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A share group member: id, client id, host, assignment by topic.
+type ShareMember = (String, String, String, Vec<(String, Vec<i32>)>);
+
 /// A share group (KIP-932) as ShareGroupDescribe and DescribeShareGroupOffsets tell it.
 struct ShareDescription {
     state: String,
     epoch: i32,
-    /// (member id, client id, host, assignment by topic).
-    members: Vec<(String, String, String, Vec<(String, Vec<i32>)>)>,
+    members: Vec<ShareMember>,
     /// Each partition's share-partition start offset (-1: not read yet), or its error.
     start_offsets: BTreeMap<Tp, Result<i64, BrokerError>>,
 }
