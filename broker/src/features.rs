@@ -22,6 +22,7 @@ pub struct Feature {
 
 pub const METADATA_VERSION: &str = "metadata.version";
 pub const TRANSACTION_VERSION: &str = "transaction.version";
+pub const SHARE_VERSION: &str = "share.version";
 
 /// `metadata.version` 4.0-IV3 (`kafka-features version-mapping --release-version 4.0`).
 pub const METADATA_VERSION_4_0: i16 = 25;
@@ -70,7 +71,7 @@ pub const FEATURES: &[Feature] = &[
     // Share groups (KIP-932), on by default as in Kafka 4.2+. No streams groups (KIP-1071)
     // yet.
     Feature {
-        name: "share.version",
+        name: SHARE_VERSION,
         min_version: 0,
         max_version: 1,
         default: Some(1),
@@ -116,6 +117,26 @@ pub fn finalized(image: &MetadataImage, config: &BrokerConfig) -> Vec<(&'static 
         .iter()
         .map(|f| (f, level(image, config, f)))
         .collect()
+}
+
+/// Whether share groups (KIP-932) are on: `share.version` finalized at 1 or more.
+pub fn share_groups_enabled(image: &MetadataImage, config: &BrokerConfig) -> bool {
+    feature(SHARE_VERSION).is_some_and(|f| level(image, config, f) >= 1)
+}
+
+/// The APIs of share groups, which a cluster with `share.version` 0 does not serve.
+pub fn is_share_api(key: kafka_protocol::messages::ApiKey) -> bool {
+    use kafka_protocol::messages::ApiKey::*;
+    matches!(
+        key,
+        ShareGroupHeartbeat
+            | ShareGroupDescribe
+            | ShareFetch
+            | ShareAcknowledge
+            | DescribeShareGroupOffsets
+            | AlterShareGroupOffsets
+            | DeleteShareGroupOffsets
+    )
 }
 
 /// ApiVersions' `finalized_features_epoch`: the metadata offset the levels were read at, which

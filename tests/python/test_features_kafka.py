@@ -114,6 +114,20 @@ def test_kafka_features_describes_and_updates_the_levels_sluice_implements(fresh
         assert rc != 0 and "Could not downgrade transaction.version to 2." in out, out
     rc, out = update(broker.bootstrap, "upgrade", "--feature", "share.version=2")
     assert rc != 0 and "Could not upgrade share.version to 2." in out, out
+    # Share groups off and on again: ApiVersions lists their APIs only at share.version 1.
+    def share_apis(b: str) -> list[str]:
+        out = kafka_tool("org.apache.kafka.tools.BrokerApiVersionsCommand", "--bootstrap-server", b)
+        return sorted(line.split("(")[0].strip() for line in out.splitlines()
+                      if "Share" in line and "UNSUPPORTED" not in line)
+    all_share = ["AlterShareGroupOffsets", "DeleteShareGroupOffsets", "DescribeShareGroupOffsets", "ShareAcknowledge",
+                 "ShareFetch", "ShareGroupDescribe", "ShareGroupHeartbeat"]
+    assert share_apis(broker.bootstrap) == all_share
+    rc, out = update(broker.bootstrap, "disable", "--feature", "share.version")
+    assert rc == 0 and "share.version was disabled." in out, out
+    assert share_apis(broker.bootstrap) == []
+    rc, out = update(broker.bootstrap, "upgrade", "--feature", "share.version=1")
+    assert rc == 0 and "share.version was upgraded to 1." in out, out
+    assert share_apis(broker.bootstrap) == all_share
 
     # The level is in the metadata log: a restart keeps it.
     broker.restart()

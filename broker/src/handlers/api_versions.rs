@@ -49,10 +49,14 @@ pub fn handle(
         }
     }
     let features = crate::features::finalized(image, config);
+    // The share group APIs only while `share.version` is finalized at 1 or more, as Kafka
+    // lists them.
+    let share_groups = crate::features::share_groups_enabled(image, config);
     let mut response = ApiVersionsResponse::default();
     response.error_code = error.map(|e| e.code()).unwrap_or(0);
     response.api_keys = SUPPORTED
         .iter()
+        .filter(|&&(key, _, _)| share_groups || !crate::features::is_share_api(key))
         .map(|&(key, min, max)| {
             ApiVersion::default()
                 .with_api_key(key as i16)

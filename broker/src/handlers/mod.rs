@@ -197,6 +197,15 @@ pub async fn dispatch(
     turn: &mut Turn,
 ) -> anyhow::Result<Option<Answer>> {
     let request_bytes = body.len();
+    // Share groups switched off (`kafka-features disable --feature share.version`): their APIs
+    // are not listed by ApiVersions, and a client that sends one anyway is cut off, as for any
+    // API a broker does not serve.
+    if crate::features::is_share_api(key)
+        && !crate::features::share_groups_enabled(&shard.image(), shard.config())
+    {
+        tracing::info!(api = ?key, principal = %client.principal, host = %client.host, "share group request while share.version is 0; closing the connection");
+        anyhow::bail!("{key:?} while share groups are disabled (share.version 0)");
+    }
     let request = decode_request(key, version, body)?;
     let mut splices = if client.zero_copy {
         Splices::default()
