@@ -33,6 +33,11 @@ use sluice_engine::Offset;
 /// broker); the oldest goes when a new one would exceed it.
 pub const SHARE_SESSIONS_MAX: usize = 2000;
 
+/// A share fetch reads about this many bytes from the log per record it still wants (a 1 KiB
+/// record and its share of a batch header), and at least `SHARE_READ_BYTES_MIN`.
+const SHARE_READ_BYTES_PER_RECORD: usize = 1100;
+const SHARE_READ_BYTES_MIN: usize = 64 * 1024;
+
 /// One acknowledgement batch of a request, as the wire carries it.
 #[derive(Clone, Debug)]
 pub struct AckBatch {
@@ -175,6 +180,19 @@ struct BatchInfo {
     control: bool,
     transactional: bool,
     producer_id: i64,
+}
+
+/// The batches of the chunks a read returned, whole ones only, each with its bytes (slices of
+/// the chunks: nothing is copied).
+fn batches_in(chunks: &[Bytes]) -> Vec<(BatchInfo, Bytes)> {
+    chunks
+        .iter()
+        .flat_map(|chunk| {
+            batches_of(chunk)
+                .into_iter()
+                .map(|(info, range)| (info, chunk.slice(range)))
+        })
+        .collect()
 }
 
 /// The batches of `buf`, whole ones only, with their byte ranges.
@@ -330,11 +348,17 @@ impl Shard {
                 results.push(result);
                 continue;
             };
+            // What the records still wanted take, about: whole batches are acquired, so a
+            // larger read would mostly be read for nothing (the first batch comes whole
+            // whatever its size).
+            let read_bytes = (records_left as usize)
+                .saturating_mul(SHARE_READ_BYTES_PER_RECORD)
+                .clamp(SHARE_READ_BYTES_MIN, bytes_left.max(1));
             let partition_read = PartitionRead {
                 topic: read.topic.clone(),
                 partition: read.partition,
                 fetch_offset: Offset(fetch_offset),
-                max_bytes: bytes_left,
+                max_bytes: read_bytes,
                 current_leader_epoch: -1,
                 last_fetched_epoch: -1,
                 replica: None,
@@ -344,7 +368,7 @@ impl Shard {
             let (mut found, _) = read_local(
                 self,
                 std::slice::from_ref(&partition_read),
-                bytes_left,
+                read_bytes,
                 false,
             )
             .await;
@@ -354,12 +378,12 @@ impl Shard {
                 results.push(result);
                 continue;
             }
-            let buf = match found.records {
-                Records::Batches(b) => Records::concatenated(b),
+            let chunks = match found.records {
+                Records::Batches(b) => b,
                 // Not spliced: a read for a copy comes back in memory.
-                Records::File(_) => Bytes::new(),
+                Records::File(_) => Vec::new(),
             };
-            let batches = batches_of(&buf);
+            let batches = batches_in(&chunks);
             // Under read_committed, the records of aborted transactions and every control
             // batch are never delivered: archived as they are passed.
             let aborted = |b: &BatchInfo| {
@@ -380,12 +404,12 @@ impl Shard {
                 };
                 let now = Instant::now();
                 let mut run: Vec<(i64, i64)> = Vec::new();
-                let mut runs_ranges: Vec<std::ops::Range<usize>> = Vec::new();
+                let mut runs_ranges: Vec<Bytes> = Vec::new();
                 let flush = |run: &mut Vec<(i64, i64)>,
-                             ranges: &mut Vec<std::ops::Range<usize>>,
+                             ranges: &mut Vec<Bytes>,
                              entry: &mut Entry,
                              acquired: &mut Vec<AcquiredRange>,
-                             kept: &mut Vec<std::ops::Range<usize>>,
+                             kept: &mut Vec<Bytes>,
                              records_left: &mut u32| {
                     if run.is_empty() || *records_left == 0 {
                         run.clear();
@@ -447,12 +471,11 @@ impl Shard {
                 );
             }
             if !kept.is_empty() {
-                let mut out = bytes::BytesMut::new();
-                for r in &kept {
-                    out.extend_from_slice(&buf[r.clone()]);
-                }
+                // Only the batches that hold acquired records are copied into the response
+                // (none when they are one slice).
+                let out = Records::concatenated(kept);
                 bytes_left = bytes_left.saturating_sub(out.len());
-                result.records = Some(out.freeze());
+                result.records = Some(out);
             }
             result.acquired = acquired;
             results.push(result);
@@ -588,5 +611,17 @@ mod tests {
         assert!(found[1].0.control && found[1].0.transactional);
         assert_eq!(found[2].0.producer_id, 7);
         assert_eq!(found[2].1, 2 * BATCH_HEADER..3 * BATCH_HEADER);
+    }
+
+    #[test]
+    fn batches_across_chunks_are_slices_of_them() {
+        let mut one = batch(0, 2, 0, -1);
+        one.extend(batch(2, 3, 0, -1));
+        let two = batch(5, 1, 0, -1);
+        let found = batches_in(&[Bytes::from(one.clone()), Bytes::from(two.clone())]);
+        let offsets: Vec<(i64, i64)> = found.iter().map(|(i, _)| (i.first, i.last)).collect();
+        assert_eq!(offsets, vec![(0, 1), (2, 4), (5, 5)]);
+        assert_eq!(&found[1].1[..], &one[BATCH_HEADER..]);
+        assert_eq!(&found[2].1[..], &two[..]);
     }
 }
