@@ -1,5 +1,6 @@
 //! Share groups' records (KIP-932), I/O-free: which records of a partition are in flight to
-//! which member (`partition.rs`). The shard that leads the partition drives it
+//! which member (`partition.rs`), and the share coordinator's persisted state of them
+//! (`coordinator.rs`). The shard that leads the partition drives it
 //! (`shard/share.rs`); the group's membership is the group coordinator's (`group/share.rs`).
 
 // The state's persisted form (`state_batches`, `restore`, the wire values of the states) is for
@@ -7,3 +8,7 @@
 // in memory only (broker/README.md).
 #[allow(dead_code)]
 pub mod partition;
+
+// The share coordinator's state on `__share_group_state`, not wired in yet (see its docs).
+#[allow(dead_code)]
+pub mod coordinator;
