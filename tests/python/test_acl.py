@@ -340,3 +340,56 @@ def test_a_revoked_read_stops_a_consumer_already_in_a_fetch_session(broker):
         assert "TopicAuthorizationFailedError" in errors, errors
     finally:
         c.close()
+
+
+def test_share_groups_follow_the_acls(broker):
+    """A share consumer needs READ on its group and on the topic, as in Kafka: without the
+    group it gets GROUP_AUTHORIZATION_FAILED, without the topic no records."""
+    from confluent_kafka import ShareConsumer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    a = admin(broker.bootstrap, **ADMIN)
+    a.create_topics([NewTopic("share-acl", 2, 1)])["share-acl"].result(15)
+    assert produce(broker, ADMIN, "share-acl", n=10) == []
+    for group in ("sq-ok", "sq-denied", "sq-no-topic"):
+        r = ConfigResource("GROUP", group, incremental_configs=[
+            ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        a.incremental_alter_configs([r])[r].result(15)
+    grants = [AclBinding(ResourceType.TOPIC, "share-acl", ResourcePatternType.LITERAL, "User:bob", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)] + [
+        AclBinding(ResourceType.GROUP, g, ResourcePatternType.LITERAL, "User:bob", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW) for g in ("sq-ok", "sq-no-topic")]
+    for f in a.create_acls(grants).values():
+        f.result(15)
+    time.sleep(1)
+
+    def share_read(group: str, topic: str) -> tuple[list, list]:
+        values, errors = [], []
+        c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                           "error_cb": lambda e: errors.append(e.name()), **BOB})
+        c.subscribe([topic])
+        try:
+            deadline = time.monotonic() + 12
+            while time.monotonic() < deadline and len(values) < 10:
+                try:
+                    messages = list(c.poll(0.5) or [])
+                except KafkaException as e:
+                    errors.append(e.args[0].name())
+                    messages = []
+                for m in messages:
+                    if m.error():
+                        errors.append(m.error().name())
+                    else:
+                        values.append(m.value())
+                if errors and not values and time.monotonic() > deadline - 6:
+                    break
+        finally:
+            c.close()
+        return values, errors
+
+    values, errors = share_read("sq-ok", "share-acl")
+    assert sorted(values) == sorted(b"v%d" % i for i in range(10)), (values, errors)
+    values, errors = share_read("sq-denied", "share-acl")
+    assert values == [] and "GROUP_AUTHORIZATION_FAILED" in errors, errors
+    assert produce(broker, ADMIN, "hidden", n=4) == []
+    values, errors = share_read("sq-no-topic", "hidden")
+    assert values == [] and "TOPIC_AUTHORIZATION_FAILED" in errors, (values, errors)

@@ -717,9 +717,30 @@ pub async fn dispatch(
         RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
             consumer_group_heartbeat::handle(shard, r, client.client_id, client.host).await,
         ),
-        RequestKind::ShareGroupHeartbeat(r) => ResponseKind::ShareGroupHeartbeat(
-            share_group_heartbeat::handle(shard, r, client.client_id, client.host).await,
-        ),
+        RequestKind::ShareGroupHeartbeat(r) => {
+            // The authorizer: READ on the group (checked above), DESCRIBE on every subscribed
+            // topic, as Kafka checks a heartbeat's subscription.
+            let denied: Vec<String> = r
+                .subscribed_topic_names
+                .iter()
+                .flatten()
+                .filter(|t| !authz::topic(shard, &client, authz::operation::DESCRIBE, t))
+                .map(|t| t.0.to_string())
+                .collect();
+            if denied.is_empty() {
+                ResponseKind::ShareGroupHeartbeat(
+                    share_group_heartbeat::handle(shard, r, client.client_id, client.host).await,
+                )
+            } else {
+                ResponseKind::ShareGroupHeartbeat(
+                    kafka_protocol::messages::ShareGroupHeartbeatResponse::default()
+                        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                        .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_string(
+                            format!("Unauthorized topics: {}", denied.join(", ")),
+                        ))),
+                )
+            }
+        }
         RequestKind::ShareGroupDescribe(mut r) => {
             // The authorizer: DESCRIBE on each group; the refused ones after the others.
             let (ok, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
