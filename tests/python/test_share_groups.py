@@ -284,3 +284,34 @@ def test_unknown_group_configs_and_bad_values_are_refused(broker):
         with pytest.raises(KafkaException) as e:
             admin.incremental_alter_configs([resource])[resource].result(20)
         assert e.value.args[0].code() == 40, (key, e.value)  # INVALID_CONFIG
+
+
+def test_a_share_group_id_is_not_a_consumer_group_id(broker):
+    topic, group = setup_topic(broker)
+    produce(broker, topic, 3, batch=3)
+    c = share_consumer(broker, group, topic)
+    try:
+        deadline = time.monotonic() + 15
+        got = []
+        while time.monotonic() < deadline and len(got) < 3:
+            got += poll(c)
+        assert len(got) == 3
+        # A classic consumer in the same group is refused while the share group is there.
+        from confluent_kafka import Consumer
+        classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                            "auto.offset.reset": "earliest"})
+        classic.subscribe([topic])
+        errors = []
+        try:
+            until = time.monotonic() + 10
+            while time.monotonic() < until and not errors:
+                m = classic.poll(0.5)
+                if m is not None and m.error():
+                    errors.append(m.error().name())
+                elif m is not None:
+                    pytest.fail(f"a classic member of share group {group} read {m.value()!r}")
+        finally:
+            classic.close()
+        assert "INCONSISTENT_GROUP_PROTOCOL" in errors, errors
+    finally:
+        c.close()

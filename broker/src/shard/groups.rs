@@ -73,6 +73,14 @@ impl Shard {
         group_id: &str,
         req: consumer::HeartbeatRequest,
     ) -> consumer::HeartbeatResult {
+        // One name space for all groups: a share group's id is not a consumer group's.
+        if self.groups.share_groups.borrow().contains_key(group_id) {
+            return consumer::HeartbeatResult {
+                error: err(ResponseError::GroupIdNotFound),
+                message: Some(format!("Group {group_id} is not a consumer group.")),
+                ..Default::default()
+            };
+        }
         let (result, effects) = self.groups.consumer_heartbeat(
             group_id,
             req,
@@ -173,6 +181,14 @@ impl Shard {
 
     /// JoinGroup on the coordinator shard: answered once the join phase completes.
     pub async fn join_group(self: &Rc<Self>, req: JoinRequest) -> JoinResult {
+        if self.groups.share_groups.borrow().contains_key(&req.group_id) {
+            return JoinResult {
+                error: err(ResponseError::InconsistentGroupProtocol),
+                member_id: req.member_id,
+                generation: -1,
+                ..Default::default()
+            };
+        }
         let (reply, effects) = self
             .groups
             .join(req, Instant::now(), self.config(), &self.image());
