@@ -181,7 +181,12 @@ impl Shard {
 
     /// JoinGroup on the coordinator shard: answered once the join phase completes.
     pub async fn join_group(self: &Rc<Self>, req: JoinRequest) -> JoinResult {
-        if self.groups.share_groups.borrow().contains_key(&req.group_id) {
+        if self
+            .groups
+            .share_groups
+            .borrow()
+            .contains_key(&req.group_id)
+        {
             return JoinResult {
                 error: err(ResponseError::InconsistentGroupProtocol),
                 member_id: req.member_id,
