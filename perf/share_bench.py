@@ -534,7 +534,7 @@ def main():
         "tree_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
         "started_utc": started.isoformat(timespec="seconds"),
         "finished_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "sluice_binary": str(sluice_source.relative_to(REPO)) if sluice_source.is_relative_to(REPO) else str(sluice_source),
+        "sluice_binary": str(sluice_source.relative_to(ROOT)) if sluice_source.is_relative_to(ROOT) else str(sluice_source),
         "sluice_binary_mtime_utc": datetime.datetime.fromtimestamp(
             copy.stat().st_mtime, datetime.timezone.utc).isoformat(timespec="seconds"),
         "sluice_binary_kind": binary_kind,
