@@ -24,6 +24,15 @@ pub const ASSIGNORS: &[&str] = &["uniform", "range"];
 /// A partition by topic id.
 pub type Tp = (uuid::Uuid, i32);
 
+/// Partitions grouped by topic id, each topic's in order: how assignments go on the wire.
+pub fn by_topic<'a>(set: impl IntoIterator<Item = &'a Tp>) -> BTreeMap<uuid::Uuid, Vec<i32>> {
+    let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
+    for &(t, p) in set {
+        by_topic.entry(t).or_default().push(p);
+    }
+    by_topic
+}
+
 #[derive(Clone, Debug)]
 pub struct ConsumerMember {
     pub id: String,

@@ -21,12 +21,8 @@ fn assignment(
     set: &std::collections::BTreeSet<Tp>,
     names: &BTreeMap<uuid::Uuid, String>,
 ) -> Assignment {
-    let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
-    for (t, p) in set {
-        by_topic.entry(*t).or_default().push(*p);
-    }
     Assignment::default().with_topic_partitions(
-        by_topic
+        crate::group::consumer::by_topic(set)
             .into_iter()
             .map(|(t, ps)| {
                 TopicPartitions::default()

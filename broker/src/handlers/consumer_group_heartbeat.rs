@@ -1,7 +1,6 @@
 //! ConsumerGroupHeartbeat (KIP-848): join, heartbeat, reconcile and leave in one API, with the
 //! assignment computed on the coordinator.
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
@@ -66,12 +65,8 @@ pub async fn handle(
         response.member_id = Some(StrBytes::from_string(result.member_id));
         response.member_epoch = result.member_epoch;
         response.assignment = result.assignment.map(|set| {
-            let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
-            for (t, p) in set {
-                by_topic.entry(t).or_default().push(p);
-            }
             Assignment::default().with_topic_partitions(
-                by_topic
+                crate::group::consumer::by_topic(&set)
                     .into_iter()
                     .map(|(t, ps)| {
                         TopicPartitions::default()

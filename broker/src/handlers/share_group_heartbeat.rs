@@ -1,7 +1,6 @@
 //! ShareGroupHeartbeat (KIP-932): join, heartbeat and leave a share group in one API, the
 //! assignment computed on the coordinator (`group/share.rs`).
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use kafka_protocol::messages::share_group_heartbeat_response::{Assignment, TopicPartitions};
@@ -53,12 +52,8 @@ pub async fn handle(
         response.member_id = Some(StrBytes::from_string(result.member_id));
         response.member_epoch = result.member_epoch;
         response.assignment = result.assignment.map(|set| {
-            let mut by_topic: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
-            for (t, p) in set {
-                by_topic.entry(t).or_default().push(p);
-            }
             Assignment::default().with_topic_partitions(
-                by_topic
+                crate::group::consumer::by_topic(&set)
                     .into_iter()
                     .map(|(t, ps)| {
                         TopicPartitions::default()

@@ -28,7 +28,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use crate::shard::groups::{coordinator_shard, no_coordinator};
-use crate::shard::share::ShareState;
+use crate::shard::share::ShareOffsets;
 use crate::shard::Shard;
 
 const LED_ELSEWHERE: &str =
@@ -54,7 +54,7 @@ async fn share_group(shard: &Rc<Shard>, group_id: &str) -> Result<bool, i16> {
 }
 
 /// Every share partition of `group_id` on this broker.
-async fn local_state(shard: &Rc<Shard>, group_id: &str) -> BTreeMap<(Arc<str>, i32), ShareState> {
+async fn local_state(shard: &Rc<Shard>, group_id: &str) -> BTreeMap<(Arc<str>, i32), ShareOffsets> {
     let id = group_id.to_string();
     shard
         .invoke_on_all(move |s| {

@@ -85,7 +85,7 @@ type ShareKey = (String, Arc<str>, i32);
 
 /// One share partition's state as DescribeShareGroupOffsets and `sluice group` show it.
 #[derive(Clone, Debug)]
-pub struct ShareState {
+pub struct ShareOffsets {
     pub topic: Arc<str>,
     pub partition: i32,
     pub start_offset: i64,
@@ -95,7 +95,7 @@ pub struct ShareState {
     pub leader_epoch: i32,
 }
 
-impl ShareState {
+impl ShareOffsets {
     /// Records at or past the start offset not yet done: what the group still has to
     /// deliver or have acknowledged (Kafka's share-partition lag).
     pub fn lag(&self) -> i64 {
@@ -520,13 +520,13 @@ impl Shard {
 
     /// The share partitions of `group_id` on this shard, as DescribeShareGroupOffsets shows
     /// them.
-    pub fn share_state(&self, group_id: &str) -> Vec<ShareState> {
+    pub fn share_state(&self, group_id: &str) -> Vec<ShareOffsets> {
         self.share_partitions
             .map
             .borrow()
             .iter()
             .filter(|((g, _, _), _)| g == group_id)
-            .map(|((_, t, p), e)| ShareState {
+            .map(|((_, t, p), e)| ShareOffsets {
                 topic: t.clone(),
                 partition: *p,
                 start_offset: e.partition.start_offset(),
