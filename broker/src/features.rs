@@ -136,6 +136,11 @@ pub fn is_share_api(key: kafka_protocol::messages::ApiKey) -> bool {
             | DescribeShareGroupOffsets
             | AlterShareGroupOffsets
             | DeleteShareGroupOffsets
+            | ReadShareGroupState
+            | WriteShareGroupState
+            | InitializeShareGroupState
+            | DeleteShareGroupState
+            | ReadShareGroupStateSummary
     )
 }
 

@@ -393,3 +393,34 @@ def test_share_groups_follow_the_acls(broker):
     assert produce(broker, ADMIN, "hidden", n=4) == []
     values, errors = share_read("sq-no-topic", "hidden")
     assert values == [] and "TOPIC_AUTHORIZATION_FAILED" in errors, (values, errors)
+
+    # The share coordinator's own requests are for brokers only (CLUSTER_ACTION on the
+    # cluster): ReadShareGroupState v0 for sq-ok's share partition share-acl-0, with no leader
+    # epoch (no side effect). bob is refused with CLUSTER_AUTHORIZATION_FAILED (31); the super
+    # user reaches the share coordinator and reads the state sq-ok left there.
+    from confluent_kafka import TopicCollection
+    from test_sasl import authenticate, handshake, read_frames, request
+    tid = a.describe_topics(TopicCollection(["share-acl"]))["share-acl"].result(15).topic_id
+    topic_id = struct.pack(">qq", tid.get_most_significant_bits(), tid.get_least_significant_bits())
+    group = b"sq-ok"
+    # Flexible header's tags, group id, one topic, one partition (index 0, leader epoch -1).
+    read_state = request(84, 0, 3, b"\x00" + bytes([len(group) + 1]) + group + b"\x02" + topic_id
+                         + b"\x02" + struct.pack(">ii", 0, -1) + b"\x00\x00\x00")
+    for user, password, refused in [("bob", BOB_PW, True), ("admin", ADMIN_PW, False)]:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+            s.sendall(handshake(1, "PLAIN") + authenticate(2, f"\0{user}\0{password}".encode()) + read_state)
+            frames = read_frames(s, 3)
+            assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2, 3], (user, broker.log_tail())
+            f = frames[2]
+            # correlation id, header tags, one result: its topic id, one partition: its index,
+            # error code, error message (compact, nullable), state epoch, start offset.
+            assert f[4:6] == b"\x00\x02" and f[6:22] == topic_id and f[22] == 2
+            partition, error = struct.unpack(">ih", f[23:29])
+            assert partition == 0
+            if refused:
+                assert error == 31, (user, error)
+            else:
+                assert error == 0 and f[29] == 0, (user, error)
+                state_epoch, start_offset = struct.unpack(">iq", f[30:42])
+                assert state_epoch >= 0 and 0 <= start_offset <= 10, (state_epoch, start_offset)
+    assert "principal=User:bob" in broker.log_text()

@@ -119,8 +119,10 @@ def test_kafka_features_describes_and_updates_the_levels_sluice_implements(fresh
         out = kafka_tool("org.apache.kafka.tools.BrokerApiVersionsCommand", "--bootstrap-server", b)
         return sorted(line.split("(")[0].strip() for line in out.splitlines()
                       if "Share" in line and "UNSUPPORTED" not in line)
-    all_share = ["AlterShareGroupOffsets", "DeleteShareGroupOffsets", "DescribeShareGroupOffsets", "ShareAcknowledge",
-                 "ShareFetch", "ShareGroupDescribe", "ShareGroupHeartbeat"]
+    all_share = ["AlterShareGroupOffsets", "DeleteShareGroupOffsets", "DeleteShareGroupState",
+                 "DescribeShareGroupOffsets", "InitializeShareGroupState", "ReadShareGroupState",
+                 "ReadShareGroupStateSummary", "ShareAcknowledge", "ShareFetch", "ShareGroupDescribe",
+                 "ShareGroupHeartbeat", "WriteShareGroupState"]
     assert share_apis(broker.bootstrap) == all_share
     rc, out = update(broker.bootstrap, "disable", "--feature", "share.version")
     assert rc == 0 and "share.version was disabled." in out, out

@@ -722,6 +722,10 @@ pub enum InternalTopic {
     /// `transaction.state.log.replication.factor`, and `min.insync.replicas` from
     /// `transaction.state.log.min.isr`.
     TransactionState,
+    /// `__share_group_state`: `share.coordinator.state.topic.num.partitions`,
+    /// `share.coordinator.state.topic.replication.factor`, and `min.insync.replicas` from
+    /// `share.coordinator.state.topic.min.isr`.
+    ShareGroupState,
 }
 
 impl InternalTopic {
@@ -729,6 +733,7 @@ impl InternalTopic {
         match self {
             InternalTopic::Offsets => crate::group::offsets_topic::OFFSETS_TOPIC,
             InternalTopic::TransactionState => crate::txn::TRANSACTION_STATE_TOPIC,
+            InternalTopic::ShareGroupState => crate::share::coordinator::SHARE_STATE_TOPIC,
         }
     }
 }
@@ -756,6 +761,16 @@ pub async fn create_internal_topic(
             (
                 config.transaction_state_log_partitions,
                 config.transaction_state_log_replication_factor(),
+            )
+        }
+        InternalTopic::ShareGroupState => {
+            configs.insert(
+                "min.insync.replicas".to_string(),
+                config.share_coordinator_state_topic_min_isr().to_string(),
+            );
+            (
+                config.share_coordinator_state_topic_partitions,
+                config.share_coordinator_state_topic_replication_factor(),
             )
         }
     };

@@ -111,6 +111,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeShareGroupOffsets, 0, 1),
     (ApiKey::AlterShareGroupOffsets, 0, 0),
     (ApiKey::DeleteShareGroupOffsets, 0, 0),
+    // The share coordinator's, from share partition leaders. Kafka 4.4 has Write and Summary
+    // 1 (a delivery-complete count), which only its own brokers send: Sluice's send 0.
+    (ApiKey::InitializeShareGroupState, 0, 0),
+    (ApiKey::ReadShareGroupState, 0, 0),
+    (ApiKey::WriteShareGroupState, 0, 0),
+    (ApiKey::DeleteShareGroupState, 0, 0),
+    (ApiKey::ReadShareGroupStateSummary, 0, 0),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     // 5 adds IsCordoned (KIP-1066; no directory is ever cordoned), past the codec's

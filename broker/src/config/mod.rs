@@ -135,6 +135,14 @@ pub struct BrokerConfig {
     /// `transaction.state.log.min.isr` as set; [`BrokerConfig::transaction_state_log_min_isr`]
     /// gives the one in force.
     pub transaction_state_log_min_isr_set: Option<i32>,
+    /// `share.coordinator.state.topic.num.partitions`
+    pub share_coordinator_state_topic_partitions: i32,
+    /// `share.coordinator.state.topic.replication.factor` as set;
+    /// [`BrokerConfig::share_coordinator_state_topic_replication_factor`] gives the one in force.
+    pub share_coordinator_state_topic_replication_factor_set: Option<i16>,
+    /// `share.coordinator.state.topic.min.isr` as set;
+    /// [`BrokerConfig::share_coordinator_state_topic_min_isr`] gives the one in force.
+    pub share_coordinator_state_topic_min_isr_set: Option<i32>,
     /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often transaction
     /// coordinators look for transactions past their timeout (and transactional ids past
     /// `transactional.id.expiration.ms`).
@@ -463,6 +471,9 @@ impl BrokerConfig {
             transaction_state_log_partitions: 0,
             transaction_state_log_replication_factor_set: None,
             transaction_state_log_min_isr_set: None,
+            share_coordinator_state_topic_partitions: 0,
+            share_coordinator_state_topic_replication_factor_set: None,
+            share_coordinator_state_topic_min_isr_set: None,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 0,
             transaction_max_timeout_ms: 0,
             transactional_id_expiration_ms: 0,
@@ -1068,6 +1079,24 @@ impl BrokerConfig {
             .transaction_state_log_min_isr_set
             .unwrap_or(if self.is_cluster() { 2 } else { 1 });
         set.min(i32::from(self.transaction_state_log_replication_factor()))
+    }
+
+    /// `share.coordinator.state.topic.replication.factor` in force, with the defaults of
+    /// [`BrokerConfig::transaction_state_log_replication_factor`].
+    pub fn share_coordinator_state_topic_replication_factor(&self) -> i16 {
+        self.share_coordinator_state_topic_replication_factor_set
+            .unwrap_or(if self.is_cluster() { 3 } else { 1 })
+    }
+
+    /// `share.coordinator.state.topic.min.isr` in force, with the defaults of
+    /// [`BrokerConfig::transaction_state_log_min_isr`].
+    pub fn share_coordinator_state_topic_min_isr(&self) -> i32 {
+        let set = self
+            .share_coordinator_state_topic_min_isr_set
+            .unwrap_or(if self.is_cluster() { 2 } else { 1 });
+        set.min(i32::from(
+            self.share_coordinator_state_topic_replication_factor(),
+        ))
     }
 
     /// This node's entry in `controller.quorum.voters`, if it is a voter.

@@ -1299,6 +1299,54 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         get: |c| show(c.group_share_max_size),
     },
     Setting {
+        name: "share.coordinator.state.topic.num.partitions",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("50"),
+        doc: "Partitions of __share_group_state, which holds the share partitions' persisted \
+              state (the share coordinators').",
+        set: |c, v| {
+            c.share_coordinator_state_topic_partitions =
+                at_least("share.coordinator.state.topic.num.partitions", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.share_coordinator_state_topic_partitions),
+    },
+    Setting {
+        name: "share.coordinator.state.topic.replication.factor",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Short,
+        default: None,
+        doc: "Replicas of __share_group_state: unset, 3 in a cluster (as Kafka) and 1 on a \
+              single node; it is not created until the cluster has that many brokers.",
+        set: |c, v| {
+            c.share_coordinator_state_topic_replication_factor_set = Some(at_least(
+                "share.coordinator.state.topic.replication.factor",
+                v,
+                1,
+            )?);
+            Ok(())
+        },
+        get: |c| show(c.share_coordinator_state_topic_replication_factor()),
+    },
+    Setting {
+        name: "share.coordinator.state.topic.min.isr",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Short,
+        default: None,
+        doc: "min.insync.replicas of __share_group_state: unset, 2 in a cluster (as Kafka) and \
+              1 on a single node; never above its replication factor.",
+        set: |c, v| {
+            c.share_coordinator_state_topic_min_isr_set =
+                Some(at_least("share.coordinator.state.topic.min.isr", v, 1)?);
+            Ok(())
+        },
+        get: |c| show(c.share_coordinator_state_topic_min_isr()),
+    },
+    Setting {
         name: "group.consumer.migration.policy",
         flag: None,
         dynamic: false,

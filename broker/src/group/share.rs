@@ -42,6 +42,10 @@ pub struct ShareGroup {
     /// The group epoch the target assignment was computed for.
     pub assignment_epoch: i32,
     pub members: BTreeMap<String, ShareMember>,
+    /// Every topic a member subscribed to since the group was made: the topics whose share
+    /// partitions may have persisted state (Kafka's initialized topics), which offsets
+    /// describes and the group's deletion go through.
+    pub topics: std::collections::BTreeSet<String>,
 }
 
 /// A ShareGroupHeartbeat, as the coordinator reads it.
@@ -175,6 +179,7 @@ impl ShareGroup {
             topics.sort();
             topics.dedup();
             if topics != member.subscribed {
+                self.topics.extend(topics.iter().cloned());
                 member.subscribed = topics;
                 changed = true;
             }

@@ -139,6 +139,11 @@ pub fn checked(key: ApiKey) -> bool {
             | AlterReplicaLogDirs
             | WriteTxnMarkers
             | ListConfigResources
+            | ReadShareGroupState
+            | WriteShareGroupState
+            | InitializeShareGroupState
+            | DeleteShareGroupState
+            | ReadShareGroupStateSummary
     )
 }
 
@@ -326,6 +331,16 @@ pub fn refusal(shard: &Shard, client: &Client, request: &RequestKind) -> Option<
                 })
                 .collect();
             ResponseKind::WriteTxnMarkers(WriteTxnMarkersResponse::default().with_markers(markers))
+        }
+        RequestKind::ReadShareGroupState(_)
+        | RequestKind::WriteShareGroupState(_)
+        | RequestKind::InitializeShareGroupState(_)
+        | RequestKind::DeleteShareGroupState(_)
+        | RequestKind::ReadShareGroupStateSummary(_)
+            if !cluster(shard, client, operation::CLUSTER_ACTION) =>
+        {
+            super::share_group_state::refused(request, cluster_refused)
+                .expect("a share state request")
         }
         RequestKind::ListConfigResources(_)
             if !cluster(shard, client, operation::DESCRIBE_CONFIGS) =>

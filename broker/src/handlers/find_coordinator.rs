@@ -2,9 +2,10 @@
 //! coordinates the group, and the leader of the `__transaction_state` partition a
 //! transactional id hashes to coordinates the id. The first request for a kind of key creates
 //! its topic, as in Kafka; until its partition has a leader the answer is
-//! COORDINATOR_NOT_AVAILABLE and the client asks again. Share-partition keys (version 6,
-//! KIP-932) have no coordinator here (no share groups yet): a well-formed one gets
-//! COORDINATOR_NOT_AVAILABLE and a malformed one INVALID_REQUEST, as Kafka answers them.
+//! COORDINATOR_NOT_AVAILABLE and the client asks again. A share-partition key (version 6,
+//! KIP-932: `group:topicId:partition`) is coordinated by the leader of the
+//! `__share_group_state` partition it hashes to; a malformed one gets INVALID_REQUEST, as
+//! Kafka answers it.
 
 use std::rc::Rc;
 
@@ -56,6 +57,9 @@ pub fn handle(
                 (!authz::transactional_id(shard, client, operation::DESCRIBE, &key_text(&c)))
                     .then_some(ResponseError::TransactionalIdAuthorizationFailed)
             }
+            // Share coordinators are for brokers: CLUSTER_ACTION on the cluster, as Kafka asks.
+            KEY_TYPE_SHARE => (!authz::cluster(shard, client, operation::CLUSTER_ACTION))
+                .then_some(ResponseError::ClusterAuthorizationFailed),
             _ => None,
         };
         if let Some(error) = denied {
@@ -79,6 +83,14 @@ pub fn handle(
                 InternalTopic::TransactionState,
                 crate::txn::partition_for(&key_text(&c), config.transaction_state_log_partitions),
                 "the transactional id's __transaction_state partition has no leader yet",
+            )),
+            KEY_TYPE_SHARE if is_share_partition_key(&key_text(&c)) => Some((
+                InternalTopic::ShareGroupState,
+                crate::share::coordinator::partition_for_key(
+                    &key_text(&c),
+                    config.share_coordinator_state_topic_partitions,
+                ),
+                "the share partition's __share_group_state partition has no leader yet",
             )),
             _ => None,
         };

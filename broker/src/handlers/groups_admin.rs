@@ -203,6 +203,24 @@ pub async fn delete(shard: &Rc<Shard>, request: DeleteGroupsRequest) -> DeleteGr
                         match share {
                             Some(false) => return ResponseError::NonEmptyGroup.code(),
                             Some(true) => {
+                                // The persisted state of every share partition it may have
+                                // read goes first: a failure leaves the group to try again.
+                                let topics: Vec<String> = s
+                                    .groups
+                                    .share_groups
+                                    .borrow()
+                                    .get(&id)
+                                    .map(|g| g.topics.iter().cloned().collect())
+                                    .unwrap_or_default();
+                                for topic in topics {
+                                    if let Err(code) =
+                                        crate::shard::share_state::delete_topic_state(&s, &id, &topic)
+                                            .await
+                                    {
+                                        tracing::warn!(group = %id, topic = %topic, code, "could not delete a share group's persisted state");
+                                        return code;
+                                    }
+                                }
                                 s.groups.share_groups.borrow_mut().remove(&id);
                                 let gone = id.clone();
                                 s.invoke_on_all(move |s| {

@@ -54,6 +54,7 @@ pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
 pub mod share_group_offsets;
+pub mod share_group_state;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;
@@ -942,6 +943,21 @@ pub async fn dispatch(
         RequestKind::WriteTxnMarkers(r) => {
             ResponseKind::WriteTxnMarkers(write_txn_markers::handle(shard, r).await)
         }
+        RequestKind::ReadShareGroupState(r) => {
+            ResponseKind::ReadShareGroupState(share_group_state::read(shard, r).await)
+        }
+        RequestKind::WriteShareGroupState(r) => {
+            ResponseKind::WriteShareGroupState(share_group_state::write(shard, r).await)
+        }
+        RequestKind::InitializeShareGroupState(r) => {
+            ResponseKind::InitializeShareGroupState(share_group_state::initialize(shard, r).await)
+        }
+        RequestKind::DeleteShareGroupState(r) => {
+            ResponseKind::DeleteShareGroupState(share_group_state::delete(shard, r).await)
+        }
+        RequestKind::ReadShareGroupStateSummary(r) => {
+            ResponseKind::ReadShareGroupStateSummary(share_group_state::summary(shard, r).await)
+        }
         RequestKind::DescribeAcls(r) => {
             ResponseKind::DescribeAcls(describe_acls::handle(shard, &client, r))
         }
@@ -989,6 +1005,11 @@ fn request_time_exempt(key: ApiKey) -> bool {
             | ApiKey::SaslHandshake
             | ApiKey::SaslAuthenticate
             | ApiKey::WriteTxnMarkers
+            | ApiKey::ReadShareGroupState
+            | ApiKey::WriteShareGroupState
+            | ApiKey::InitializeShareGroupState
+            | ApiKey::DeleteShareGroupState
+            | ApiKey::ReadShareGroupStateSummary
             | ApiKey::AlterPartition
             | ApiKey::BrokerHeartbeat
             | ApiKey::BrokerRegistration

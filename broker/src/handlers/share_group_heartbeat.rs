@@ -30,6 +30,15 @@ pub async fn handle(
     let Some(owner) = coordinator_shard(shard, &group_id) else {
         return response.with_error_code(no_coordinator(shard, &group_id));
     };
+    // The share coordinators' topic is made on first use, as Kafka makes it; the members'
+    // fetches find their share partitions' state there.
+    let state_topic = crate::share::coordinator::SHARE_STATE_TOPIC;
+    if image.cluster.is_some() && !image.topics.contains_key(state_topic) {
+        crate::cluster::ensure_internal_topic(
+            shard,
+            crate::cluster::InternalTopic::ShareGroupState,
+        );
+    }
     let req = ShareHeartbeat {
         member_id: request.member_id.to_string(),
         member_epoch: request.member_epoch,

@@ -2,10 +2,12 @@
 //! a share group's start offset and lag per partition, moved or forgotten by an operator
 //! (`kafka-share-groups --describe`, `--reset-offsets`, `--delete-offsets`).
 //!
-//! Asked of the group's coordinator. The share partitions live on the partitions' leaders;
-//! until their state is persisted through the share coordinator (`__share_group_state`) only
-//! the partitions this broker leads can be answered: the others get NOT_LEADER_OR_FOLLOWER with
-//! a message saying so.
+//! Asked of the group's coordinator. A share partition this broker leads answers from memory
+//! (with its lag); the others from their share coordinator's persisted state: the start
+//! offset, and the lag when this broker leads the partition (its high watermark is here; a
+//! partition another broker leads answers lag -1). Altering writes a new state epoch at the share coordinator, which fences
+//! what a leader holds (this broker's own leaders forget it at once, another broker's at its
+//! next write); deleting deletes the persisted state.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -29,14 +31,21 @@ use kafka_protocol::ResponseError;
 
 use crate::shard::groups::{coordinator_shard, no_coordinator};
 use crate::shard::share::ShareOffsets;
+use crate::shard::share_state::{persist, StateOp};
 use crate::shard::Shard;
-
-const LED_ELSEWHERE: &str =
-    "The partition is led by another broker; its share state is not reachable from here yet.";
+use crate::share::coordinator::{SharePartitionKey, ShareState};
+use crate::share::partition::RecordState;
 
 /// Whether share group `group_id` exists and has members, asked of its coordinator; `Err` with
 /// the error code when there is no coordinator or no such share group.
 async fn share_group(shard: &Rc<Shard>, group_id: &str) -> Result<bool, i16> {
+    share_group_topics(shard, group_id)
+        .await
+        .map(|(active, _)| active)
+}
+
+/// [`share_group`], and every topic the group's members subscribed to.
+async fn share_group_topics(shard: &Rc<Shard>, group_id: &str) -> Result<(bool, Vec<String>), i16> {
     let Some(owner) = coordinator_shard(shard, group_id) else {
         return Err(no_coordinator(shard, group_id));
     };
@@ -47,7 +56,7 @@ async fn share_group(shard: &Rc<Shard>, group_id: &str) -> Result<bool, i16> {
                 .share_groups
                 .borrow()
                 .get(&id)
-                .map(|g| !g.members.is_empty())
+                .map(|g| (!g.members.is_empty(), g.topics.iter().cloned().collect()))
         })
         .await
         .ok_or(ResponseError::GroupIdNotFound.code())
@@ -68,12 +77,32 @@ async fn local_state(shard: &Rc<Shard>, group_id: &str) -> BTreeMap<(Arc<str>, i
         .collect()
 }
 
-/// Whether this broker leads `topic`-`partition` (it has an owner shard for it here).
-fn led_here(shard: &Shard, topic: &str, partition: i32) -> Option<bool> {
-    let image = shard.image();
-    let meta = image.topics.get(topic)?;
-    let owner = *meta.shards.get(usize::try_from(partition).ok()?)?;
-    Some(owner != crate::metadata::NOT_HOSTED)
+/// The high watermark of `topic`-`partition` when this broker leads it.
+async fn led_high_watermark(shard: &Rc<Shard>, topic: &str, partition: i32) -> Option<i64> {
+    let owner = shard.image().owner(topic, partition, shard.shared.shards)?;
+    let topic = topic.to_string();
+    shard
+        .invoke_on(owner, move |s| async move {
+            let p = s.partition(&topic, partition)?;
+            p.check_leader(-1).ok()?;
+            Some(p.high_watermark().0)
+        })
+        .await
+}
+
+/// Kafka's share-partition lag from the persisted state: the records from its start offset up
+/// to the high watermark not yet acknowledged or archived.
+fn persisted_lag(state: &ShareState, high_watermark: i64) -> i64 {
+    let done: i64 = state
+        .batches
+        .iter()
+        .filter(|b| matches!(b.state, RecordState::Acknowledged | RecordState::Archived))
+        .map(|b| {
+            (b.last_offset.min(high_watermark - 1) - b.first_offset.max(state.start_offset) + 1)
+                .max(0)
+        })
+        .sum();
+    (high_watermark - state.start_offset - done).max(0)
 }
 
 pub async fn describe(
@@ -85,71 +114,87 @@ pub async fn describe(
     for g in request.groups {
         let group_id = g.group_id.0.to_string();
         let mut out = DescribeShareGroupOffsetsResponseGroup::default().with_group_id(g.group_id);
-        if let Err(code) = share_group(shard, &group_id).await {
-            out.error_code = code;
-            if code == ResponseError::GroupIdNotFound.code() {
-                out.error_message = Some(StrBytes::from_string(format!(
-                    "Group {group_id} not found."
-                )));
+        let topics = match share_group_topics(shard, &group_id).await {
+            Ok((_, topics)) => topics,
+            Err(code) => {
+                out.error_code = code;
+                if code == ResponseError::GroupIdNotFound.code() {
+                    out.error_message = Some(StrBytes::from_string(format!(
+                        "Group {group_id} not found."
+                    )));
+                }
+                response.groups.push(out);
+                continue;
             }
-            response.groups.push(out);
-            continue;
-        }
+        };
         let state = local_state(shard, &group_id).await;
-        // Named partitions, or every partition the group has read.
+        // Named partitions, or every partition of the topics the group subscribed to that
+        // has a start offset.
+        let named = g.topics.is_some();
         let wanted: Vec<(String, Vec<i32>)> = match g.topics {
             Some(topics) => topics
                 .into_iter()
                 .map(|t| (t.topic_name.0.to_string(), t.partitions))
                 .collect(),
-            None => {
-                let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-                for (t, p) in state.keys() {
-                    by_topic.entry(t.to_string()).or_default().push(*p);
-                }
-                by_topic.into_iter().collect()
-            }
+            None => topics
+                .into_iter()
+                .filter_map(|t| {
+                    let count = image.topics.get(&t)?.shards.len() as i32;
+                    Some((t, (0..count).collect()))
+                })
+                .collect(),
         };
         for (topic, partitions) in wanted {
-            let topic_id = image.topics.get(&topic).map(|m| m.id).unwrap_or_default();
-            let partitions = partitions
-                .into_iter()
-                .map(|p| {
-                    let mut out = DescribeShareGroupOffsetsResponsePartition::default()
-                        .with_partition_index(p)
-                        .with_start_offset(-1)
-                        .with_leader_epoch(-1);
-                    let mut lag = -1i64;
-                    match (
-                        led_here(shard, &topic, p),
-                        state.get(&(Arc::from(topic.as_str()), p)),
-                    ) {
-                        (None, _) => {
-                            out.error_code = ResponseError::UnknownTopicOrPartition.code();
-                            out.error_message = Some(StrBytes::from_static_str(
-                                "This server does not host this topic-partition.",
-                            ));
-                        }
-                        (Some(_), Some(st)) => {
-                            out.start_offset = st.start_offset;
-                            out.leader_epoch = st.leader_epoch;
-                            lag = st.lag();
+            let meta = image.topics.get(&topic);
+            let topic_id = meta.map(|m| m.id).unwrap_or_default();
+            let mut out_partitions = Vec::with_capacity(partitions.len());
+            for p in partitions {
+                let mut part = DescribeShareGroupOffsetsResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_start_offset(-1)
+                    .with_leader_epoch(-1);
+                let mut lag = -1i64;
+                let exists = meta.is_some_and(|m| (0..m.shards.len() as i32).contains(&p));
+                if !exists {
+                    part.error_code = ResponseError::UnknownTopicOrPartition.code();
+                    part.error_message = Some(StrBytes::from_static_str(
+                        "This server does not host this topic-partition.",
+                    ));
+                } else if let Some(st) = state.get(&(Arc::from(topic.as_str()), p)) {
+                    // Led here: the share partition's own view, with its lag.
+                    part.start_offset = st.start_offset;
+                    part.leader_epoch = st.leader_epoch;
+                    lag = st.lag();
+                } else {
+                    let key = SharePartitionKey {
+                        group_id: group_id.clone(),
+                        topic_id,
+                        partition: p,
+                    };
+                    match persist(shard, key, StateOp::Summary).await {
+                        Ok(Some(st)) => {
+                            part.start_offset = st.start_offset;
+                            if let Some(hw) = led_high_watermark(shard, &topic, p).await {
+                                lag = persisted_lag(&st, hw);
+                            }
                         }
                         // Not read by the group yet: no start offset, as Kafka answers.
-                        (Some(true), None) => {}
-                        (Some(false), None) => {
-                            out.error_code = ResponseError::NotLeaderOrFollower.code();
-                            out.error_message = Some(StrBytes::from_static_str(LED_ELSEWHERE));
-                        }
+                        Ok(None) if named => {}
+                        Ok(None) => continue,
+                        Err(code) => part.error_code = code,
                     }
-                    // Version 1's lag, for the encoder (`codec::versions`).
-                    out.unknown_tagged_fields.insert(
-                        crate::codec::versions::NEWER_FIELDS_TAG,
-                        bytes::Bytes::copy_from_slice(&lag.to_be_bytes()),
-                    );
-                    out
-                })
-                .collect();
+                }
+                // Version 1's lag, for the encoder (`codec::versions`).
+                part.unknown_tagged_fields.insert(
+                    crate::codec::versions::NEWER_FIELDS_TAG,
+                    bytes::Bytes::copy_from_slice(&lag.to_be_bytes()),
+                );
+                out_partitions.push(part);
+            }
+            if out_partitions.is_empty() && !named {
+                continue;
+            }
+            let partitions = out_partitions;
             out.topics.push(
                 DescribeShareGroupOffsetsResponseTopic::default()
                     .with_topic_name(kafka_protocol::messages::TopicName(StrBytes::from_string(
@@ -195,23 +240,38 @@ pub async fn alter(
                     .get(usize::try_from(p.partition_index).ok()?)
                     .copied()
             });
-            let code = match owner {
-                None => ResponseError::UnknownTopicOrPartition.code(),
-                Some(crate::metadata::NOT_HOSTED) => ResponseError::NotLeaderOrFollower.code(),
-                Some(_) if p.start_offset < 0 => ResponseError::InvalidRequest.code(),
-                Some(owner) => {
-                    let (g, t, index, offset) = (
-                        group_id.clone(),
-                        Arc::<str>::from(topic.as_str()),
-                        p.partition_index,
-                        p.start_offset,
-                    );
-                    shard
-                        .invoke_on(owner as usize % shard.shared.shards, move |s| async move {
-                            s.share_reset(&g, t, index, offset)
-                        })
-                        .await
+            let code = match (meta, owner) {
+                (Some(meta), Some(owner)) if p.start_offset >= 0 => {
+                    // A new state epoch at the share coordinator fences the state a leader
+                    // holds; this broker's own leader forgets it at once.
+                    let key = SharePartitionKey {
+                        group_id: group_id.clone(),
+                        topic_id: meta.id,
+                        partition: p.partition_index,
+                    };
+                    let reset = StateOp::Initialize {
+                        state_epoch: None,
+                        start_offset: p.start_offset,
+                    };
+                    match persist(shard, key, reset).await {
+                        Ok(_) => {
+                            if owner != crate::metadata::NOT_HOSTED {
+                                let (g, t, index) =
+                                    (group_id.clone(), topic.clone(), p.partition_index);
+                                shard
+                                    .invoke_on(
+                                        owner as usize % shard.shared.shards,
+                                        move |s| async move { s.share_forget(&g, &t, index) },
+                                    )
+                                    .await;
+                            }
+                            0
+                        }
+                        Err(code) => code,
+                    }
                 }
+                (Some(_), Some(_)) => ResponseError::InvalidRequest.code(),
+                _ => ResponseError::UnknownTopicOrPartition.code(),
             };
             if code == 0 {
                 tracing::info!(group = %group_id, topic = %topic, partition = p.partition_index, start_offset = p.start_offset, "share group start offset altered");
@@ -219,11 +279,7 @@ pub async fn alter(
             partitions.push(
                 AlterShareGroupOffsetsResponsePartition::default()
                     .with_partition_index(p.partition_index)
-                    .with_error_code(code)
-                    .with_error_message(
-                        (code == ResponseError::NotLeaderOrFollower.code())
-                            .then(|| StrBytes::from_static_str(LED_ELSEWHERE)),
-                    ),
+                    .with_error_code(code),
             );
         }
         response.responses.push(
@@ -260,15 +316,13 @@ pub async fn delete(
         let code = if meta.is_none() {
             ResponseError::UnknownTopicOrPartition.code()
         } else {
-            let (g, name) = (group_id.clone(), topic.clone());
-            shard
-                .invoke_on_all(move |s| {
-                    let (g, name) = (g.clone(), name.clone());
-                    async move { s.share_delete_topic(&g, &name) }
-                })
-                .await;
-            tracing::info!(group = %group_id, topic = %topic, "share group offsets deleted");
-            0
+            match crate::shard::share_state::delete_topic_state(shard, &group_id, &topic).await {
+                Ok(deleted) => {
+                    tracing::info!(group = %group_id, topic = %topic, partitions = deleted, "share group offsets deleted");
+                    0
+                }
+                Err(code) => code,
+            }
         };
         response.responses.push(
             DeleteShareGroupOffsetsResponseTopic::default()

@@ -88,6 +88,9 @@ impl Shard {
             if topic == crate::txn::TRANSACTION_STATE_TOPIC {
                 crate::shard::txn::on_leadership(self, index, &p);
             }
+            if topic == crate::share::coordinator::SHARE_STATE_TOPIC {
+                crate::shard::share_state::on_leadership(self, index, &p);
+            }
             if registered && info.leader >= 0 && info.leader != me {
                 leaders.insert(info.leader);
             }
@@ -110,6 +113,8 @@ impl Shard {
         }
         // And `__transaction_state` partitions their transaction coordinators.
         crate::shard::txn::drop_gone(self);
+        // And `__share_group_state` partitions their share coordinators.
+        crate::shard::share_state::drop_gone(self);
         for leader in leaders {
             super::replication::ensure_fetcher(self, leader);
         }

@@ -31,6 +31,7 @@ mod placement;
 pub mod read;
 pub mod replication;
 pub mod share;
+pub mod share_state;
 pub mod txn;
 pub mod txn_verify;
 pub mod wake;
@@ -145,6 +146,8 @@ pub struct Shard {
     pub coordinating: RefCell<HashMap<i32, i32>>,
     /// The transaction coordinators of the `__transaction_state` partitions this shard leads.
     pub txns: crate::shard::txn::TxnCoordinators,
+    /// The share coordinators of the `__share_group_state` partitions this shard leads.
+    pub share_coordinators: share_state::ShareCoordinators,
     in_flight: std::cell::Cell<usize>,
     /// The controller channel (the metadata node); on shard 0 only.
     controller: RefCell<Option<Rc<dyn ControllerChannel>>>,
@@ -174,6 +177,7 @@ impl Shard {
             strays_checked: Default::default(),
             coordinating: Default::default(),
             txns: Default::default(),
+            share_coordinators: Default::default(),
             controller: RefCell::new(None),
             in_flight: std::cell::Cell::new(0),
             senders,

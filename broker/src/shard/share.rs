@@ -11,9 +11,15 @@
 //! Share sessions (which partitions a member fetches from this broker, and the epoch of its
 //! next request) live on the shard of the connection, as Kafka keeps them per broker.
 //!
-//! The in-flight state is in memory only: after a restart or a leader change a share partition
-//! starts again from its group's `share.auto.offset.reset` (persisting it through the share
-//! coordinator is the next step, see broker/README.md).
+//! Persistence: a share partition is made from the state its share coordinator keeps
+//! (`shard/share_state.rs`), read when this shard first needs it in a leadership; a group's
+//! first read of a partition places the start offset by `share.auto.offset.reset` and writes
+//! it. Every change after that is written back as a snapshot by one writer task per share
+//! partition, one write in flight at a time, each carrying every change made before it
+//! started. Acknowledgements are answered only once a write that holds them is durable, so an
+//! acknowledged record is never delivered again after a restart or a leader move; acquisitions
+//! and releases are written without anyone waiting (their delivery counts survive as far as
+//! the last write got).
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -24,8 +30,12 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::read::{read_local, PartitionRead, Records};
+use super::share_state::{persist, StateOp};
 use super::Shard;
 use crate::group::configs::{OffsetReset, ShareGroupConfig};
+use crate::share::coordinator::{
+    SharePartitionKey, ShareState, FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH,
+};
 use crate::share::partition::{AckError, AckType, AcquiredRange, ShareConfig, SharePartition};
 use sluice_engine::Offset;
 
@@ -78,6 +88,55 @@ struct Entry {
     /// The leader epoch it was made in: a replica that led, followed and leads again starts
     /// over, as a new leader does.
     leader_epoch: i32,
+    /// Its key at the share coordinator.
+    key: SharePartitionKey,
+    /// The state epoch its state was read under: an offsets reset since fences its writes.
+    state_epoch: i32,
+    /// Unique per entry made, so that a writer never serves a successor.
+    id: u64,
+    /// Changes made (a counter), and how many of them a durable write holds.
+    changes: u64,
+    persisted: u64,
+    /// Whether its writer task runs.
+    writing: bool,
+    /// Who waits for a write holding change N.
+    waiters: Vec<(u64, futures_channel::oneshot::Sender<i16>)>,
+}
+
+impl Entry {
+    fn new(
+        partition: SharePartition,
+        read_committed: bool,
+        leader_epoch: i32,
+        key: SharePartitionKey,
+        state_epoch: i32,
+    ) -> Entry {
+        thread_local! {
+            static NEXT_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(1) };
+        }
+        Entry {
+            partition,
+            read_committed,
+            leader_epoch,
+            key,
+            state_epoch,
+            id: NEXT_ID.with(|n| n.replace(n.get() + 1)),
+            changes: 0,
+            persisted: 0,
+            writing: false,
+            waiters: Vec::new(),
+        }
+    }
+
+    /// The state to write: the start offset and the in-flight batches.
+    fn snapshot(&self) -> ShareState {
+        ShareState {
+            state_epoch: self.state_epoch,
+            leader_epoch: self.leader_epoch,
+            start_offset: self.partition.start_offset(),
+            batches: self.partition.state_batches(),
+        }
+    }
 }
 
 /// A share partition's key: (group, topic, partition).
@@ -255,7 +314,11 @@ impl Shard {
             .and_then(|c| c.group_configs.get(group_id));
         let group_config = ShareGroupConfig::resolve(self.config(), own);
         let config = share_config(&group_config);
-        let mut results = Vec::with_capacity(reads.len());
+        let mut results: Vec<ShareResult> = Vec::with_capacity(reads.len());
+        // Acknowledgements to see durable before answering: (share partition, change, result).
+        let mut persist_waits: Vec<(ShareKey, u64, usize)> = Vec::new();
+        // Share partitions changed by acquisitions, written without waiting.
+        let mut changed: Vec<ShareKey> = Vec::new();
         let mut records_left = max_records.max(1);
         let mut bytes_left = max_bytes.max(1);
         for read in reads {
@@ -279,33 +342,54 @@ impl Shard {
             let now = Instant::now();
             let log_start = partition.log.log_start_offset().0;
             let high_watermark = partition.high_watermark().0;
-            // The first read of the partition by the group places its start offset.
+            // The first read of the partition in this leadership loads its state from the
+            // share coordinator (or places its start offset, for a group's first read).
+            let loaded = self
+                .share_partitions
+                .map
+                .borrow()
+                .get(&key)
+                .is_some_and(|e| e.leader_epoch == epoch.0);
+            if !loaded {
+                let topic_id = image
+                    .topics
+                    .get(&*read.topic)
+                    .map(|m| m.id)
+                    .unwrap_or_default();
+                let loading = self
+                    .share_load(
+                        &key,
+                        topic_id,
+                        epoch.0,
+                        &group_config,
+                        log_start,
+                        high_watermark,
+                    )
+                    .await;
+                if let Err(code) = loading {
+                    // The share coordinator is not there yet (its topic is being made, or its
+                    // partition loads): no records this time, the member asks again.
+                    tracing::debug!(group = %group_id, topic = %read.topic, partition = read.partition, code, "share partition state not readable yet");
+                    if !read.acks.is_empty() {
+                        result.ack_error_code = code;
+                    }
+                    results.push(result);
+                    continue;
+                }
+            }
             let fetch_from = {
                 let mut map = self.share_partitions.map.borrow_mut();
-                if map.get(&key).is_some_and(|e| e.leader_epoch != epoch.0) {
-                    map.remove(&key);
-                }
-                let entry = map.entry(key.clone()).or_insert_with(|| {
-                    let start = match group_config.auto_offset_reset {
-                        OffsetReset::Earliest => log_start,
-                        OffsetReset::Latest => high_watermark,
-                        // Timestamps are looked up by the segment index; until then, the
-                        // records still in the log.
-                        OffsetReset::ByDuration(_) => log_start,
-                    };
-                    tracing::info!(group = %group_id, topic = %read.topic, partition = read.partition, start_offset = start, "share partition initialized");
-                    Entry {
-                        partition: SharePartition::new(start, config),
-                        read_committed: group_config.read_committed,
-                        leader_epoch: epoch.0,
-                    }
-                });
+                let Some(entry) = map.get_mut(&key).filter(|e| e.leader_epoch == epoch.0) else {
+                    results.push(result);
+                    continue;
+                };
                 entry.partition.set_config(config);
                 entry.read_committed = group_config.read_committed;
                 // Retention or DeleteRecords moved the log start past it.
                 if entry.partition.start_offset() < log_start {
                     entry.partition.reset_start(log_start);
                 }
+                let mut applied = false;
                 for batch in &read.acks {
                     let outcome =
                         ack_types(batch)
@@ -320,7 +404,7 @@ impl Shard {
                                 )
                             });
                     match outcome {
-                        Ok(()) => {}
+                        Ok(()) => applied = true,
                         Err(AckError::InvalidRecordState { offset }) => {
                             tracing::debug!(group = %group_id, member = %member, topic = %read.topic, partition = read.partition, offset, first = batch.first_offset, last = batch.last_offset, "acknowledgement refused: not acquired by this member");
                             result.ack_error_code = ResponseError::InvalidRecordState.code();
@@ -333,6 +417,11 @@ impl Shard {
                             result.ack_error_message = Some(m);
                         }
                     }
+                }
+                if applied {
+                    // Answered once a write holding them is durable.
+                    entry.changes += 1;
+                    persist_waits.push((key.clone(), entry.changes, results.len()));
                 }
                 if read.fetch && records_left > 0 && bytes_left > 0 {
                     entry
@@ -398,11 +487,12 @@ impl Shard {
             let mut kept = Vec::new();
             {
                 let mut map = self.share_partitions.map.borrow_mut();
-                let Some(entry) = map.get_mut(&key) else {
+                let Some(entry) = map.get_mut(&key).filter(|e| e.leader_epoch == epoch.0) else {
                     results.push(result);
                     continue;
                 };
                 let now = Instant::now();
+                let mut skipped = false;
                 let mut run: Vec<(i64, i64)> = Vec::new();
                 let mut runs_ranges: Vec<Bytes> = Vec::new();
                 let flush = |run: &mut Vec<(i64, i64)>,
@@ -456,6 +546,7 @@ impl Shard {
                             &mut records_left,
                         );
                         entry.partition.skip(info.first, info.last);
+                        skipped = true;
                         continue;
                     }
                     run.push((info.first, info.last));
@@ -469,6 +560,10 @@ impl Shard {
                     &mut kept,
                     &mut records_left,
                 );
+                if skipped || !acquired.is_empty() {
+                    entry.changes += 1;
+                    changed.push(key.clone());
+                }
             }
             if !kept.is_empty() {
                 // Only the batches that hold acquired records are copied into the response
@@ -480,7 +575,197 @@ impl Shard {
             result.acquired = acquired;
             results.push(result);
         }
+        let mut waits = Vec::with_capacity(persist_waits.len());
+        for (key, change, at) in persist_waits {
+            waits.push((at, self.share_persisted(&key, change)));
+        }
+        for key in changed {
+            self.share_spawn_writer(&key);
+        }
+        for (at, wait) in waits {
+            let code = match wait {
+                Ok(None) => 0,
+                Ok(Some(rx)) => rx
+                    .await
+                    .unwrap_or(ResponseError::NotLeaderOrFollower.code()),
+                Err(code) => code,
+            };
+            if code != 0 && results[at].ack_error_code == 0 {
+                results[at].ack_error_code = code;
+                results[at].ack_error_message = Some(format!(
+                    "The acknowledgements could not be made durable ({}).",
+                    ResponseError::try_from_code(code)
+                        .map_or_else(|| code.to_string(), |e| format!("{e:?}"))
+                ));
+            }
+        }
         results
+    }
+
+    /// Makes the share partition `key` from its persisted state (or, for a group's first
+    /// read, at its `share.auto.offset.reset` position, which is then written).
+    async fn share_load(
+        self: &Rc<Self>,
+        key: &ShareKey,
+        topic_id: uuid::Uuid,
+        leader_epoch: i32,
+        group_config: &ShareGroupConfig,
+        log_start: i64,
+        high_watermark: i64,
+    ) -> Result<(), i16> {
+        let state_key = SharePartitionKey {
+            group_id: key.0.clone(),
+            topic_id,
+            partition: key.2,
+        };
+        let found = persist(self, state_key.clone(), StateOp::Read { leader_epoch }).await?;
+        let config = share_config(group_config);
+        let mut map = self.share_partitions.map.borrow_mut();
+        if map.get(key).is_some_and(|e| e.leader_epoch == leader_epoch) {
+            return Ok(()); // another request loaded it meanwhile
+        }
+        let entry = match found {
+            Some(state) => {
+                tracing::info!(group = %key.0, topic = %key.1, partition = key.2, start_offset = state.start_offset, state_batches = state.batches.len(), state_epoch = state.state_epoch, leader_epoch, "share partition restored from its persisted state");
+                Entry::new(
+                    SharePartition::restore(state.start_offset, &state.batches, config),
+                    group_config.read_committed,
+                    leader_epoch,
+                    state_key,
+                    state.state_epoch,
+                )
+            }
+            None => {
+                let start = match group_config.auto_offset_reset {
+                    OffsetReset::Earliest => log_start,
+                    OffsetReset::Latest => high_watermark,
+                    // Timestamps are looked up by the segment index; until then, the records
+                    // still in the log.
+                    OffsetReset::ByDuration(_) => log_start,
+                };
+                tracing::info!(group = %key.0, topic = %key.1, partition = key.2, start_offset = start, "share partition initialized");
+                let mut entry = Entry::new(
+                    SharePartition::new(start, config),
+                    group_config.read_committed,
+                    leader_epoch,
+                    state_key,
+                    0,
+                );
+                entry.changes = 1;
+                entry
+            }
+        };
+        map.insert(key.clone(), entry);
+        drop(map);
+        self.share_spawn_writer(key);
+        Ok(())
+    }
+
+    /// Waits for a durable write holding change `change` of share partition `key`: `None`
+    /// when one already is, else the answer to wait for (0, or the write's error code).
+    fn share_persisted(
+        self: &Rc<Self>,
+        key: &ShareKey,
+        change: u64,
+    ) -> Result<Option<futures_channel::oneshot::Receiver<i16>>, i16> {
+        let rx = {
+            let mut map = self.share_partitions.map.borrow_mut();
+            let Some(e) = map.get_mut(key) else {
+                return Err(ResponseError::NotLeaderOrFollower.code());
+            };
+            if e.persisted >= change {
+                return Ok(None);
+            }
+            let (tx, rx) = futures_channel::oneshot::channel();
+            e.waiters.push((change, tx));
+            rx
+        };
+        self.share_spawn_writer(key);
+        Ok(Some(rx))
+    }
+
+    /// Starts the writer of share partition `key` unless it runs or there is nothing to write.
+    fn share_spawn_writer(self: &Rc<Self>, key: &ShareKey) {
+        let id = {
+            let mut map = self.share_partitions.map.borrow_mut();
+            let Some(e) = map.get_mut(key) else {
+                return;
+            };
+            if e.writing || e.persisted >= e.changes {
+                return;
+            }
+            e.writing = true;
+            e.id
+        };
+        let shard = self.clone();
+        let key = key.clone();
+        glommio::spawn_local(async move { shard.share_write(key, id).await }).detach();
+    }
+
+    /// The writer of one share partition: writes snapshots until one holds every change, one
+    /// at a time; retries a failed write with backoff; a fenced one (an offsets reset, a newer
+    /// leader) drops the share partition, which the next fetch reads again.
+    async fn share_write(self: Rc<Self>, key: ShareKey, id: u64) {
+        const BACKOFF_MIN: Duration = Duration::from_millis(50);
+        const BACKOFF_MAX: Duration = Duration::from_secs(2);
+        let mut backoff = BACKOFF_MIN;
+        loop {
+            let (change, state_key, snapshot) = {
+                let mut map = self.share_partitions.map.borrow_mut();
+                let Some(e) = map.get_mut(&key).filter(|e| e.id == id) else {
+                    return;
+                };
+                if e.persisted >= e.changes {
+                    e.writing = false;
+                    return;
+                }
+                (e.changes, e.key.clone(), e.snapshot())
+            };
+            let code = match persist(&self, state_key, StateOp::Write(snapshot)).await {
+                Ok(_) => 0,
+                Err(code) => code,
+            };
+            if !self.share_written(&key, id, change, code) {
+                return;
+            }
+            if code == 0 {
+                backoff = BACKOFF_MIN;
+            } else {
+                tracing::debug!(group = %key.0, topic = %key.1, partition = key.2, code, "writing a share partition's state failed; trying again");
+                glommio::timer::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+
+    /// Records the outcome `code` of the write of share partition `key` (entry `id`) that
+    /// held its changes up to `change`, and answers who waited for them: whether its writer
+    /// goes on (not when the entry is gone or its state was fenced, which drops it).
+    fn share_written(&self, key: &ShareKey, id: u64, change: u64, code: i16) -> bool {
+        let mut map = self.share_partitions.map.borrow_mut();
+        let Some(e) = map.get_mut(key).filter(|e| e.id == id) else {
+            return false;
+        };
+        if code == FENCED_LEADER_EPOCH || code == FENCED_STATE_EPOCH {
+            tracing::info!(group = %key.0, topic = %key.1, partition = key.2, code, "share partition state fenced at its share coordinator; it is read again on the next fetch");
+            if let Some(e) = map.remove(key) {
+                for (_, tx) in e.waiters {
+                    let _ = tx.send(code);
+                }
+            }
+            return false;
+        }
+        if code == 0 {
+            e.persisted = e.persisted.max(change);
+        }
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut e.waiters)
+            .into_iter()
+            .partition(|(c, _)| *c <= change);
+        e.waiters = waiting;
+        for (_, tx) in done {
+            let _ = tx.send(code);
+        }
+        true
     }
 
     /// A connection ended: the share sessions it opened close, and what their members hold
@@ -508,12 +793,21 @@ impl Shard {
 
     /// Everything `member` of `group_id` holds on this shard's share partitions goes back to
     /// the others (it left its group, or closed its share session).
-    pub fn share_release(&self, group_id: &str, member: &str) -> usize {
+    pub fn share_release(self: &Rc<Self>, group_id: &str, member: &str) -> usize {
         let mut released = 0;
-        for ((group, _, _), entry) in self.share_partitions.map.borrow_mut().iter_mut() {
-            if group == group_id {
-                released += entry.partition.release_member(member);
+        let mut changed = Vec::new();
+        for (key, entry) in self.share_partitions.map.borrow_mut().iter_mut() {
+            if key.0 == group_id {
+                let n = entry.partition.release_member(member);
+                if n > 0 {
+                    entry.changes += 1;
+                    changed.push(key.clone());
+                }
+                released += n;
             }
+        }
+        for key in changed {
+            self.share_spawn_writer(&key);
         }
         released
     }
@@ -555,33 +849,14 @@ impl Shard {
         before - map.len()
     }
 
-    /// Moves `group_id`'s start offset of a partition (AlterShareGroupOffsets): creates the
-    /// share partition there if the group has not read it yet.
-    pub fn share_reset(&self, group_id: &str, topic: Arc<str>, partition: i32, offset: i64) -> i16 {
-        let leader_epoch = match self
-            .partition(&topic, partition)
-            .map(|p| p.check_leader(-1))
-        {
-            Some(Ok(e)) => e.0,
-            Some(Err(code)) => return code,
-            None => return ResponseError::UnknownTopicOrPartition.code(),
-        };
-        let image = self.image();
-        let own = image
-            .cluster
-            .as_ref()
-            .and_then(|c| c.group_configs.get(group_id));
-        let group_config = ShareGroupConfig::resolve(self.config(), own);
-        let mut map = self.share_partitions.map.borrow_mut();
-        let entry = map
-            .entry((group_id.to_string(), topic, partition))
-            .or_insert_with(|| Entry {
-                partition: SharePartition::new(offset, share_config(&group_config)),
-                read_committed: group_config.read_committed,
-                leader_epoch,
-            });
-        entry.partition.reset_start(offset);
-        0
+    /// Forgets `group_id`'s share partition of `topic`-`partition` on this shard: its state
+    /// was reset or deleted at the share coordinator, and the next fetch reads it again.
+    pub fn share_forget(&self, group_id: &str, topic: &str, partition: i32) -> bool {
+        self.share_partitions
+            .map
+            .borrow_mut()
+            .retain(|(g, t, p), _| !(g == group_id && &**t == topic && *p == partition));
+        true
     }
 }
 

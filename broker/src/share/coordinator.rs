@@ -11,9 +11,8 @@
 //! share partition than the state's gets FENCED_LEADER_EPOCH, one for an older state epoch
 //! (before an offsets reset) FENCED_STATE_EPOCH.
 //!
-//! Not wired in yet: the share partitions' state is in memory on their leaders
-//! (`shard/share.rs`); the shard will append these records and serve ReadShareGroupState and
-//! WriteShareGroupState from this state next.
+//! The shard drives it (`shard/share_state.rs`): replays the partition on leadership, appends
+//! the records the checks here return, and applies them once the in-sync replicas have them.
 //!
 //! Record format (Sluice's own; the topic is internal and only Sluice reads it), big-endian:
 //! key = version u8 (0), group id (u16 length + UTF-8), topic id (16 bytes), partition i32;
@@ -24,6 +23,9 @@
 use std::collections::HashMap;
 
 use super::partition::{RecordState, StateBatch};
+
+/// The internal topic the share coordinators keep the share partitions' state on.
+pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
 
 /// Kafka's error codes this state machine answers.
 pub const FENCED_LEADER_EPOCH: i16 = 74;
@@ -55,9 +57,7 @@ impl SharePartitionKey {
 
     /// The `__share_group_state` partition that keeps this share partition's state.
     pub fn state_partition(&self, partitions: i32) -> i32 {
-        let h = java_string_hash(&self.coordinator_key());
-        let abs = if h == i32::MIN { 0 } else { h.abs() };
-        abs % partitions.max(1)
+        partition_for_key(&self.coordinator_key(), partitions)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -89,6 +89,14 @@ impl SharePartitionKey {
             partition,
         })
     }
+}
+
+/// The `__share_group_state` partition of a coordinator key, as Kafka places it: the key's
+/// Java hash, made non-negative as Kafka's `Utils.abs` does, modulo the partition count.
+pub fn partition_for_key(key: &str, partitions: i32) -> i32 {
+    let h = java_string_hash(key);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % partitions.max(1)
 }
 
 /// Java's `String.hashCode`, over UTF-16 code units.
@@ -252,7 +260,7 @@ impl ShareCoordinator {
         let key = SharePartitionKey::decode(key)?;
         match value {
             Some(v) => {
-                self.states.insert(key, ShareState::decode(v)?);
+                self.apply(key, ShareState::decode(v)?);
             }
             None => {
                 self.states.remove(&key);
@@ -286,9 +294,19 @@ impl ShareCoordinator {
         Ok((key.encode(), write.encode()))
     }
 
-    /// A record made durable: the state it carries (a replay does the same).
-    pub fn apply(&mut self, key: SharePartitionKey, state: ShareState) {
+    /// A record made durable: the state it carries (a replay does the same), unless the
+    /// state is already newer (a reset or a newer leader's record got in between the check and
+    /// the append of an older write). Whether it applied.
+    pub fn apply(&mut self, key: SharePartitionKey, state: ShareState) -> bool {
+        if let Some(current) = self.states.get(&key) {
+            let older = (state.state_epoch, state.leader_epoch)
+                < (current.state_epoch, current.leader_epoch);
+            if older {
+                return false;
+            }
+        }
         self.states.insert(key, state);
+        true
     }
 
     /// InitializeShareGroupState and offset resets: a new state epoch at `start_offset`, with
@@ -312,10 +330,6 @@ impl ShareCoordinator {
 
     pub fn len(&self) -> usize {
         self.states.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.states.is_empty()
     }
 }
 
