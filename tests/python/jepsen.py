@@ -16,6 +16,11 @@ Jepsen's two Kafka workloads the whole time:
   produce: one partition per key, so each key is a list ordered by offset); readers assigned to
   every partition from offset 0 poll it. Every read of a key must be a prefix of one order, and
   one offset never holds two values.
+- share: an idempotent acks=all producer sends unique values to `jepsen-share`; two members of
+  one share group (KIP-932, librdkafka's share consumer) accept every record explicitly and
+  commit the acknowledgements after every poll. Every acknowledged send must be delivered; none
+  may be delivered again after its acceptance succeeded (the share partitions' state is
+  persisted through the share coordinator on `__share_group_state`, which the faults move too).
 
 Meanwhile the nemesis applies one fault per cycle, held for a random 1-4 s, then heals it and
 pauses briefly. The schedule comes from the seed alone (each block of cycles holds every fault
@@ -75,6 +80,12 @@ with `assign`. The checker reports what Jepsen's Kafka checker reports:
 - acknowledged without an offset: librdkafka's idempotent producer acknowledges an in-flight
   batch whose response was lost once a later batch of the partition succeeds (IMPLICITACK), with
   no offset. Counted as acknowledged (it must be in the final read), reported apart.
+- share: lost (acknowledged, not in the final read), undelivered (acknowledged, never delivered
+  to a share member), redelivered after acceptance (delivered again after a successful commit
+  of its ACCEPT), duplicated or unexpected values: each fails the run. Reported: deliveries
+  beyond the first, records never accepted successfully (a commit that failed leaves its outcome
+  unknown, as in Kafka), delivery counts that repeat (acquisitions are written back without
+  waiting, so a failover may lose the last one, as Kafka permits).
 - a panic in any node's log fails the run. Node exits, nemesis errors, partitions short of their
   ISR after the last heal, the group's committed lag at the end, the nodes' open file descriptors
   and what their logs say the faults did are reported.
@@ -119,8 +130,12 @@ from netns import Network
 
 QUEUE = "jepsen-queue"
 APPEND = "jepsen-append"
+SHARE = "jepsen-share"
 QUEUE_PARTITIONS = 4
 APPEND_PARTITIONS = 4
+SHARE_PARTITIONS = 2
+SHARE_GROUP = "jepsen-share-group"
+SHARE_MEMBERS = 2
 # Keys of the list-append workload, spread over its partitions by the default partitioner.
 APPEND_KEYS = 12
 GROUP = "jepsen-queue-group"
@@ -163,8 +178,12 @@ FINAL_READ_S = 120.0
 START_S = 120.0
 
 NODE_ARGS = ["--replica-lag-time-max-ms", 3000, "--leader-imbalance-check-interval-seconds", 5]
-# Four offsets partitions instead of Kafka's 50: each preallocates a segment on every node.
-NODE_TOML = '"offsets.topic.num.partitions" = 4\n'
+# Four offsets and share state partitions instead of Kafka's 50: each preallocates a segment on
+# every node. Share acquisition locks of 5 s: what a failover leaves acquired comes back soon.
+NODE_TOML = ('"offsets.topic.num.partitions" = 4\n'
+             '"share.coordinator.state.topic.num.partitions" = 4\n'
+             '"group.share.min.record.lock.duration.ms" = 1000\n'
+             '"group.share.record.lock.duration.ms" = 5000\n')
 
 # librdkafka's idempotent producer bumps its epoch when a message times out and sends again, at
 # sequence 0 of the new epoch, what it had sent under the old one (some of it already in the
@@ -320,6 +339,8 @@ class LibrdkafkaProducer(Client):
     def message(self, n: int) -> tuple[str | None, str]:
         if self.history.workload == "queue":
             return None, f"q{self.history.name}-{n}"
+        if self.history.workload == "share":
+            return None, f"s{self.history.name}-{n}"
         key = f"k{self.rng.randrange(APPEND_KEYS)}"
         return key, f"a{self.history.name}-{key}-{n}"
 
@@ -440,6 +461,130 @@ class AppendReader(Client):
                     self.history.poll(batch, self.observed)
         finally:
             c.close()
+
+
+class ShareMember(Client):
+    """A member of the share workload's share group (librdkafka's share consumer): accepts every
+    record explicitly and commits after every poll. Its history: every delivery (value,
+    partition, offset, delivery count, when) and the values whose acceptance succeeded (value ->
+    when the commit returned)."""
+
+    def __init__(self, name: str, observed: Observed, bootstrap: str):
+        super().__init__(name)
+        self.observed = observed
+        self.bootstrap = bootstrap
+        self.deliveries: list[tuple[str, int, int, int, float]] = []
+        self.accepted: dict[str, float] = {}
+        self.commit_failures = 0
+
+    def work(self) -> None:
+        from confluent_kafka import AcknowledgeType, ShareConsumer
+
+        c = ShareConsumer({"bootstrap.servers": self.bootstrap, "group.id": SHARE_GROUP, "client.id": self.name,
+                           "share.acknowledgement.mode": "explicit", "logger": CLIENT_LOG,
+                           "log.connection.close": False})
+        c.subscribe([SHARE])
+        try:
+            while not self.stopping.is_set():
+                try:
+                    messages = [m for m in list(c.poll(0.2) or []) if m.error() is None]
+                except KafkaException:
+                    continue
+                if not messages:
+                    continue
+                batch = []
+                for m in messages:
+                    value = value_of(m.value())
+                    self.deliveries.append((value, m.partition(), m.offset(), m.delivery_count(), time.monotonic()))
+                    self.observed.seen.add(value)
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    batch.append((m.partition(), value))
+                try:
+                    result = c.commit_sync(15)
+                except KafkaException:
+                    self.commit_failures += 1
+                    continue
+                now = time.monotonic()
+                failed = {tp.partition for tp, error in result.items() if error is not None}
+                self.commit_failures += len(failed)
+                for partition, value in batch:
+                    if partition not in failed:
+                        self.accepted.setdefault(value, now)
+        finally:
+            c.close()
+
+
+def check_share(producers: list[ProducerHistory], members: list[ShareMember],
+                final: dict[int, list[tuple[int, str]]], examples_max: int = 10) -> dict:
+    """The share workload's checker (see the module's docstring for each count), its counts
+    prefixed `share_`; `share_anomalies` names those that fail the run."""
+    examples: dict[str, list] = collections.defaultdict(list)
+
+    def note(kind: str, example) -> None:
+        if len(examples[kind]) < examples_max:
+            examples[kind].append(example)
+
+    acked: dict[str, tuple[int, int]] = {}
+    attempted: set[str] = set()
+    for h in producers:
+        attempted |= h.attempted
+        for _, _, value, partition, outcome in h.sends:
+            if partition >= 0:
+                acked[value] = (partition, outcome)
+    final_at: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+    for p, records in final.items():
+        for o, v in records:
+            final_at[v].append((p, o))
+    deliveries: dict[str, list[tuple[int, int, int, float, str]]] = collections.defaultdict(list)
+    accepted: dict[str, float] = {}
+    for m in members:
+        for value, p, o, count, at in m.deliveries:
+            deliveries[value].append((p, o, count, at, m.name))
+        for value, at in m.accepted.items():
+            accepted[value] = min(at, accepted.get(value, at))
+
+    lost = sorted(v for v in acked if v not in final_at)
+    for v in lost[:examples_max]:
+        note("share_lost", f"{v} acknowledged at {SHARE}-{acked[v][0]}@{acked[v][1]}")
+    duplicated = sorted(v for v, places in final_at.items() if len(places) > 1)
+    for v in duplicated[:examples_max]:
+        note("share_duplicated", f"{v} at {final_at[v]}")
+    unexpected = sorted(v for v in set(deliveries) | set(final_at) if v not in attempted)
+    for v in unexpected[:examples_max]:
+        note("share_unexpected", f"{v} delivered {deliveries.get(v, [])[:2]}, final {final_at.get(v, [])}")
+    undelivered = sorted(v for v in acked if v not in deliveries)
+    for v in undelivered[:examples_max]:
+        note("share_undelivered", f"{v} acknowledged at {SHARE}-{acked[v][0]}@{acked[v][1]}")
+    after_accept = sorted(v for v, d in deliveries.items() if v in accepted and any(at > accepted[v] for *_, at, _ in d))
+    for v in after_accept[:examples_max]:
+        note("share_redelivered_after_acceptance",
+             f"{v}: accepted at {accepted[v]:.3f}, deliveries (partition, offset, count, when, member) {deliveries[v]}")
+    counts_repeated = sorted(v for v, d in deliveries.items() if len({c for _, _, c, _, _ in d}) < len(d))
+    for v in counts_repeated[:examples_max]:
+        note("share_delivery_counts_repeated", f"{v}: {deliveries[v]}")
+    result = {
+        "share_acknowledged": len(acked),
+        "share_final_read_records": sum(len(r) for r in final.values()),
+        "share_lost": len(lost),
+        "share_duplicated": len(duplicated),
+        "share_unexpected": len(unexpected),
+        "share_undelivered": len(undelivered),
+        "share_redelivered_after_acceptance": len(after_accept),
+        "share_delivered": len(deliveries),
+        "share_deliveries": sum(len(d) for d in deliveries.values()),
+        "share_redelivered": sum(1 for d in deliveries.values() if len(d) > 1),
+        "share_accepted": len(accepted),
+        "share_never_accepted": sum(1 for v in deliveries if v not in accepted),
+        "share_delivery_counts_repeated": len(counts_repeated),
+        "share_commit_failures": sum(m.commit_failures for m in members),
+        "share_examples": dict(examples),
+    }
+    failing = ("share_lost", "share_duplicated", "share_unexpected", "share_undelivered",
+               "share_redelivered_after_acceptance")
+    result["share_anomalies"] = [k for k in failing if result[k] > 0]
+    if not acked:
+        result["share_anomalies"].append("share: nothing acknowledged")
+    return result
 
 
 # ---- the Java client ---------------------------------------------------------------------------
@@ -692,8 +837,9 @@ class Nemesis:
         return f"kill -9 node {node_id} ({why})", lambda: self.restart(victim)
 
     def _kill_leader(self, rng):
-        topic = rng.choice([QUEUE, APPEND])
-        partition = rng.randrange(QUEUE_PARTITIONS if topic == QUEUE else APPEND_PARTITIONS)
+        partitions = {QUEUE: QUEUE_PARTITIONS, APPEND: APPEND_PARTITIONS, SHARE: SHARE_PARTITIONS}
+        topic = rng.choice(list(partitions))
+        partition = rng.randrange(partitions[topic])
         fallback = rng.choice(self.ids)
         leader = topic_partitions(self.live_bootstrap(), topic).get((topic, partition), (-1,))[0]
         if leader not in self.ids:
@@ -1199,16 +1345,22 @@ def create_topics(bootstrap: str) -> None:
     config = {"min.insync.replicas": str(MIN_INSYNC_REPLICAS), "segment.bytes": str(SEGMENT_BYTES)}
     futures = client.create_topics(
         [NewTopic(QUEUE, num_partitions=QUEUE_PARTITIONS, replication_factor=REPLICATION_FACTOR, config=config),
-         NewTopic(APPEND, num_partitions=APPEND_PARTITIONS, replication_factor=REPLICATION_FACTOR, config=config)],
+         NewTopic(APPEND, num_partitions=APPEND_PARTITIONS, replication_factor=REPLICATION_FACTOR, config=config),
+         NewTopic(SHARE, num_partitions=SHARE_PARTITIONS, replication_factor=REPLICATION_FACTOR, config=config)],
         operation_timeout=10, request_timeout=20)
     for f in futures.values():
         f.result(timeout=30)
+    # The share group reads from the start of its topic.
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    group = ConfigResource("GROUP", SHARE_GROUP, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([group])[group].result(timeout=30)
     deadline = time.monotonic() + 60
     while True:
         parts = topic_partitions(bootstrap)
-        ready = [k for k, (leader, _, isr) in parts.items() if k[0] in (QUEUE, APPEND) and leader >= 0
+        ready = [k for k, (leader, _, isr) in parts.items() if k[0] in (QUEUE, APPEND, SHARE) and leader >= 0
                  and len(isr) == REPLICATION_FACTOR]
-        if len(ready) == QUEUE_PARTITIONS + APPEND_PARTITIONS:
+        if len(ready) == QUEUE_PARTITIONS + APPEND_PARTITIONS + SHARE_PARTITIONS:
             return
         assert time.monotonic() < deadline, f"the workload topics never had leaders and full ISRs: {parts}"
         time.sleep(0.2)
@@ -1315,7 +1467,7 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         create_topics(bootstrap)
         nemesis = Nemesis(cluster, net, disks)
 
-        observed = {"queue": Observed(), "append": Observed()}
+        observed = {"queue": Observed(), "append": Observed(), "share": Observed()}
         producers: list[ProducerHistory] = []
         consumers: list[ConsumerHistory] = []
         for i in range(2):
@@ -1326,6 +1478,11 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
             h = ProducerHistory(f"ap{i}", "append", APPEND)
             producers.append(h)
             clients.append(LibrdkafkaProducer(h, observed["append"], bootstrap, seed * 100 + 10 + i, PRODUCE_RATE))
+        share_producers = [ProducerHistory("sp0", "share", SHARE)]
+        clients.append(LibrdkafkaProducer(share_producers[0], observed["share"], bootstrap, seed * 100 + 20,
+                                          PRODUCE_RATE))
+        share_members = [ShareMember(f"sm{i}", observed["share"], bootstrap) for i in range(SHARE_MEMBERS)]
+        clients.extend(share_members)
         for i in range(QUEUE_CONSUMERS):
             h = ConsumerHistory(f"qc{i}", "queue", QUEUE)
             consumers.append(h)
@@ -1342,7 +1499,8 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         for c in clients:
             c.start()
         wait_until("every producer's first acknowledgements",
-                   lambda: all(h.acked > 0 for h in producers) or any(c.error for c in clients), START_S)
+                   lambda: all(h.acked > 0 for h in producers + share_producers) or any(c.error for c in clients),
+                   START_S)
         setup_s = time.monotonic() - started
         say(f"jepsen: cluster up and every producer acknowledged after {setup_s:.1f} s")
 
@@ -1353,8 +1511,9 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
             seen = {w: len(o.seen) for w, o in observed.items()}
             fds = open_fds(cluster)
             fds_max[0] = max([fds_max[0], *fds.values()])
-            return (f"acked queue {acked['queue']} append {acked['append']}, "
-                    f"seen queue {seen['queue']} append {seen['append']}, fds {max(fds.values(), default=0)}")
+            return (f"acked queue {acked['queue']} append {acked['append']} share {acked['share']}, "
+                    f"seen queue {seen['queue']} append {seen['append']} share {seen['share']}, "
+                    f"fds {max(fds.values(), default=0)}")
 
         plan = schedule(seed, cycles, faults)
         nemesis_errors: list[str] = []
@@ -1431,10 +1590,16 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
         say(f"jepsen: drained in {drain_s:.1f} s; reading every partition from offset 0")
         final = {QUEUE: final_read(bootstrap, QUEUE, QUEUE_PARTITIONS),
                  APPEND: final_read(bootstrap, APPEND, APPEND_PARTITIONS)}
+        share_final = final_read(bootstrap, SHARE, SHARE_PARTITIONS)
         group_lag = committed_lag(bootstrap, {p: r[-1][0] + 1 if r else 0 for p, r in final[QUEUE].items()})
         result.update(check(producers, consumers, final))
-        history = {"producers": {h.name: h.sends for h in producers},
+        result.update(check_share(share_producers, share_members, share_final))
+        result["anomalies"] += result["share_anomalies"]
+        result["valid"] = not result["anomalies"]
+        history = {"producers": {h.name: h.sends for h in producers + share_producers},
                    "consumers": {c.name: c.events for c in consumers},
+                   "share_members": {m.name: {"deliveries": m.deliveries, "accepted": m.accepted}
+                                     for m in share_members},
                    "final": {t: {str(p): r for p, r in parts.items()} for t, parts in final.items()}}
         result.update({
             "cycles": cycles_done,
@@ -1447,7 +1612,7 @@ def run(cycles: int, seed: int, nodes: int = 3, out: Path | None = None, java: b
             "group_lag_at_end": group_lag,
             "node_open_fds_max": fds_max[0],
             "producer_sessions": {c.name: c.sessions for c in clients if isinstance(c, LibrdkafkaProducer)},
-            "commit_failures": sum(getattr(c, "commit_failures", 0) for c in clients),
+            "commit_failures": sum(getattr(c, "commit_failures", 0) for c in clients if not isinstance(c, ShareMember)),
             "java_finished": java_client.finished if java_client else None,
             "setup_s": round(setup_s, 1),
             "cycle_s_mean": round(cycle_s / max(cycles_done, 1), 2),
@@ -1517,12 +1682,14 @@ def summary(result: dict) -> str:
     keys = ("seed", "nodes", "cycles", "acknowledged", "lost", "duplicated", "inconsistent_offsets", "unexpected",
             "unseen", "incompatible_orders", "nonmonotonic_sends", "poll_skips", "nonmonotonic_polls",
             "poll_skips_after_rebalance", "nonmonotonic_polls_after_rebalance", "acks_without_offset", "recovered",
-            "failed_sends", "group_lag_at_end", "elapsed_s")
+            "failed_sends", "group_lag_at_end", "share_acknowledged", "share_lost", "share_undelivered",
+            "share_redelivered_after_acceptance", "share_redelivered", "share_never_accepted",
+            "share_delivery_counts_repeated", "elapsed_s")
     return ", ".join(f"{k} {result.get(k)}" for k in keys)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="Jepsen-style queue and list-append workloads against a Sluice "
+    parser = argparse.ArgumentParser(description="Jepsen-style queue, list-append and share workloads against a Sluice "
                                                  "cluster under seeded faults (root).")
     parser.add_argument("--cycles", type=int, default=100)
     parser.add_argument("--seed", type=int, default=None, help="the fault schedule's seed (random when not given)")
@@ -1554,7 +1721,7 @@ def main() -> int:
         say("jepsen: valid")
         return 0
     say(f"jepsen: INVALID: {', '.join(result['anomalies'])}")
-    for kind, examples in result.get("examples", {}).items():
+    for kind, examples in [*result.get("examples", {}).items(), *result.get("share_examples", {}).items()]:
         for e in examples:
             say(f"  {kind}: {e}")
     return 1

@@ -5,7 +5,9 @@ schedule of faults that applies every kind at least once (kill -9 of a leader, o
 controller and of a random node, SIGSTOP, three network partitions, packet loss, a full disk,
 a membership change). The checker must find every acknowledged write in the final read, no value
 at two offsets, no offset with two values, nothing unsent read, every acknowledged value
-received by the consumers, and each reader's view of a key a prefix of its final order.
+received by the consumers, and each reader's view of a key a prefix of its final order. A share
+group (two librdkafka share consumers accepting every record) must get every acknowledged
+record and none again after its acceptance succeeded.
 
 The checker itself is tested first on small made-up histories, one anomaly each, so a checker
 that finds nothing cannot pass for a cluster that loses nothing.
@@ -142,6 +144,48 @@ def test_a_history_with_nothing_acknowledged_is_invalid():
     assert r["anomalies"] == ["nothing acknowledged"], r
 
 
+def share_history(acks: dict[str, tuple[int, int]], deliveries: list[tuple], accepted: dict[str, float],
+                  extra_attempted=()):
+    """The share workload's producer (values acknowledged at (partition, offset)) and one member
+    (deliveries (value, partition, offset, delivery count, when); accepted value -> when)."""
+    h = ProducerHistory("sp", "share", jepsen.SHARE)
+    observed = jepsen.Observed()
+    for n, (value, (partition, offset)) in enumerate(acks.items()):
+        h.attempted.add(value)
+        h.ack(0, n, value, partition, offset, observed)
+    h.attempted.update(extra_attempted)
+    m = jepsen.ShareMember("sm", observed, "unused:9092")
+    m.deliveries.extend(deliveries)
+    m.accepted.update(accepted)
+    return [h], [m]
+
+
+def test_the_share_checker_finds_each_anomaly():
+    acks = {"s-0": (0, 0), "s-1": (0, 1), "s-2": (1, 0)}
+    final = {0: [(0, "s-0"), (1, "s-1")], 1: [(0, "s-2")]}
+    clean = [("s-0", 0, 0, 1, 1.0), ("s-1", 0, 1, 1, 1.0), ("s-2", 1, 0, 1, 1.0), ("s-2", 1, 0, 2, 5.0)]
+    r = jepsen.check_share(*share_history(acks, clean, {"s-0": 2.0, "s-1": 2.0, "s-2": 6.0}), final)
+    # s-2 came twice (its first acceptance did not succeed): reported, not an anomaly.
+    assert r["share_anomalies"] == [] and r["share_redelivered"] == 1 and r["share_never_accepted"] == 0, r
+    # Delivered again after its acceptance succeeded.
+    r = jepsen.check_share(*share_history(acks, clean, {"s-0": 2.0, "s-1": 2.0, "s-2": 2.0}), final)
+    assert r["share_anomalies"] == ["share_redelivered_after_acceptance"], r
+    # Acknowledged, never delivered; and acknowledged, not in the final read.
+    r = jepsen.check_share(*share_history(acks, clean[:2], {"s-0": 2.0, "s-1": 2.0}), final)
+    assert r["share_anomalies"] == ["share_undelivered"], r
+    r = jepsen.check_share(*share_history(acks, clean, {"s-0": 2.0}), {0: [(0, "s-0"), (1, "s-1")], 1: []})
+    assert r["share_anomalies"] == ["share_lost"] and r["share_never_accepted"] == 2, r
+    # Delivered, never sent; one value at two offsets; a delivery count that repeats.
+    r = jepsen.check_share(*share_history(acks, clean + [("x-9", 0, 2, 1, 1.0)], {}), final)
+    assert r["share_anomalies"] == ["share_unexpected"], r
+    r = jepsen.check_share(*share_history(acks, clean, {}), {0: [(0, "s-0"), (1, "s-1"), (2, "s-1")], 1: [(0, "s-2")]})
+    assert r["share_anomalies"] == ["share_duplicated"], r
+    r = jepsen.check_share(*share_history(acks, clean + [("s-0", 0, 0, 1, 1.5)], {}), final)
+    assert r["share_anomalies"] == [] and r["share_delivery_counts_repeated"] == 1, r
+    r = jepsen.check_share(*share_history({}, [], {}), {})
+    assert r["share_anomalies"] == ["share: nothing acknowledged"], r
+
+
 def test_the_schedule_is_the_seeds_and_each_block_holds_every_fault():
     a = jepsen.schedule(7, 25)
     assert a == jepsen.schedule(7, 25) and a != jepsen.schedule(8, 25)
@@ -171,6 +215,9 @@ def test_a_short_run_under_every_fault_loses_nothing_and_reads_consistently(tmp_
     assert r["cycles"] >= len(jepsen.FAULTS), f"{r['cycles']} of {CYCLES} cycles within {TIME_LIMIT_S} s"
     assert set(r["fault_mix"]) == set(jepsen.FAULTS), r["fault_mix"]
     assert r["acknowledged_by_workload"]["queue"] > 1_000 and r["acknowledged_by_workload"]["append"] > 1_000, r
+    # The share group got every acknowledged record, none again after its acceptance succeeded.
+    assert r["share_acknowledged"] > 500 and r["share_delivered"] >= r["share_acknowledged"], r
+    assert r["share_lost"] == 0 and r["share_undelivered"] == 0 and r["share_redelivered_after_acceptance"] == 0, r
     assert r["lost"] == 0 and r["duplicated"] == 0 and r["inconsistent_offsets"] == 0
     assert r["final_read_records"] >= r["acknowledged"]
     assert r["java_finished"], "the Java client did not stop cleanly"
