@@ -297,10 +297,19 @@ pub async fn handle(
             }
         }
     }
-    let (partitions, closing) = match step {
+    let (mut partitions, closing) = match step {
         SessionStep::Fetch(list) => (list, false),
         SessionStep::Closed => (acks.keys().copied().collect(), true),
     };
+    // Acknowledgements for a partition the request also forgets are applied all the same (no
+    // fetch from it).
+    let fetched = partitions.len();
+    let extra: Vec<(uuid::Uuid, i32)> = acks
+        .keys()
+        .filter(|tp| !partitions.contains(tp))
+        .copied()
+        .collect();
+    partitions.extend(extra);
     let name_of = |id: uuid::Uuid| {
         image
             .topic_by_id(id)
@@ -308,7 +317,7 @@ pub async fn handle(
     };
     let mut denied = Vec::new();
     let mut wanted: Vec<Wanted> = Vec::with_capacity(partitions.len());
-    for (topic_id, partition) in partitions {
+    for (i, (topic_id, partition)) in partitions.into_iter().enumerate() {
         let topic = name_of(topic_id);
         if let Some(t) = &topic {
             if !authz::allowed(
@@ -327,7 +336,7 @@ pub async fn handle(
             partition,
             topic,
             acks: acks.remove(&(topic_id, partition)).unwrap_or_default(),
-            fetch: !closing && !renewing,
+            fetch: !closing && !renewing && i < fetched,
             record_limit,
         });
     }
