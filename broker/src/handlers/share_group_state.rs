@@ -11,38 +11,10 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::shard::share_state::{serve, StateOp};
+use crate::shard::share_state::{serve_here, StateOp};
 use crate::shard::Shard;
-use crate::share::coordinator::{SharePartitionKey, ShareState, SHARE_STATE_TOPIC};
+use crate::share::coordinator::{SharePartitionKey, ShareState};
 use crate::share::partition::{RecordState, StateBatch};
-
-/// Runs `op` on this broker's coordinator for `key`.
-async fn here(
-    shard: &Rc<Shard>,
-    key: SharePartitionKey,
-    op: StateOp,
-) -> Result<Option<ShareState>, i16> {
-    let index = key.state_partition(shard.config().share_coordinator_state_topic_partitions);
-    let image = shard.image();
-    let me = shard.config().node_id;
-    let owner = match image.leader_of(SHARE_STATE_TOPIC, index) {
-        Some((info, _)) if info.leader == me => {
-            image.owner(SHARE_STATE_TOPIC, index, shard.shared.shards)
-        }
-        Some((info, _)) if info.leader >= 0 => return Err(ResponseError::NotCoordinator.code()),
-        _ => None,
-    };
-    drop(image);
-    let Some(owner) = owner else {
-        return Err(ResponseError::CoordinatorNotAvailable.code());
-    };
-    shard
-        .invoke_on(
-            owner,
-            move |s| async move { serve(&s, index, key, op).await },
-        )
-        .await
-}
 
 fn key(group_id: &StrBytes, topic_id: uuid::Uuid, partition: i32) -> SharePartitionKey {
     SharePartitionKey {
@@ -77,7 +49,7 @@ pub async fn read(
                 .with_partition(p.partition)
                 .with_state_epoch(-1)
                 .with_start_offset(-1);
-            match here(shard, key(&request.group_id, t.topic_id, p.partition), op).await {
+            match serve_here(shard, key(&request.group_id, t.topic_id, p.partition), op).await {
                 Ok(Some(state)) => {
                     r.state_epoch = state.state_epoch;
                     r.start_offset = state.start_offset;
@@ -123,7 +95,7 @@ pub async fn summary(
                 .with_leader_epoch(-1)
                 .with_start_offset(-1);
             let k = key(&request.group_id, t.topic_id, p.partition);
-            match here(shard, k, StateOp::Summary).await {
+            match serve_here(shard, k, StateOp::Summary).await {
                 Ok(Some(state)) => {
                     r.state_epoch = state.state_epoch;
                     r.leader_epoch = state.leader_epoch;
@@ -186,7 +158,7 @@ pub async fn write(
                         batches,
                     };
                     let k = key(&request.group_id, t.topic_id, p.partition);
-                    match here(shard, k, StateOp::Write(state)).await {
+                    match serve_here(shard, k, StateOp::Write(state)).await {
                         Ok(_) => 0,
                         Err(code) => {
                             r.error_message = message(code);
@@ -217,7 +189,7 @@ pub async fn initialize(
                 start_offset: p.start_offset,
             };
             let k = key(&request.group_id, t.topic_id, p.partition);
-            let code = here(shard, k, op).await.err().unwrap_or(0);
+            let code = serve_here(shard, k, op).await.err().unwrap_or(0);
             out.partitions.push(
                 PartitionResult::default()
                     .with_partition(p.partition)
@@ -240,7 +212,10 @@ pub async fn delete(
         let mut out = DeleteStateResult::default().with_topic_id(t.topic_id);
         for p in t.partitions {
             let k = key(&request.group_id, t.topic_id, p.partition);
-            let code = here(shard, k, StateOp::Delete).await.err().unwrap_or(0);
+            let code = serve_here(shard, k, StateOp::Delete)
+                .await
+                .err()
+                .unwrap_or(0);
             out.partitions.push(
                 PartitionResult::default()
                     .with_partition(p.partition)

@@ -309,6 +309,35 @@ pub async fn serve(
     })
 }
 
+/// Runs `op` for `key` on this broker's share coordinator of its `__share_group_state`
+/// partition, on the owner shard: NOT_COORDINATOR when another broker leads that partition.
+pub async fn serve_here(
+    shard: &Rc<Shard>,
+    key: SharePartitionKey,
+    op: StateOp,
+) -> Result<Option<ShareState>, i16> {
+    let index = key.state_partition(shard.config().share_coordinator_state_topic_partitions);
+    let owner = {
+        let image = shard.image();
+        match image.leader_of(SHARE_STATE_TOPIC, index) {
+            Some((info, _)) if info.leader == shard.config().node_id => {
+                image.owner(SHARE_STATE_TOPIC, index, shard.shared.shards)
+            }
+            Some((info, _)) if info.leader >= 0 => return Err(ResponseError::NotCoordinator.code()),
+            _ => None,
+        }
+    };
+    let Some(owner) = owner else {
+        return Err(ResponseError::CoordinatorNotAvailable.code());
+    };
+    shard
+        .invoke_on(
+            owner,
+            move |s| async move { serve(&s, index, key, op).await },
+        )
+        .await
+}
+
 /// Runs `op` for `key` at its share coordinator, wherever that is.
 pub async fn persist(
     shard: &Rc<Shard>,
@@ -316,32 +345,19 @@ pub async fn persist(
     op: StateOp,
 ) -> Result<Option<ShareState>, i16> {
     let index = key.state_partition(shard.config().share_coordinator_state_topic_partitions);
-    let image = shard.image();
-    let me = shard.config().node_id;
-    let remote = match image.leader_of(SHARE_STATE_TOPIC, index) {
-        Some((info, _)) if info.leader == me => None,
-        Some((info, Some(broker))) if info.leader >= 0 => {
-            Some(broker.address_on(shard.config().inter_broker_listener()))
+    let remote = {
+        let image = shard.image();
+        match image.leader_of(SHARE_STATE_TOPIC, index) {
+            Some((info, _)) if info.leader == shard.config().node_id => None,
+            Some((info, Some(broker))) if info.leader >= 0 => {
+                Some(broker.address_on(shard.config().inter_broker_listener()))
+            }
+            _ => return Err(ResponseError::CoordinatorNotAvailable.code()),
         }
-        _ => return Err(ResponseError::CoordinatorNotAvailable.code()),
     };
     match remote {
-        None => {
-            let Some(owner) = image.owner(SHARE_STATE_TOPIC, index, shard.shared.shards) else {
-                return Err(ResponseError::CoordinatorNotAvailable.code());
-            };
-            drop(image);
-            shard
-                .invoke_on(
-                    owner,
-                    move |s| async move { serve(&s, index, key, op).await },
-                )
-                .await
-        }
-        Some(addr) => {
-            drop(image);
-            call_remote(&addr, key, op).await
-        }
+        None => serve_here(shard, key, op).await,
+        Some(addr) => call_remote(&addr, key, op).await,
     }
 }
 
