@@ -178,3 +178,48 @@ def test_share_state_moves_with_the_partition_leader_and_the_share_coordinator(c
     assert not repeated, f"delivery counts repeated: {dict(list(repeated.items())[:10])}"
     redelivered = sum(1 for d in ledger.deliveries.values() if len(d) > 1)
     print(f"{redelivered} records delivered more than once (held across a kill)")
+
+
+def test_share_group_offsets_are_described_from_every_partitions_leader(cluster):
+    """kafka-share-groups on a three-node cluster: after a reset to the earliest offsets (which
+    every leader forgets, so each partition is described from its persisted state) the lag of
+    every partition is its high watermark, asked of its leader wherever that is."""
+    from reference import java
+
+    bootstrap = cluster.bootstrap
+    client = admin(bootstrap)
+    topic, group = f"sharelag-{uuid.uuid4().hex[:8]}", f"sl-{uuid.uuid4().hex[:8]}"
+    client.create_topics([NewTopic(topic, 3, 3)], request_timeout=15)[topic].result(20)
+    resource = ConfigResource("GROUP", group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource])[resource].result(20)
+    wait_for("every partition's leader", lambda: all(leader(bootstrap, topic, p) > 0 for p in range(3)))
+    leaders = {leader(bootstrap, topic, p) for p in range(3)}
+    # Leaders on two brokers at least: the group coordinator's broker leads at most some.
+    assert len(leaders) >= 2, leaders
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(30):
+        p.produce(topic, value=f"r-{i}".encode(), partition=i % 3)
+    assert p.flush(30) == 0
+
+    def share_groups(*args):
+        done = java("org.apache.kafka.tools.consumer.group.ShareGroupCommand", "--bootstrap-server", bootstrap,
+                    "--group", group, *args, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+        return [line.split() for line in done.stdout.splitlines() if line.startswith(group)]
+
+    def lags():
+        return {int(row[2]): row[4] for row in share_groups("--describe") if row[1] == topic}
+
+    # One member accepts all 30 (the ledger counts offsets of one partition: not used here).
+    ledger, stop, hold = Ledger(), threading.Event(), threading.Event()
+    t = threading.Thread(target=member, args=(bootstrap, group, topic, ledger, stop, hold))
+    t.start()
+    try:
+        wait_for("lag 0 on every partition", lambda: lags() == {0: "0", 1: "0", 2: "0"}, timeout=90)
+    finally:
+        stop.set()
+        t.join(60)
+    reset = share_groups("--reset-offsets", "--to-earliest", "--topic", topic, "--execute")
+    assert sorted((int(r[2]), r[3]) for r in reset) == [(0, "0"), (1, "0"), (2, "0")], reset
+    assert lags() == {0: "10", 1: "10", 2: "10"}, f"leaders {leaders}"

@@ -4,8 +4,8 @@
 //!
 //! Asked of the group's coordinator. A share partition this broker leads answers from memory
 //! (with its lag); the others from their share coordinator's persisted state: the start
-//! offset, and the lag when this broker leads the partition (its high watermark is here; a
-//! partition another broker leads answers lag -1). Altering writes a new state epoch at the share coordinator, which fences
+//! offset, and the lag from the partition's high watermark (asked of its leader with
+//! ListOffsets when that is another broker; -1 when it does not answer). Altering writes a new state epoch at the share coordinator, which fences
 //! what a leader holds (this broker's own leaders forget it at once, another broker's at its
 //! next write); deleting deletes the persisted state.
 
@@ -21,10 +21,14 @@ use kafka_protocol::messages::describe_share_group_offsets_response::{
     DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponsePartition,
     DescribeShareGroupOffsetsResponseTopic,
 };
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsRequest,
     DeleteShareGroupOffsetsResponse, DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsResponse,
+};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, ListOffsetsRequest, RequestKind, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -77,17 +81,67 @@ async fn local_state(shard: &Rc<Shard>, group_id: &str) -> BTreeMap<(Arc<str>, i
         .collect()
 }
 
-/// The high watermark of `topic`-`partition` when this broker leads it.
-async fn led_high_watermark(shard: &Rc<Shard>, topic: &str, partition: i32) -> Option<i64> {
-    let owner = shard.image().owner(topic, partition, shard.shared.shards)?;
-    let topic = topic.to_string();
-    shard
-        .invoke_on(owner, move |s| async move {
-            let p = s.partition(&topic, partition)?;
-            p.check_leader(-1).ok()?;
-            Some(p.high_watermark().0)
-        })
-        .await
+/// The high watermark of `topic`-`partition`: from its owner shard when this broker leads it,
+/// else asked of its leader with ListOffsets (latest); `None` when there is no answer.
+async fn high_watermark_of(shard: &Rc<Shard>, topic: &str, partition: i32) -> Option<i64> {
+    let (owner, leader) = {
+        let image = shard.image();
+        let (info, broker) = image.leader_of(topic, partition)?;
+        if info.leader == shard.config().node_id {
+            (image.owner(topic, partition, shard.shared.shards), None)
+        } else {
+            let addr = broker?.address_on(shard.config().inter_broker_listener());
+            (None, Some(addr))
+        }
+    };
+    if let Some(owner) = owner {
+        let topic = topic.to_string();
+        return shard
+            .invoke_on(owner, move |s| async move {
+                let p = s.partition(&topic, partition)?;
+                p.check_leader(-1).ok()?;
+                Some(p.high_watermark().0)
+            })
+            .await;
+    }
+    let addr = leader?;
+    const VERSION: i16 = 7;
+    let request = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_isolation_level(0)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(partition)
+                .with_current_leader_epoch(-1)
+                .with_timestamp(-1)])]);
+    let frame = crate::codec::encode_request(
+        ApiKey::ListOffsets,
+        VERSION,
+        1,
+        &RequestKind::ListOffsets(request),
+    )
+    .ok()?;
+    let answer = crate::peer::call(
+        crate::peer::Route::InterBroker,
+        &addr,
+        frame,
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .map_err(|e| tracing::debug!(addr, topic, partition, error = %e, "ListOffsets to the leader for a share group's lag failed"))
+    .ok()?;
+    let ResponseKind::ListOffsets(answer) =
+        crate::codec::decode_response(ApiKey::ListOffsets, VERSION, answer).ok()?
+    else {
+        return None;
+    };
+    answer
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.partition_index == partition && p.error_code == 0)
+        .map(|p| p.offset)
 }
 
 /// Kafka's share-partition lag from the persisted state: the records from its start offset up
@@ -174,7 +228,7 @@ pub async fn describe(
                     match persist(shard, key, StateOp::Summary).await {
                         Ok(Some(st)) => {
                             part.start_offset = st.start_offset;
-                            if let Some(hw) = led_high_watermark(shard, &topic, p).await {
+                            if let Some(hw) = high_watermark_of(shard, &topic, p).await {
                                 lag = persisted_lag(&st, hw);
                             }
                         }
