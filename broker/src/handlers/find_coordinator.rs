@@ -90,7 +90,8 @@ pub fn handle(
                     &key_text(&c),
                     config.share_coordinator_state_topic_partitions,
                 ),
-                "the share partition's __share_group_state partition has no leader yet",
+                // Kafka answers a share key's COORDINATOR_NOT_AVAILABLE with no message.
+                "",
             )),
             _ => None,
         };

@@ -404,7 +404,12 @@ impl Shard {
                                 )
                             });
                     match outcome {
-                        Ok(()) => applied = true,
+                        // A RENEW only extends the lock, which is not persisted: nothing
+                        // to wait for.
+                        Ok(()) => {
+                            applied |= ack_types(batch)
+                                .is_ok_and(|t| t.iter().any(|&t| t != AckType::Renew))
+                        }
                         Err(AckError::InvalidRecordState { offset }) => {
                             tracing::debug!(group = %group_id, member = %member, topic = %read.topic, partition = read.partition, offset, first = batch.first_offset, last = batch.last_offset, "acknowledgement refused: not acquired by this member");
                             result.ack_error_code = ResponseError::InvalidRecordState.code();
