@@ -13,6 +13,7 @@ use response::{Frame, SplicedBuf, Splices};
 pub mod compact;
 pub mod frame;
 pub mod response;
+pub mod streams_group;
 pub mod topic_ids;
 pub mod versions;
 

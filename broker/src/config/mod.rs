@@ -106,6 +106,13 @@ pub struct BrokerConfig {
     /// `group.consumer.heartbeat.interval.ms`: how often KIP-848 members are told to heartbeat;
     /// less than the session timeout.
     pub group_consumer_heartbeat_interval_ms: u64,
+    /// `group.streams.session.timeout.ms`: a streams group (KIP-1071) member silent this long
+    /// leaves and its tasks move to the others.
+    pub group_streams_session_timeout_ms: u64,
+    /// `group.streams.heartbeat.interval.ms`
+    pub group_streams_heartbeat_interval_ms: u64,
+    /// `group.streams.num.standby.replicas`: standby tasks per active task.
+    pub group_streams_num_standby_replicas: u64,
     /// `group.share.session.timeout.ms`: a share group member silent this long leaves.
     pub group_share_session_timeout_ms: u64,
     /// `group.share.heartbeat.interval.ms`
@@ -458,6 +465,9 @@ impl BrokerConfig {
             group_initial_rebalance_delay_ms: 0,
             group_consumer_session_timeout_ms: 0,
             group_consumer_heartbeat_interval_ms: 0,
+            group_streams_session_timeout_ms: 0,
+            group_streams_heartbeat_interval_ms: 0,
+            group_streams_num_standby_replicas: 0,
             group_share_session_timeout_ms: 0,
             group_share_heartbeat_interval_ms: 0,
             group_share_record_lock_duration_ms: 0,
@@ -626,6 +636,16 @@ impl BrokerConfig {
             anyhow::bail!(
                 "group.consumer.heartbeat.interval.ms ({heartbeat}) must be less than \
                  group.consumer.session.timeout.ms ({session})"
+            );
+        }
+        let (session, heartbeat) = (
+            self.group_streams_session_timeout_ms,
+            self.group_streams_heartbeat_interval_ms,
+        );
+        if heartbeat >= session {
+            anyhow::bail!(
+                "group.streams.heartbeat.interval.ms ({heartbeat}) must be less than \
+                 group.streams.session.timeout.ms ({session})"
             );
         }
         if self.group_share_heartbeat_interval_ms >= self.group_share_session_timeout_ms {

@@ -1192,6 +1192,64 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         get: |c| show(c.group_consumer_heartbeat_interval_ms),
     },
     Setting {
+        name: "group.streams.session.timeout.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("45000"),
+        doc: "How long a streams group member (a Kafka Streams instance with \
+              group.protocol=streams) may go without a heartbeat before it leaves its group and \
+              its tasks move to the others.",
+        set: |c, v| {
+            c.group_streams_session_timeout_ms =
+                at_least("group.streams.session.timeout.ms", v, 1)?;
+            Ok(())
+        },
+        get: |c| show(c.group_streams_session_timeout_ms),
+    },
+    Setting {
+        name: "group.streams.heartbeat.interval.ms",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("5000"),
+        doc: "How often streams group members are told to heartbeat; less than the session \
+              timeout.",
+        set: |c, v| {
+            let ms: u64 = at_least("group.streams.heartbeat.interval.ms", v, 1)?;
+            if ms > i32::MAX as u64 {
+                return Err(format!(
+                    "group.streams.heartbeat.interval.ms must be at most {}, not {ms}",
+                    i32::MAX
+                ));
+            }
+            c.group_streams_heartbeat_interval_ms = ms;
+            Ok(())
+        },
+        get: |c| show(c.group_streams_heartbeat_interval_ms),
+    },
+    Setting {
+        name: "group.streams.num.standby.replicas",
+        flag: None,
+        dynamic: false,
+        kind: Kind::Int,
+        default: Some("0"),
+        doc: "Standby tasks the streams group assignor places for each active task, each on \
+              another Kafka Streams process than the task's active one.",
+        set: |c, v| {
+            let n: u64 = number("group.streams.num.standby.replicas", v)?;
+            if n > 2 {
+                return Err(format!(
+                    "group.streams.num.standby.replicas must be at most 2 \
+                     (group.streams.max.standby.replicas), not {n}"
+                ));
+            }
+            c.group_streams_num_standby_replicas = n;
+            Ok(())
+        },
+        get: |c| show(c.group_streams_num_standby_replicas),
+    },
+    Setting {
         name: "group.share.session.timeout.ms",
         flag: None,
         dynamic: false,

@@ -40,6 +40,7 @@ pub mod consumer_protocol;
 pub mod offsets_topic;
 pub mod placement;
 pub mod share;
+pub mod streams;
 
 pub use classic::{GroupEffect, Reply};
 
