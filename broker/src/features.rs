@@ -23,6 +23,7 @@ pub struct Feature {
 pub const METADATA_VERSION: &str = "metadata.version";
 pub const TRANSACTION_VERSION: &str = "transaction.version";
 pub const SHARE_VERSION: &str = "share.version";
+pub const STREAMS_VERSION: &str = "streams.version";
 
 /// `metadata.version` 4.0-IV3 (`kafka-features version-mapping --release-version 4.0`).
 pub const METADATA_VERSION_4_0: i16 = 25;
@@ -68,19 +69,20 @@ pub const FEATURES: &[Feature] = &[
         max_version: 2,
         default: None,
     },
-    // Share groups (KIP-932), on by default as in Kafka 4.2+. No streams groups (KIP-1071)
-    // yet.
+    // Share groups (KIP-932), on by default as in Kafka 4.2+.
     Feature {
         name: SHARE_VERSION,
         min_version: 0,
         max_version: 1,
         default: Some(1),
     },
+    // Streams groups (KIP-1071): StreamsGroupHeartbeat and StreamsGroupDescribe, on by default
+    // as in Kafka 4.4.
     Feature {
-        name: "streams.version",
+        name: STREAMS_VERSION,
         min_version: 0,
-        max_version: 0,
-        default: Some(0),
+        max_version: 1,
+        default: Some(1),
     },
 ];
 
@@ -122,6 +124,11 @@ pub fn finalized(image: &MetadataImage, config: &BrokerConfig) -> Vec<(&'static 
 /// Whether share groups (KIP-932) are on: `share.version` finalized at 1 or more.
 pub fn share_groups_enabled(image: &MetadataImage, config: &BrokerConfig) -> bool {
     feature(SHARE_VERSION).is_some_and(|f| level(image, config, f) >= 1)
+}
+
+/// Whether streams groups (KIP-1071) are on: `streams.version` finalized at 1 or more.
+pub fn streams_groups_enabled(image: &MetadataImage, config: &BrokerConfig) -> bool {
+    feature(STREAMS_VERSION).is_some_and(|f| level(image, config, f) >= 1)
 }
 
 /// The APIs of share groups, which a cluster with `share.version` 0 does not serve.

@@ -29,6 +29,9 @@ pub enum Header {
         version: i16,
         header: RequestHeader,
     },
+    /// StreamsGroupHeartbeat or StreamsGroupDescribe (`codec/streams_group.rs`): API keys the
+    /// codec crate does not know, with the raw key; the body follows.
+    Streams { key: i16, header: RequestHeader },
     /// ApiVersions at a version this broker does not know: answered with v0 and
     /// UNSUPPORTED_VERSION (KIP-511), so the client can pick a version both sides know.
     UnsupportedApiVersions { correlation_id: i32 },
@@ -50,6 +53,23 @@ pub fn decode_header(body: &mut Bytes) -> anyhow::Result<Header> {
     let raw_key = i16::from_be_bytes([body[0], body[1]]);
     let version = i16::from_be_bytes([body[2], body[3]]);
     let correlation_id = i32::from_be_bytes([body[4], body[5], body[6], body[7]]);
+    {
+        use crate::codec::streams_group::{
+            STREAMS_GROUP_DESCRIBE, STREAMS_GROUP_HEARTBEAT, VERSION,
+        };
+        if raw_key == STREAMS_GROUP_HEARTBEAT || raw_key == STREAMS_GROUP_DESCRIBE {
+            anyhow::ensure!(
+                version == VERSION,
+                "streams group API {raw_key} v{version} is not supported"
+            );
+            // Flexible: request header version 2.
+            let header = RequestHeader::decode(body, 2)?;
+            return Ok(Header::Streams {
+                key: raw_key,
+                header,
+            });
+        }
+    }
     let key =
         ApiKey::try_from(raw_key).map_err(|_| anyhow::anyhow!("unknown API key {raw_key}"))?;
     if !crate::codec::supported(key, version) {
@@ -113,6 +133,7 @@ pub fn decode_frame(frame: &[u8], max: u32) -> anyhow::Result<Decoded> {
         Header::UnsupportedApiVersions { correlation_id } => {
             Ok(Decoded::UnsupportedApiVersions { correlation_id })
         }
+        Header::Streams { key, .. } => anyhow::bail!("streams group API {key} is not served here"),
     }
 }
 

@@ -13,6 +13,16 @@ pub const STREAMS_GROUP_DESCRIBE: i16 = 89;
 /// The versions served: 0 of both (1 adds the KIP-1331 topology description).
 pub const VERSION: i16 = 0;
 
+/// A response frame: size, response header v1 (correlation id, no tagged fields), body.
+pub fn frame(correlation_id: i32, body: &[u8]) -> Bytes {
+    let mut buf = BytesMut::with_capacity(9 + body.len());
+    buf.put_u32((4 + 1 + body.len()) as u32);
+    buf.put_i32(correlation_id);
+    compact::no_tagged_fields(&mut buf);
+    buf.put_slice(body);
+    buf.freeze()
+}
+
 /// Reads a flexible message.
 pub struct Reader {
     buf: Bytes,
@@ -189,6 +199,9 @@ pub struct TaskOffset {
     pub offset: i64,
 }
 
+/// The fields the coordinator does not use yet (the endpoint epoch, the member's standby and
+/// warm-up tasks) are read to keep to the layout.
+#[allow(dead_code)]
 #[derive(Clone, Debug, Default)]
 pub struct HeartbeatRequest {
     pub group_id: String,
@@ -663,9 +676,18 @@ mod tests {
         let t = req.topology.unwrap();
         assert_eq!(t.epoch, 2);
         assert_eq!(t.subtopologies[0].source_topics, ["words"]);
-        assert_eq!(t.subtopologies[0].state_changelog_topics[0].configs[0].value, "compact");
-        assert_eq!(t.subtopologies[0].repartition_sink_topics, ["app-repartition"]);
-        assert_eq!(t.subtopologies[0].copartition_groups, [[vec![0], vec![], vec![]]]);
+        assert_eq!(
+            t.subtopologies[0].state_changelog_topics[0].configs[0].value,
+            "compact"
+        );
+        assert_eq!(
+            t.subtopologies[0].repartition_sink_topics,
+            ["app-repartition"]
+        );
+        assert_eq!(
+            t.subtopologies[0].copartition_groups,
+            [[vec![0], vec![], vec![]]]
+        );
         assert_eq!(req.active_tasks, Some(vec![("0".to_string(), vec![1, 2])]));
         assert_eq!(req.standby_tasks, None);
         assert_eq!(req.warmup_tasks, Some(vec![]));

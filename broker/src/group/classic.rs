@@ -100,6 +100,15 @@ impl GroupCoordinator {
             }
             effects.extend(membership_changed(group, now, config));
         }
+        let streams_timeout = Duration::from_millis(config.group_streams_session_timeout_ms);
+        let standbys = config.group_streams_num_standby_replicas as usize;
+        for group in groups.values_mut() {
+            if let Some(s) = group.streams.as_mut() {
+                for id in s.expire(now, streams_timeout, standbys) {
+                    tracing::info!(group = %group.id, member = %id, epoch = s.epoch, "streams group member session expired");
+                }
+            }
+        }
         let session_timeout = Duration::from_millis(config.group_consumer_session_timeout_ms);
         let downgrade = config.group_consumer_migration_policy.downgrade();
         for group in groups.values_mut() {
@@ -574,6 +583,13 @@ impl GroupCoordinator {
             return 0;
         }
         let groups = self.groups.borrow();
+        if let Some(s) = groups
+            .get(group_id)
+            .and_then(|g| g.streams.as_ref())
+            .filter(|s| !s.members.is_empty())
+        {
+            return s.check_member(member_id.unwrap_or_default(), member_epoch);
+        }
         let Some(c) = groups
             .get(group_id)
             .and_then(|g| g.consumer.as_ref())
@@ -609,6 +625,9 @@ impl GroupCoordinator {
                 err(ResponseError::IllegalGeneration)
             };
         };
+        if let Some(s) = group.streams.as_ref().filter(|s| !s.members.is_empty()) {
+            return s.check_member(member_id, generation);
+        }
         if let Some(c) = group.consumer.as_ref().filter(|c| !c.members.is_empty()) {
             return match c.members.get(member_id) {
                 None => err(ResponseError::UnknownMemberId),

@@ -141,10 +141,12 @@ pub struct Group {
     initial_delay_until: Option<Instant>,
     /// Set when the group uses the KIP-848 consumer protocol.
     pub consumer: Option<consumer::ConsumerGroup>,
+    /// Set when the group is a streams group (KIP-1071); it keeps its offsets here.
+    pub streams: Option<streams::StreamsGroup>,
 }
 
 impl Group {
-    fn new(id: &str) -> Group {
+    pub fn new(id: &str) -> Group {
         Group {
             id: id.to_string(),
             state: GroupState::Empty,
@@ -159,6 +161,7 @@ impl Group {
             rebalance_round: 0,
             initial_delay_until: None,
             consumer: None,
+            streams: None,
         }
     }
 

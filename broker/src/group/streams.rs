@@ -188,8 +188,10 @@ pub fn configure(topology: &Topology, partitions_of: &dyn Fn(&str) -> Option<i32
         return out;
     }
     let mut wrong: Vec<String> = Vec::new();
-    let need = |t: &TopicInfo, n: i32, out: &mut Configured, wrong: &mut Vec<String>| {
-        match partitions_of(&t.name) {
+    let need =
+        |t: &TopicInfo, n: i32, out: &mut Configured, wrong: &mut Vec<String>| match partitions_of(
+            &t.name,
+        ) {
             None => {
                 if !out.missing.iter().any(|m| m.name == t.name) {
                     out.missing.push(MissingTopic {
@@ -202,8 +204,7 @@ pub fn configure(topology: &Topology, partitions_of: &dyn Fn(&str) -> Option<i32
             }
             Some(p) if p != n => wrong.push(format!("{} has {p} partitions, not {n}", t.name)),
             Some(_) => {}
-        }
-    };
+        };
     for s in &topology.subtopologies {
         let n = tasks[&s.id];
         for t in &s.repartition_source_topics {
@@ -339,7 +340,10 @@ impl StreamsGroup {
             if !self.members.contains_key(&req.member_id) && self.members.len() >= cx.max_size {
                 return fail(
                     ResponseError::GroupMaxSizeReached,
-                    format!("The streams group has reached its maximum size of {}.", cx.max_size),
+                    format!(
+                        "The streams group has reached its maximum size of {}.",
+                        cx.max_size
+                    ),
                 );
             }
             // The first member (or a newer topology, once no member runs the old one) sets the
@@ -454,7 +458,22 @@ impl StreamsGroup {
         if req.shutdown_application {
             self.shutdown_requested = true;
         }
-        let member_topology_epoch = m.topology_epoch;
+        self.respond(&req.member_id, changed, cx)
+    }
+
+    /// Answers a member again after the broker created the internal topics its last heartbeat
+    /// asked for, so it gets its tasks without waiting a heartbeat interval; `None` if it left.
+    pub fn refresh(&mut self, member_id: &str, cx: &Context) -> Option<Outcome> {
+        if !self.members.contains_key(member_id) {
+            return None;
+        }
+        Some(self.respond(member_id, false, cx))
+    }
+
+    /// The end of a heartbeat: the topology configured against the cluster, the target
+    /// recomputed if anything `changed`, the member reconciled and answered.
+    fn respond(&mut self, member_id: &str, mut changed: bool, cx: &Context) -> Outcome {
+        let member_topology_epoch = self.members[member_id].topology_epoch;
         // The topology against the cluster as it is now: a topic created or grown changes the
         // tasks, and with them the assignment.
         let mut create = Vec::new();
@@ -472,7 +491,7 @@ impl StreamsGroup {
             self.epoch += 1;
             self.recompute(cx.num_standby_replicas);
         }
-        self.reconcile(&req.member_id);
+        self.reconcile(member_id);
         let mut statuses: Vec<Status> = self
             .configured
             .status
@@ -497,7 +516,7 @@ impl StreamsGroup {
                 detail: "A member of the group requested the shutdown of the application.".into(),
             });
         }
-        let m = &self.members[&req.member_id];
+        let m = &self.members[member_id];
         let response = HeartbeatResponse {
             member_id: m.id.clone(),
             member_epoch: m.epoch,
@@ -578,7 +597,13 @@ impl StreamsGroup {
                 let mut kept: Vec<Task> = self
                     .target
                     .get(id)
-                    .map(|t| t.active.iter().filter(|t| valid.contains(t)).cloned().collect())
+                    .map(|t| {
+                        t.active
+                            .iter()
+                            .filter(|t| valid.contains(t))
+                            .cloned()
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let quota = if extra > 0 && kept.len() > low {
                     extra -= 1;
@@ -602,7 +627,11 @@ impl StreamsGroup {
                     .min_by_key(|id| (target[*id].active.len(), (*id).clone()))
                     .expect("members")
                     .clone();
-                target.get_mut(&id).expect("member").active.insert(t.clone());
+                target
+                    .get_mut(&id)
+                    .expect("member")
+                    .active
+                    .insert(t.clone());
             }
             for t in &all {
                 let active_on = target
@@ -610,11 +639,8 @@ impl StreamsGroup {
                     .find(|(_, x)| x.active.contains(t))
                     .map(|(id, _)| self.members[id].process_id.clone());
                 for _ in 0..num_standby_replicas {
-                    let previous = |id: &String| {
-                        self.target
-                            .get(id)
-                            .is_some_and(|x| x.standby.contains(t))
-                    };
+                    let previous =
+                        |id: &String| self.target.get(id).is_some_and(|x| x.standby.contains(t));
                     let choice = self
                         .members
                         .values()
@@ -622,18 +648,25 @@ impl StreamsGroup {
                         .filter(|m| {
                             // One copy of a task per process.
                             !target.iter().any(|(id, x)| {
-                                self.members[id].process_id == m.process_id
-                                    && x.standby.contains(t)
+                                self.members[id].process_id == m.process_id && x.standby.contains(t)
                             })
                         })
                         .min_by_key(|m| {
                             let x = &target[&m.id];
-                            (!previous(&m.id), x.active.len() + x.standby.len(), m.id.clone())
+                            (
+                                !previous(&m.id),
+                                x.active.len() + x.standby.len(),
+                                m.id.clone(),
+                            )
                         })
                         .map(|m| m.id.clone());
                     match choice {
                         Some(id) => {
-                            target.get_mut(&id).expect("member").standby.insert(t.clone());
+                            target
+                                .get_mut(&id)
+                                .expect("member")
+                                .standby
+                                .insert(t.clone());
                         }
                         None => break,
                     }
@@ -645,7 +678,12 @@ impl StreamsGroup {
     }
 
     /// Members silent for longer than `session_timeout` leave; their tasks move to the others.
-    pub fn expire(&mut self, now: Instant, session_timeout: Duration, num_standby: usize) -> Vec<String> {
+    pub fn expire(
+        &mut self,
+        now: Instant,
+        session_timeout: Duration,
+        num_standby: usize,
+    ) -> Vec<String> {
         let expired: Vec<String> = self
             .members
             .values()
@@ -809,16 +847,39 @@ mod tests {
         assert!(out.create.is_empty());
         assert_eq!(g.state(), "NotReady");
         topics.insert("words".to_string(), 4);
-        let out = run(&mut g, beat("a", out.response.member_epoch, &vec![]), &topics, 0);
-        assert_eq!(out.response.status.unwrap()[0].code, status::MISSING_INTERNAL_TOPICS);
+        let out = run(
+            &mut g,
+            beat("a", out.response.member_epoch, &vec![]),
+            &topics,
+            0,
+        );
+        assert_eq!(
+            out.response.status.unwrap()[0].code,
+            status::MISSING_INTERNAL_TOPICS
+        );
         // The repartition topic takes its writers' 4 tasks; the changelog its reader's.
-        let made: Vec<(String, i32)> = out.create.iter().map(|m| (m.name.clone(), m.partitions)).collect();
-        assert_eq!(made, [("app-rep".to_string(), 4), ("app-counts-changelog".to_string(), 4)]);
+        let made: Vec<(String, i32)> = out
+            .create
+            .iter()
+            .map(|m| (m.name.clone(), m.partitions))
+            .collect();
+        assert_eq!(
+            made,
+            [
+                ("app-rep".to_string(), 4),
+                ("app-counts-changelog".to_string(), 4)
+            ]
+        );
         assert_eq!(count(out.response.active_tasks.as_ref().unwrap()), 0);
         for (name, n) in made {
             topics.insert(name, n);
         }
-        let out = run(&mut g, beat("a", out.response.member_epoch, &vec![]), &topics, 0);
+        let out = run(
+            &mut g,
+            beat("a", out.response.member_epoch, &vec![]),
+            &topics,
+            0,
+        );
         assert!(out.create.is_empty());
         assert_eq!(out.response.status, Some(vec![]));
         assert_eq!(count(out.response.active_tasks.as_ref().unwrap()), 8);
@@ -829,10 +890,11 @@ mod tests {
     #[test]
     fn tasks_are_revoked_before_they_move() {
         let mut g = StreamsGroup::default();
-        let topics: BTreeMap<String, i32> = [("words", 2), ("app-rep", 2), ("app-counts-changelog", 2)]
-            .into_iter()
-            .map(|(t, n)| (t.to_string(), n))
-            .collect();
+        let topics: BTreeMap<String, i32> =
+            [("words", 2), ("app-rep", 2), ("app-counts-changelog", 2)]
+                .into_iter()
+                .map(|(t, n)| (t.to_string(), n))
+                .collect();
         let a = run(&mut g, join("a", "p1"), &topics, 0).response;
         let a_tasks = a.active_tasks.clone().unwrap();
         assert_eq!(count(&a_tasks), 4);
@@ -846,7 +908,11 @@ mod tests {
         assert_eq!(count(&kept), 2);
         assert_eq!(a2.member_epoch, a.member_epoch);
         let b2 = run(&mut g, beat("b", b.member_epoch, &vec![]), &topics, 0).response;
-        assert_eq!(count(b2.active_tasks.as_ref().unwrap()), 0, "a still runs them");
+        assert_eq!(
+            count(b2.active_tasks.as_ref().unwrap()),
+            0,
+            "a still runs them"
+        );
         let a3 = run(&mut g, beat("a", a2.member_epoch, &kept), &topics, 0).response;
         assert_eq!(a3.member_epoch, g.epoch);
         let b3 = run(&mut g, beat("b", b2.member_epoch, &vec![]), &topics, 0).response;
@@ -859,10 +925,11 @@ mod tests {
     #[test]
     fn standbys_go_to_other_processes() {
         let mut g = StreamsGroup::default();
-        let topics: BTreeMap<String, i32> = [("words", 3), ("app-rep", 3), ("app-counts-changelog", 3)]
-            .into_iter()
-            .map(|(t, n)| (t.to_string(), n))
-            .collect();
+        let topics: BTreeMap<String, i32> =
+            [("words", 3), ("app-rep", 3), ("app-counts-changelog", 3)]
+                .into_iter()
+                .map(|(t, n)| (t.to_string(), n))
+                .collect();
         for (m, p) in [("a", "p1"), ("b", "p1"), ("c", "p2")] {
             run(&mut g, join(m, p), &topics, 1);
         }
@@ -871,7 +938,12 @@ mod tests {
         for (id, t) in &g.target {
             for task in &t.standby {
                 standbys += 1;
-                let active = g.target.iter().find(|(_, x)| x.active.contains(task)).unwrap().0;
+                let active = g
+                    .target
+                    .iter()
+                    .find(|(_, x)| x.active.contains(task))
+                    .unwrap()
+                    .0;
                 assert_ne!(process(id), process(active), "{task:?}");
             }
         }
@@ -884,10 +956,11 @@ mod tests {
     #[test]
     fn expired_and_leaving_members_hand_their_tasks_on() {
         let mut g = StreamsGroup::default();
-        let topics: BTreeMap<String, i32> = [("words", 2), ("app-rep", 2), ("app-counts-changelog", 2)]
-            .into_iter()
-            .map(|(t, n)| (t.to_string(), n))
-            .collect();
+        let topics: BTreeMap<String, i32> =
+            [("words", 2), ("app-rep", 2), ("app-counts-changelog", 2)]
+                .into_iter()
+                .map(|(t, n)| (t.to_string(), n))
+                .collect();
         run(&mut g, join("a", "p1"), &topics, 0);
         run(&mut g, join("b", "p2"), &topics, 0);
         let mut leave = beat("a", -1, &vec![]);
@@ -898,7 +971,9 @@ mod tests {
         assert_eq!(g.expire(later, Duration::from_secs(45), 0), ["b"]);
         assert_eq!(g.state(), "Empty");
         assert_eq!(
-            run(&mut g, beat("b", 3, &vec![]), &topics, 0).response.error_code,
+            run(&mut g, beat("b", 3, &vec![]), &topics, 0)
+                .response
+                .error_code,
             ResponseError::UnknownMemberId.code()
         );
     }

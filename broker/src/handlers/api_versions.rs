@@ -64,6 +64,22 @@ pub fn handle(
                 .with_max_version(max)
         })
         .collect();
+    // The streams group APIs, whose messages this broker reads itself (codec/streams_group.rs),
+    // while `streams.version` is 1 or more, as Kafka lists them.
+    if crate::features::streams_groups_enabled(image, config) {
+        use crate::codec::streams_group::{
+            STREAMS_GROUP_DESCRIBE, STREAMS_GROUP_HEARTBEAT, VERSION,
+        };
+        for key in [STREAMS_GROUP_HEARTBEAT, STREAMS_GROUP_DESCRIBE] {
+            response.api_keys.push(
+                ApiVersion::default()
+                    .with_api_key(key)
+                    .with_min_version(VERSION)
+                    .with_max_version(VERSION),
+            );
+        }
+        response.api_keys.sort_by_key(|k| k.api_key);
+    }
     // Before version 4 a supported range starting at 0 broke older clients (KAFKA-17011), so
     // Kafka leaves those features out of `supported_features` then; so does this broker.
     response.supported_features = features

@@ -33,8 +33,14 @@ pub async fn list(shard: &Rc<Shard>, request: ListGroupsRequest) -> ListGroupsRe
                 .groups
                 .borrow()
                 .values()
-                .map(|g| match &g.consumer {
-                    Some(c) if g.members.is_empty() => (
+                .map(|g| match (&g.streams, &g.consumer) {
+                    (Some(st), _) if g.members.is_empty() => (
+                        g.id.clone(),
+                        "streams".to_string(),
+                        st.state().to_string(),
+                        "streams",
+                    ),
+                    (_, Some(c)) if g.members.is_empty() => (
                         g.id.clone(),
                         "consumer".to_string(),
                         c.state().to_string(),
@@ -109,7 +115,7 @@ pub async fn describe(
                         // DescribeGroups describes classic groups; a consumer group is described
                         // as an unknown one, as in Kafka (ConsumerGroupDescribe describes it).
                         let classic = |g: &&crate::group::Group| {
-                            g.consumer.is_none() || !g.members.is_empty()
+                            (g.consumer.is_none() && g.streams.is_none()) || !g.members.is_empty()
                         };
                         let Some(g) = groups.get(&id) else {
                             return Err(format!("Group {id} not found."));
@@ -237,7 +243,10 @@ pub async fn delete(shard: &Rc<Shard>, request: DeleteGroupsRequest) -> DeleteGr
                             let groups = s.groups.groups.borrow();
                             match groups.get(&id) {
                                 None => return ResponseError::GroupIdNotFound.code(),
-                                Some(g) if g.state != GroupState::Empty => {
+                                Some(g)
+                                    if g.state != GroupState::Empty
+                                        || g.streams.as_ref().is_some_and(|st| !st.members.is_empty()) =>
+                                {
                                     return ResponseError::NonEmptyGroup.code()
                                 }
                                 Some(g) => g.offsets.keys().cloned().collect::<Vec<_>>(),

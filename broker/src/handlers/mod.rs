@@ -55,6 +55,7 @@ pub mod share_group_describe;
 pub mod share_group_heartbeat;
 pub mod share_group_offsets;
 pub mod share_group_state;
+pub mod streams_group;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod write_txn_markers;

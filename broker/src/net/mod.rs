@@ -762,12 +762,15 @@ fn prepare(
     identity: Identity,
     mut turn: crate::handlers::order::Turn,
 ) -> anyhow::Result<Pending> {
-    let (key, version, header) = match frame::decode_header(&mut body)? {
+    let (key, version, header, streams) = match frame::decode_header(&mut body)? {
         frame::Header::Request {
             key,
             version,
             header,
-        } => (key, version, header),
+        } => (key, version, header, None),
+        // Served like any request; the handler reads and writes the message itself. The
+        // ApiVersions key only stands in for ordering, which treats it as any non-produce.
+        frame::Header::Streams { key, header } => (ApiKey::ApiVersions, 0, header, Some(key)),
         frame::Header::UnsupportedApiVersions { correlation_id } => {
             // KIP-511: answer an unknown ApiVersions version with v0 and the error, so the
             // client can pick a version both sides know.
@@ -815,6 +818,23 @@ fn prepare(
             .quota(&shard, crate::quota::REQUEST_PERCENTAGE)
             .map(|_| Rc::default());
         let worked = client.worked.clone();
+        if let Some(streams_key) = streams {
+            let result = {
+                let served = std::pin::pin!(handlers::streams_group::dispatch(&shard, streams_key, body, client));
+                crate::quota::Timed { fut: served, worked }.await
+            };
+            turn.finish().await;
+            return match result {
+                Ok(response) => Ok(Some(Frame::Bytes(crate::codec::streams_group::frame(
+                    header.correlation_id,
+                    &response,
+                )))),
+                Err(e) => {
+                    tracing::warn!(?peer, api_key = streams_key, error = %e, "malformed or refused streams group request; closing the connection");
+                    Err(())
+                }
+            };
+        }
         let result = {
             let dispatched = std::pin::pin!(handlers::dispatch(&shard, key, version, &mut body, client, &mut turn));
             crate::quota::Timed { fut: dispatched, worked }.await

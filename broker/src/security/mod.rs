@@ -73,6 +73,11 @@ pub fn before_auth(
             header,
         } => (key, version, header),
         crate::codec::frame::Header::UnsupportedApiVersions { .. } => return Ok(BeforeAuth::Serve),
+        crate::codec::frame::Header::Streams { key, .. } => {
+            return Ok(BeforeAuth::Refuse(format!(
+                "streams group API {key} before SASL authentication"
+            )))
+        }
     };
     if key == ApiKey::ApiVersions {
         return Ok(BeforeAuth::Serve);

@@ -74,7 +74,9 @@ impl Shard {
         req: consumer::HeartbeatRequest,
     ) -> consumer::HeartbeatResult {
         // One name space for all groups: a share group's id is not a consumer group's.
-        if self.groups.share_groups.borrow().contains_key(group_id) {
+        if self.groups.share_groups.borrow().contains_key(group_id)
+            || self.is_streams_group(group_id)
+        {
             return consumer::HeartbeatResult {
                 error: err(ResponseError::GroupIdNotFound),
                 message: Some(format!("Group {group_id} is not a consumer group.")),
@@ -92,6 +94,81 @@ impl Shard {
         result
     }
 
+    /// Whether `group_id` is a streams group with members (KIP-1071).
+    fn is_streams_group(&self, group_id: &str) -> bool {
+        self.groups
+            .groups
+            .borrow()
+            .get(group_id)
+            .and_then(|g| g.streams.as_ref())
+            .is_some_and(|s| !s.members.is_empty())
+    }
+
+    /// StreamsGroupHeartbeat (KIP-1071) on the coordinator shard; `refresh` answers a member
+    /// again without a request (after the internal topics it needed were created).
+    pub fn streams_heartbeat(
+        self: &Rc<Self>,
+        group_id: &str,
+        req: Option<crate::codec::streams_group::HeartbeatRequest>,
+        member_id: &str,
+        client_id: String,
+        client_host: String,
+    ) -> Option<crate::group::streams::Outcome> {
+        use crate::codec::streams_group::HeartbeatResponse;
+        use crate::group::streams::{Context, Outcome};
+        let config = self.config();
+        let heartbeat_interval_ms =
+            i32::try_from(config.group_streams_heartbeat_interval_ms).unwrap_or(i32::MAX);
+        let refuse = |message: String| {
+            Some(Outcome {
+                response: HeartbeatResponse {
+                    error_code: err(ResponseError::GroupIdNotFound),
+                    error_message: Some(message),
+                    member_id: member_id.to_string(),
+                    heartbeat_interval_ms,
+                    ..Default::default()
+                },
+                create: Vec::new(),
+            })
+        };
+        if self.groups.share_groups.borrow().contains_key(group_id) {
+            return refuse(format!("Group {group_id} is not a streams group."));
+        }
+        let image = self.image();
+        let partitions_of = |t: &str| image.topics.get(t).map(|m| m.shards.len() as i32);
+        let cx = Context {
+            now: Instant::now(),
+            client_id,
+            client_host,
+            partitions_of: &partitions_of,
+            num_standby_replicas: config.group_streams_num_standby_replicas as usize,
+            heartbeat_interval_ms,
+            max_size: crate::group::GROUP_MEMBERS_MAX,
+        };
+        let mut groups = self.groups.groups.borrow_mut();
+        let group = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| crate::group::Group::new(group_id));
+        if !group.members.is_empty()
+            || group
+                .consumer
+                .as_ref()
+                .is_some_and(|c| !c.members.is_empty())
+        {
+            return refuse(format!("Group {group_id} is not a streams group."));
+        }
+        let s = group.streams.get_or_insert_with(Default::default);
+        let before = s.epoch;
+        let outcome = match req {
+            Some(req) => Some(s.heartbeat(req, &cx)),
+            None => s.refresh(member_id, &cx),
+        };
+        if s.epoch != before {
+            tracing::info!(group = %group_id, epoch = s.epoch, members = s.members.len(), state = s.state(), "streams group epoch bumped");
+        }
+        outcome
+    }
+
     /// ShareGroupHeartbeat (KIP-932) on the coordinator shard. A member that left has the
     /// records it holds released on every shard.
     pub fn share_heartbeat(
@@ -103,6 +180,7 @@ impl Shard {
         let taken = self.groups.groups.borrow().get(group_id).is_some_and(|g| {
             !g.members.is_empty()
                 || g.consumer.as_ref().is_some_and(|c| !c.members.is_empty())
+                || g.streams.as_ref().is_some_and(|s| !s.members.is_empty())
                 || !g.offsets.is_empty()
         });
         if taken {
@@ -186,6 +264,7 @@ impl Shard {
             .share_groups
             .borrow()
             .contains_key(&req.group_id)
+            || self.is_streams_group(&req.group_id)
         {
             return JoinResult {
                 error: err(ResponseError::InconsistentGroupProtocol),
