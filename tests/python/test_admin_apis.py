@@ -72,6 +72,8 @@ EXPECTED_APIS = {
     # ReadShareGroupState, WriteShareGroupState, DeleteShareGroupState,
     # ReadShareGroupStateSummary.
     83: (0, 0), 84: (0, 0), 85: (0, 0), 86: (0, 0), 87: (0, 0),
+    # Streams groups (KIP-1071): StreamsGroupHeartbeat, StreamsGroupDescribe.
+    88: (0, 0), 89: (0, 0),
 }
 METADATA_VERSION_4_0 = 25
 TOPIC_OPERATIONS_ALL = 3576
@@ -159,15 +161,17 @@ def test_api_versions_advertise_what_is_implemented_and_kafka_4_features(both):
         # (Produce keeps 3, as Kafka now refuses 0-2 though it still lists them for librdkafka's
         # sake).
         # WriteShareGroupState and ReadShareGroupStateSummary 1 add a delivery-complete count
-        # that only Kafka's own brokers send one another: Sluice's brokers speak 0.
-        older = {85: 0, 87: 0}
+        # that only Kafka's own brokers send one another: Sluice's brokers speak 0. The streams
+        # group APIs' version 1 adds the topology description (KIP-1331), not served yet.
+        older = {85: 0, 87: 0, 88: 0, 89: 0}
         assert key in kafka_table and hi == older.get(key, kafka_table[key][1]), (key, hi, kafka_table.get(key))
         assert lo == kafka_table[key][0] or (key == 0 and lo == 3), (key, lo, kafka_table[key])
 
     finalized = {f["name"]: (f["min_version_level"], f["max_version_level"]) for f in v4["finalized_features"]}
     assert finalized == {"metadata.version": (METADATA_VERSION_4_0, METADATA_VERSION_4_0),
                          "eligible.leader.replicas.version": (1, 1), "group.version": (1, 1),
-                         "transaction.version": (2, 2), "share.version": (1, 1)}
+                         "transaction.version": (2, 2), "share.version": (1, 1),
+                         "streams.version": (1, 1)}
     kafka_finalized = {f["name"]: f["max_version_level"] for f in k4["finalized_features"]}
     assert kafka_finalized["metadata.version"] >= METADATA_VERSION_4_0
     assert kafka_finalized["group.version"] == 1
@@ -178,7 +182,7 @@ def test_api_versions_advertise_what_is_implemented_and_kafka_4_features(both):
     assert supported == {"metadata.version": (METADATA_VERSION_4_0, METADATA_VERSION_4_0),
                          "kraft.version": (0, 0), "eligible.leader.replicas.version": (1, 1),
                          "group.version": (1, 1), "transaction.version": (0, 2), "share.version": (0, 1),
-                         "streams.version": (0, 0)}
+                         "streams.version": (0, 1)}
     # Version 3 leaves out supported ranges that start at 0 (KAFKA-17011), on both brokers;
     # finalized features are the same as in version 4.
     for r3, r4 in ((v3, v4), (k3, k4)):

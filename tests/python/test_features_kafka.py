@@ -91,9 +91,9 @@ def test_kafka_features_describes_and_updates_the_levels_sluice_implements(fresh
         "group.version": ("1", "1", "1"),
         "transaction.version": ("0", "2", "2"),
         "share.version": ("0", "1", "1"),
-        "streams.version": ("0", "0", "0"),
+        "streams.version": ("0", "1", "1"),
     }, levels
-    for name in ("transaction.version", "group.version", "eligible.leader.replicas.version"):
+    for name in ("transaction.version", "group.version", "eligible.leader.replicas.version", "streams.version"):
         assert theirs[name]["FinalizedVersionLevel"] == ours[name]["FinalizedVersionLevel"], (name, theirs[name])
 
     # Down to transaction.version 1 on both: the Java client then ends transactions without
