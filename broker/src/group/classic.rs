@@ -100,11 +100,15 @@ impl GroupCoordinator {
             }
             effects.extend(membership_changed(group, now, config));
         }
-        let streams_timeout = Duration::from_millis(config.group_streams_session_timeout_ms);
-        let standbys = config.group_streams_num_standby_replicas as usize;
         for group in groups.values_mut() {
-            if let Some(s) = group.streams.as_mut() {
-                for id in s.expire(now, streams_timeout, standbys) {
+            if let Some(s) = group.streams.as_mut().filter(|s| !s.members.is_empty()) {
+                let own = image
+                    .cluster
+                    .as_ref()
+                    .and_then(|c| c.group_configs.get(&group.id));
+                let c = super::configs::StreamsGroupConfig::resolve(config, own);
+                let timeout = Duration::from_millis(c.session_timeout_ms);
+                for id in s.expire(now, timeout, c.num_standby_replicas) {
                     tracing::info!(group = %group.id, member = %id, epoch = s.epoch, "streams group member session expired");
                 }
             }

@@ -205,6 +205,40 @@ impl ShareGroupConfig {
     }
 }
 
+/// What a streams group runs with: its own configs over the broker's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamsGroupConfig {
+    pub session_timeout_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    pub num_standby_replicas: usize,
+}
+
+impl StreamsGroupConfig {
+    pub fn resolve(broker: &BrokerConfig, own: Option<&BTreeMap<String, String>>) -> Self {
+        let int = |name: &str, default: u64| {
+            own.and_then(|c| c.get(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(default)
+        };
+        StreamsGroupConfig {
+            session_timeout_ms: int(
+                "streams.session.timeout.ms",
+                broker.group_streams_session_timeout_ms,
+            ),
+            heartbeat_interval_ms: int(
+                "streams.heartbeat.interval.ms",
+                broker.group_streams_heartbeat_interval_ms,
+            ),
+            // Kafka's group.streams.max.standby.replicas (2) bounds it.
+            num_standby_replicas: int(
+                "streams.num.standby.replicas",
+                broker.group_streams_num_standby_replicas,
+            )
+            .min(2) as usize,
+        }
+    }
+}
+
 /// The group configs DescribeConfigs shows for a group: each name with the group's value or
 /// the default it runs with, and whether the group set it.
 pub fn described(
@@ -229,9 +263,11 @@ pub fn described(
             "share.auto.offset.reset" => "latest".into(),
             "share.isolation.level" => "read_uncommitted".into(),
             "share.renew.acknowledge.enable" => "true".into(),
-            "streams.session.timeout.ms" => "45000".into(),
-            "streams.heartbeat.interval.ms" => "5000".into(),
-            "streams.num.standby.replicas" => "0".into(),
+            "streams.session.timeout.ms" => broker.group_streams_session_timeout_ms.to_string(),
+            "streams.heartbeat.interval.ms" => {
+                broker.group_streams_heartbeat_interval_ms.to_string()
+            }
+            "streams.num.standby.replicas" => broker.group_streams_num_standby_replicas.to_string(),
             "streams.initial.rebalance.delay.ms" => "3000".into(),
             "streams.num.warmup.replicas" => "2".into(),
             "streams.acceptable.recovery.lag" => "10000".into(),

@@ -53,8 +53,15 @@ async fn heartbeat(
     request: HeartbeatRequest,
     client: &Client,
 ) -> HeartbeatResponse {
-    let interval_ms =
-        i32::try_from(shard.config().group_streams_heartbeat_interval_ms).unwrap_or(i32::MAX);
+    let interval_ms = {
+        let image = shard.image();
+        let own = image
+            .cluster
+            .as_ref()
+            .and_then(|c| c.group_configs.get(&request.group_id));
+        let config = crate::group::configs::StreamsGroupConfig::resolve(shard.config(), own);
+        i32::try_from(config.heartbeat_interval_ms).unwrap_or(i32::MAX)
+    };
     let (member_id, member_epoch) = (request.member_id.clone(), request.member_epoch);
     let fail = |e: ResponseError, message: Option<String>| HeartbeatResponse {
         error_code: e.code(),

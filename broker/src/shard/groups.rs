@@ -116,9 +116,13 @@ impl Shard {
     ) -> Option<crate::group::streams::Outcome> {
         use crate::codec::streams_group::HeartbeatResponse;
         use crate::group::streams::{Context, Outcome};
-        let config = self.config();
-        let heartbeat_interval_ms =
-            i32::try_from(config.group_streams_heartbeat_interval_ms).unwrap_or(i32::MAX);
+        let image = self.image();
+        let own = image
+            .cluster
+            .as_ref()
+            .and_then(|c| c.group_configs.get(group_id));
+        let config = crate::group::configs::StreamsGroupConfig::resolve(self.config(), own);
+        let heartbeat_interval_ms = i32::try_from(config.heartbeat_interval_ms).unwrap_or(i32::MAX);
         let refuse = |message: String| {
             Some(Outcome {
                 response: HeartbeatResponse {
@@ -134,14 +138,13 @@ impl Shard {
         if self.groups.share_groups.borrow().contains_key(group_id) {
             return refuse(format!("Group {group_id} is not a streams group."));
         }
-        let image = self.image();
         let partitions_of = |t: &str| image.topics.get(t).map(|m| m.shards.len() as i32);
         let cx = Context {
             now: Instant::now(),
             client_id,
             client_host,
             partitions_of: &partitions_of,
-            num_standby_replicas: config.group_streams_num_standby_replicas as usize,
+            num_standby_replicas: config.num_standby_replicas,
             heartbeat_interval_ms,
             max_size: crate::group::GROUP_MEMBERS_MAX,
         };
