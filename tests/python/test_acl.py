@@ -424,3 +424,33 @@ def test_share_groups_follow_the_acls(broker):
                 state_epoch, start_offset = struct.unpack(">iq", f[30:42])
                 assert state_epoch >= 0 and 0 <= start_offset <= 10, (state_epoch, start_offset)
     assert "principal=User:bob" in broker.log_text()
+
+
+def test_streams_groups_follow_the_acls(broker):
+    """StreamsGroupHeartbeat needs READ on the group and StreamsGroupDescribe DESCRIBE on it, as
+    in Kafka: bob, with neither on `st-acl`, is refused with GROUP_AUTHORIZATION_FAILED (30);
+    the super user gets through to the coordinator, which refuses a join without a topology
+    (INVALID_REQUEST, 42) and finds no such group (GROUP_ID_NOT_FOUND, 69)."""
+    from test_sasl import authenticate, handshake, read_frames, request
+    group = b"st-acl"
+    compact = lambda s: bytes([len(s) + 1]) + s  # noqa: E731 (short strings only)
+    # Flexible header's tags; group id, member id, member epoch 0, endpoint epoch -1, no
+    # instance or rack id, rebalance timeout, no topology (-1), null task lists and process id,
+    # no endpoint (-1), null tags and offsets, no shutdown, no tagged fields.
+    heartbeat = request(88, 0, 3, b"\x00" + compact(group) + compact(b"m1") + struct.pack(">ii", 0, -1)
+                        + b"\x00\x00" + struct.pack(">i", 30_000) + b"\xff" + b"\x00" * 4 + b"\xff"
+                        + b"\x00" * 3 + b"\x00\x00")
+    describe = request(89, 0, 4, b"\x00" + b"\x02" + compact(group) + b"\x00\x00")
+    for user, password, (hb_error, describe_error) in [("bob", BOB_PW, (30, 30)), ("admin", ADMIN_PW, (42, 69))]:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+            s.sendall(handshake(1, "PLAIN") + authenticate(2, f"\0{user}\0{password}".encode())
+                      + heartbeat + describe)
+            frames = read_frames(s, 4)
+            assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2, 3, 4], (user, broker.log_tail())
+            # correlation id, header tags, throttle time, error code.
+            hb = frames[2]
+            assert struct.unpack(">h", hb[9:11])[0] == hb_error, (user, hb)
+            # correlation id, header tags, throttle time, one group: its error code, then its id.
+            d = frames[3]
+            assert d[9] == 2 and struct.unpack(">h", d[10:12])[0] == describe_error, (user, d)
+            assert group in d

@@ -208,7 +208,12 @@ pub fn configure(topology: &Topology, partitions_of: &dyn Fn(&str) -> Option<i32
     for s in &topology.subtopologies {
         let n = tasks[&s.id];
         for t in &s.repartition_source_topics {
-            need(t, repartition[&t.name].max(n), &mut out, &mut wrong);
+            // Its own count where it has one (declared, or resolved from its writers).
+            let want = match repartition[&t.name] {
+                0 => n,
+                declared => declared,
+            };
+            need(t, want, &mut out, &mut wrong);
         }
         for t in &s.state_changelog_topics {
             need(t, n, &mut out, &mut wrong);
@@ -884,6 +889,30 @@ mod tests {
         assert_eq!(out.response.status, Some(vec![]));
         assert_eq!(count(out.response.active_tasks.as_ref().unwrap()), 8);
         assert_eq!(g.state(), "Stable");
+    }
+
+    /// A repartition topic keeps the count the application declared for it; a changelog has one
+    /// partition per task of its subtopology.
+    #[test]
+    fn declared_repartition_counts_are_kept() {
+        let mut t = word_count();
+        t.subtopologies[1].source_topics = vec!["other".into()];
+        t.subtopologies[1].repartition_source_topics[0].partitions = 3;
+        let topics: BTreeMap<String, i32> = [("words", 4), ("other", 6)]
+            .into_iter()
+            .map(|(t, n)| (t.to_string(), n))
+            .collect();
+        let c = configure(&t, &|x: &str| topics.get(x).copied());
+        let made: Vec<(&str, i32)> = c
+            .missing
+            .iter()
+            .map(|m| (m.name.as_str(), m.partitions))
+            .collect();
+        assert_eq!(made, [("app-rep", 3), ("app-counts-changelog", 6)]);
+        assert!(
+            c.tasks.is_empty(),
+            "nothing is assigned while topics are missing"
+        );
     }
 
     /// A task moves to a new member only after its previous owner reported it released.

@@ -169,6 +169,14 @@ impl Shard {
         if s.epoch != before {
             tracing::info!(group = %group_id, epoch = s.epoch, members = s.members.len(), state = s.state(), "streams group epoch bumped");
         }
+        // A refused join leaves no group behind (nothing to list or describe).
+        if s.members.is_empty() && s.topology.is_none() {
+            group.streams = None;
+            if group.consumer.is_none() && group.offsets.is_empty() && group.pending_txn.is_empty()
+            {
+                groups.remove(group_id);
+            }
+        }
         outcome
     }
 
