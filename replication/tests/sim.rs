@@ -258,6 +258,7 @@ impl Sim {
         }
         // Heal: no more faults, every node back, then wait for convergence.
         self.faults = false;
+        self.share_set_target();
         self.isolated.clear();
         self.data.disarm();
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
@@ -900,6 +901,7 @@ impl Sim {
                 m.image().offset() == commit && m.commit_index() == commit.0 as u64
             })
         }) && self.data_converged(leader.image())
+            && (leader.image().topic(DATA_TOPIC).is_none() || self.share_drained())
     }
 
     fn final_checks(&self) {
@@ -1058,6 +1060,7 @@ fn run_many(voters: u64) {
     let mut reassignments = 0;
     let (mut writes, mut reads, mut leaderships, mut truncations, mut storage_failures) =
         (0, 0, 0, 0, 0);
+    let (mut share_acked, mut share_deliveries, mut share_fenced) = (0, 0, 0);
     for seed in 0..seeds {
         let sim = run_seed(seed, voters);
         crashes += sim.crashes;
@@ -1071,9 +1074,16 @@ fn run_many(voters: u64) {
         leaderships += sim.data.leaderships;
         truncations += sim.data.truncations;
         storage_failures += sim.data.storage_failures;
+        share_acked += sim.data.share.acked.len();
+        share_deliveries += sim.data.share.deliveries;
+        share_fenced += sim.data.share.fenced;
     }
     eprintln!(
-        "{seeds} seeds, {voters} voters: {crashes} crashes, {jumps} clock jumps, {snapshots} snapshots installed, {acked} requests acknowledged ({reassignments} reassignments), {batches} batches committed; data plane: {writes} acks=all writes acknowledged, {reads} offsets read by consumers, {leaderships} leaderships, {truncations} follower truncations, {storage_failures} storage failures"
+        "{seeds} seeds, {voters} voters: {crashes} crashes, {jumps} clock jumps, {snapshots} snapshots installed, {acked} requests acknowledged ({reassignments} reassignments), {batches} batches committed; data plane: {writes} acks=all writes acknowledged, {reads} offsets read by consumers, {leaderships} leaderships, {truncations} follower truncations, {storage_failures} storage failures; share group: {share_deliveries} deliveries, {share_acked} acknowledgements answered, {share_fenced} fetches at fenced leaders"
+    );
+    assert!(
+        seeds == 0 || (share_acked > 0 && share_deliveries > share_acked as u64),
+        "the share consumers acknowledged nothing, or no record was ever delivered twice"
     );
     assert!(
         seeds == 0 || (writes > 0 && reads > 0),

@@ -49,6 +49,11 @@ use sluice_replication::replica::{
 
 use super::*;
 
+#[path = "share.rs"]
+mod share;
+pub use share::SHARE_BASE;
+use share::{ShareFetch, ShareFetchAnswer, ShareState};
+
 pub const DATA_TOPIC: &str = "events";
 pub const DATA_PARTITIONS: i32 = 2;
 /// Idempotent producers per partition: two, so that a new leader takes one's records while
@@ -109,6 +114,8 @@ pub enum DataMsg {
         error_code: i16,
         base_offset: i64,
     },
+    ShareFetch(ShareFetch),
+    ShareFetchAnswer(ShareFetchAnswer),
 }
 
 /// An acks=all produce waiting for the high watermark.
@@ -199,6 +206,8 @@ pub struct DataPlane {
     pub leaderships: u64,
     next_seq: u64,
     topic_id: Option<TopicId>,
+    /// The share group's consumers and the share partitions' state (share.rs).
+    pub share: ShareState,
 }
 
 /// `SIM_TRACE=1` prints the data plane's events.
@@ -349,6 +358,7 @@ impl DataPlane {
             leaderships: 0,
             next_seq: 0,
             topic_id: None,
+            share: ShareState::new(),
         }
     }
 
@@ -365,6 +375,7 @@ impl DataPlane {
             b.alter_in_flight = None;
             b.alter_queue.clear();
         }
+        self.share.crash(broker);
     }
 
     /// Makes the broker's disk fail its `n`-th next data operation.
@@ -979,6 +990,7 @@ impl DataPlane {
                 );
             }
             let by_offset: BTreeMap<i64, u64> = at.iter().map(|(&v, &o)| (o, v)).collect();
+            self.check_share_values(partition, &by_offset);
             for (&(_, offset), &value) in self
                 .consumed
                 .range((partition, i64::MIN)..(partition + 1, i64::MIN))
@@ -1062,6 +1074,7 @@ impl Sim {
         self.send_data(out);
         self.run_producers();
         self.run_consumers();
+        self.run_share_consumers();
         if trace() && now.is_multiple_of(250) {
             let mut line = format!("{now}:");
             for (&id, b) in &self.data.brokers {
@@ -1187,7 +1200,11 @@ impl Sim {
                     &mut self.rng,
                     &mut out,
                 ),
-                DataMsg::ProduceResponse { .. } => Ok(()),
+                DataMsg::ShareFetch(f) => self
+                    .data
+                    .on_share_fetch(to, &f, now, local_now)
+                    .map(|answer| out.push((to, from, DataMsg::ShareFetchAnswer(answer)))),
+                DataMsg::ProduceResponse { .. } | DataMsg::ShareFetchAnswer(_) => Ok(()),
             };
             match result {
                 Ok(()) => self.send_data(out),
@@ -1207,7 +1224,11 @@ impl Sim {
                     base_offset,
                 );
             }
-        } else if (CONSUMER_BASE..ALTER_BASE).contains(&to) {
+        } else if (SHARE_BASE..ALTER_BASE).contains(&to) {
+            if let DataMsg::ShareFetchAnswer(a) = msg {
+                self.on_share_answer((to - SHARE_BASE) as usize, a);
+            }
+        } else if (CONSUMER_BASE..SHARE_BASE).contains(&to) {
             if let DataMsg::FetchAnswer(FetchAnswer {
                 seq,
                 error_code,
@@ -1494,5 +1515,8 @@ impl Sim {
 
     pub fn data_final_checks(&self, image: &MetadataImage) {
         self.data.check_final(image);
+        if image.topic(DATA_TOPIC).is_some() {
+            self.data.check_share_final();
+        }
     }
 }

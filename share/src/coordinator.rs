@@ -331,6 +331,10 @@ impl ShareCoordinator {
     pub fn len(&self) -> usize {
         self.states.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
+    }
 }
 
 #[cfg(test)]
