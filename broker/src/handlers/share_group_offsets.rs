@@ -312,12 +312,13 @@ pub async fn alter(
                             if owner != crate::metadata::NOT_HOSTED {
                                 let (g, t, index) =
                                     (group_id.clone(), topic.clone(), p.partition_index);
-                                shard
+                                let held = shard
                                     .invoke_on(
                                         owner as usize % shard.shared.shards,
                                         move |s| async move { s.share_forget(&g, &t, index) },
                                     )
                                     .await;
+                                tracing::debug!(group = %group_id, topic = %topic, partition = p.partition_index, held, "share partition forgotten after its reset");
                             }
                             0
                         }

@@ -856,12 +856,12 @@ impl Shard {
 
     /// Forgets `group_id`'s share partition of `topic`-`partition` on this shard: its state
     /// was reset or deleted at the share coordinator, and the next fetch reads it again.
+    /// Whether this shard held it.
     pub fn share_forget(&self, group_id: &str, topic: &str, partition: i32) -> bool {
-        self.share_partitions
-            .map
-            .borrow_mut()
-            .retain(|(g, t, p), _| !(g == group_id && &**t == topic && *p == partition));
-        true
+        let mut map = self.share_partitions.map.borrow_mut();
+        let before = map.len();
+        map.retain(|(g, t, p), _| !(g == group_id && &**t == topic && *p == partition));
+        before != map.len()
     }
 }
 

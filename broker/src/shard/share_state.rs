@@ -481,14 +481,15 @@ async fn call_remote(
         tracing::warn!(addr, error = %e, ?api, "could not decode the share coordinator's answer");
         ResponseError::UnknownServerError.code()
     })?;
+    // Each request names one partition; its answer is the first partition of the first topic.
+    let unknown = ResponseError::UnknownServerError.code();
     let fail = |code: i16| if code == 0 { Ok(()) } else { Err(code) };
+    fn only<T, P>(results: &[T], partitions: impl Fn(&T) -> &[P]) -> Option<&P> {
+        results.first().and_then(|t| partitions(t).first())
+    }
     match response {
         ResponseKind::ReadShareGroupState(r) => {
-            let p = r
-                .results
-                .first()
-                .and_then(|t| t.partitions.first())
-                .ok_or(ResponseError::UnknownServerError.code())?;
+            let p = only(&r.results, |t| &t.partitions).ok_or(unknown)?;
             fail(p.error_code)?;
             if p.state_epoch < 0 && p.start_offset < 0 {
                 return Ok(None);
@@ -500,8 +501,7 @@ async fn call_remote(
                     Ok(StateBatch {
                         first_offset: b.first_offset,
                         last_offset: b.last_offset,
-                        state: RecordState::from_wire(b.delivery_state)
-                            .ok_or(ResponseError::UnknownServerError.code())?,
+                        state: RecordState::from_wire(b.delivery_state).ok_or(unknown)?,
                         delivery_count: b.delivery_count.max(0) as u16,
                     })
                 })
@@ -517,36 +517,21 @@ async fn call_remote(
             }))
         }
         ResponseKind::WriteShareGroupState(r) => {
-            fail(
-                r.results
-                    .first()
-                    .and_then(|t| t.partitions.first())
-                    .map_or(ResponseError::UnknownServerError.code(), |p| p.error_code),
-            )?;
+            fail(only(&r.results, |t| &t.partitions).map_or(unknown, |p| p.error_code))?;
             match op {
                 StateOp::Write(state) => Ok(Some(state)),
                 _ => Ok(None),
             }
         }
         ResponseKind::InitializeShareGroupState(r) => {
-            fail(
-                r.results
-                    .first()
-                    .and_then(|t| t.partitions.first())
-                    .map_or(ResponseError::UnknownServerError.code(), |p| p.error_code),
-            )?;
+            fail(only(&r.results, |t| &t.partitions).map_or(unknown, |p| p.error_code))?;
             Ok(None)
         }
         ResponseKind::DeleteShareGroupState(r) => {
-            fail(
-                r.results
-                    .first()
-                    .and_then(|t| t.partitions.first())
-                    .map_or(ResponseError::UnknownServerError.code(), |p| p.error_code),
-            )?;
+            fail(only(&r.results, |t| &t.partitions).map_or(unknown, |p| p.error_code))?;
             Ok(None)
         }
-        _ => Err(ResponseError::UnknownServerError.code()),
+        _ => Err(unknown),
     }
 }
 
