@@ -12,6 +12,20 @@ pub fn uvarint(buf: &mut BytesMut, mut v: u64) {
     buf.put_u8(v as u8);
 }
 
+/// Reads an unsigned varint (at most five bytes) from the front of `src`.
+pub fn read_uvarint(src: &mut Bytes) -> anyhow::Result<u64> {
+    let mut value = 0u64;
+    for shift in (0..35).step_by(7) {
+        anyhow::ensure!(src.has_remaining(), "truncated request");
+        let byte = src.get_u8();
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    anyhow::bail!("varint too long")
+}
+
 /// A compact array's or string's length: the length plus one.
 pub fn len(buf: &mut BytesMut, len: usize) {
     uvarint(buf, len as u64 + 1);
@@ -77,16 +91,7 @@ impl Rewrite {
     }
 
     pub fn read_uvarint(&mut self) -> anyhow::Result<u64> {
-        let mut value = 0u64;
-        for shift in (0..35).step_by(7) {
-            self.need(1)?;
-            let byte = self.src.get_u8();
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        anyhow::bail!("varint too long")
+        read_uvarint(&mut self.src)
     }
 
     /// Copies a compact array's length; the element count, `None` for a null array.

@@ -68,16 +68,7 @@ impl Reader {
     }
 
     fn uvarint(&mut self) -> anyhow::Result<u64> {
-        let mut value = 0u64;
-        for shift in (0..35).step_by(7) {
-            self.need(1)?;
-            let byte = self.buf.get_u8();
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        anyhow::bail!("varint too long")
+        compact::read_uvarint(&mut self.buf)
     }
 
     pub fn nullable_string(&mut self) -> anyhow::Result<Option<String>> {

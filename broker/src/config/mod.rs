@@ -628,25 +628,24 @@ impl BrokerConfig {
                 self.group_max_session_timeout_ms
             );
         }
-        let (session, heartbeat) = (
-            self.group_consumer_session_timeout_ms,
-            self.group_consumer_heartbeat_interval_ms,
-        );
-        if heartbeat >= session {
-            anyhow::bail!(
-                "group.consumer.heartbeat.interval.ms ({heartbeat}) must be less than \
-                 group.consumer.session.timeout.ms ({session})"
-            );
-        }
-        let (session, heartbeat) = (
-            self.group_streams_session_timeout_ms,
-            self.group_streams_heartbeat_interval_ms,
-        );
-        if heartbeat >= session {
-            anyhow::bail!(
-                "group.streams.heartbeat.interval.ms ({heartbeat}) must be less than \
-                 group.streams.session.timeout.ms ({session})"
-            );
+        for (protocol, session, heartbeat) in [
+            (
+                "consumer",
+                self.group_consumer_session_timeout_ms,
+                self.group_consumer_heartbeat_interval_ms,
+            ),
+            (
+                "streams",
+                self.group_streams_session_timeout_ms,
+                self.group_streams_heartbeat_interval_ms,
+            ),
+        ] {
+            if heartbeat >= session {
+                anyhow::bail!(
+                    "group.{protocol}.heartbeat.interval.ms ({heartbeat}) must be less than \
+                     group.{protocol}.session.timeout.ms ({session})"
+                );
+            }
         }
         if self.group_share_heartbeat_interval_ms >= self.group_share_session_timeout_ms {
             anyhow::bail!(

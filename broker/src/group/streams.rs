@@ -837,6 +837,10 @@ mod tests {
         g.heartbeat(req, &cx)
     }
 
+    fn topics(counts: &[(&str, i32)]) -> BTreeMap<String, i32> {
+        counts.iter().map(|&(t, n)| (t.to_string(), n)).collect()
+    }
+
     fn count(tasks: &Tasks) -> usize {
         tasks.iter().map(|(_, p)| p.len()).sum()
     }
@@ -898,10 +902,7 @@ mod tests {
         let mut t = word_count();
         t.subtopologies[1].source_topics = vec!["other".into()];
         t.subtopologies[1].repartition_source_topics[0].partitions = 3;
-        let topics: BTreeMap<String, i32> = [("words", 4), ("other", 6)]
-            .into_iter()
-            .map(|(t, n)| (t.to_string(), n))
-            .collect();
+        let topics = topics(&[("words", 4), ("other", 6)]);
         let c = configure(&t, &|x: &str| topics.get(x).copied());
         let made: Vec<(&str, i32)> = c
             .missing
@@ -919,11 +920,7 @@ mod tests {
     #[test]
     fn tasks_are_revoked_before_they_move() {
         let mut g = StreamsGroup::default();
-        let topics: BTreeMap<String, i32> =
-            [("words", 2), ("app-rep", 2), ("app-counts-changelog", 2)]
-                .into_iter()
-                .map(|(t, n)| (t.to_string(), n))
-                .collect();
+        let topics = topics(&[("words", 2), ("app-rep", 2), ("app-counts-changelog", 2)]);
         let a = run(&mut g, join("a", "p1"), &topics, 0).response;
         let a_tasks = a.active_tasks.clone().unwrap();
         assert_eq!(count(&a_tasks), 4);
@@ -954,11 +951,7 @@ mod tests {
     #[test]
     fn standbys_go_to_other_processes() {
         let mut g = StreamsGroup::default();
-        let topics: BTreeMap<String, i32> =
-            [("words", 3), ("app-rep", 3), ("app-counts-changelog", 3)]
-                .into_iter()
-                .map(|(t, n)| (t.to_string(), n))
-                .collect();
+        let topics = topics(&[("words", 3), ("app-rep", 3), ("app-counts-changelog", 3)]);
         for (m, p) in [("a", "p1"), ("b", "p1"), ("c", "p2")] {
             run(&mut g, join(m, p), &topics, 1);
         }
@@ -985,11 +978,7 @@ mod tests {
     #[test]
     fn expired_and_leaving_members_hand_their_tasks_on() {
         let mut g = StreamsGroup::default();
-        let topics: BTreeMap<String, i32> =
-            [("words", 2), ("app-rep", 2), ("app-counts-changelog", 2)]
-                .into_iter()
-                .map(|(t, n)| (t.to_string(), n))
-                .collect();
+        let topics = topics(&[("words", 2), ("app-rep", 2), ("app-counts-changelog", 2)]);
         run(&mut g, join("a", "p1"), &topics, 0);
         run(&mut g, join("b", "p2"), &topics, 0);
         let mut leave = beat("a", -1, &vec![]);

@@ -14,9 +14,10 @@
 //! forgets what it holds, as a consumer that crashed would: the records come back once their
 //! lock runs out, or when a new leader restores the state.
 //!
-//! Checked at every answer: a record is never delivered again after its acknowledgement was
-//! answered as done; an offset is always the same value; every delivery of an offset has a
-//! higher delivery count than the last one seen (counts survive failovers). After healing: every
+//! Checked at every answer: no record is acquired again after an acknowledgement answered as
+//! done took effect (an answer delayed in the network may still carry an older acquisition); an
+//! offset is always the same value; every acquisition of an offset has a higher delivery count
+//! than the one before it (counts survive failovers). After healing: every
 //! offset below the high watermark when the faults stopped is acknowledged in the persisted
 //! state, none archived, and what consumers were told was acknowledged is.
 
