@@ -75,17 +75,25 @@ def poll(c: ShareConsumer, timeout: float = 0.5) -> list:
     return out
 
 
+def members_assigned(broker, group: str, topic: str) -> int:
+    """How many of the share group's members `sluice group describe` shows assigned `topic`'s
+    partition 0."""
+    from harness import SLUICE_BIN
+    described = subprocess.run([str(SLUICE_BIN), "group", "describe", group, "--bootstrap-server", broker.bootstrap],
+                               capture_output=True, text=True, timeout=60)
+    return sum(1 for line in described.stdout.splitlines() if line.split()[-1:] == [f"{topic}:0"])
+
+
 def test_more_consumers_than_partitions_all_get_work_and_each_record_comes_once(broker):
     topic, group = setup_topic(broker)
     total = 2000
-    produce(broker, topic, total, batch=20)
     got: dict[str, list[tuple[int, int]]] = {}
     lock = threading.Lock()
     quiet_since = [time.monotonic()]
 
     def member(n: int) -> None:
         c = share_consumer(broker, group, topic)
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 60
         try:
             while time.monotonic() < deadline:
                 ms = poll(c)
@@ -107,6 +115,16 @@ def test_more_consumers_than_partitions_all_get_work_and_each_record_comes_once(
     threads = [threading.Thread(target=member, args=(n,)) for n in range(4)]
     for t in threads:
         t.start()
+    # The records come once all four members hold the partition: produced before, the first
+    # members to join could acquire all 2,000 (the partition's record-lock limit) before the
+    # last one is assigned.
+    deadline = time.monotonic() + 30
+    while (assigned := members_assigned(broker, group, topic)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert assigned == 4, f"{assigned} of 4 share consumers were assigned the partition within 30 s"
+    with lock:
+        quiet_since[0] = time.monotonic()
+    produce(broker, topic, total, batch=20)
     for t in threads:
         t.join()
     assert sorted(got) == sorted(f"r-{i}" for i in range(total)), f"{total - len(got)} records never delivered"

@@ -13,6 +13,8 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
 
 import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -79,7 +81,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * <p>Usage: {@code sluice.TxnApp BOOTSTRAP GROUP IN_TOPIC OUT_TOPIC NAME TRANSACTIONAL_ID LOG STOP
  * ABORT_EVERY [CONFIG=VALUE ...]}; a CONFIG whose name starts with {@code producer.} goes to the
- * producer without that prefix, any other to the consumer. The application closes when the file
+ * producer without that prefix, {@code app.min.txn.ms} paces the application (a transaction begins
+ * at least that long after the previous one began, so that the input lasts while the test kills
+ * its applications), any other goes to the consumer. The application closes when the file
  * STOP exists, and exits by itself if the process that started it is gone or after ten minutes.
  */
 public final class TxnApp {
@@ -227,12 +231,14 @@ public final class TxnApp {
                 c.put(key, value);
             }
         }
+        long minTxnMs = Long.parseLong(c.getProperty("app.min.txn.ms", "0"));
+        c.remove("app.min.txn.ms");
         Path stop = Path.of(args[7]);
         int abortEvery = Integer.parseInt(args[8]);
         int status;
         try (FileOutputStream log = new FileOutputStream(args[6], true)) {
             TxnApp app = new TxnApp(log, args[3], args[4]);
-            status = app.run(c, p, args[2], args[5], stop, abortEvery);
+            status = app.run(c, p, args[2], args[5], stop, abortEvery, minTxnMs);
         }
         System.exit(status);
     }
@@ -271,10 +277,11 @@ public final class TxnApp {
     }
 
     private int run(Properties consumerConfig, Properties producerConfig, String inTopic, String transactionalId,
-                    Path stop, int abortEvery) {
+                    Path stop, int abortEvery, long minTxnMs) {
         emit("started " + ProcessHandle.current().pid() + " " + transactionalId);
         producer = new KafkaProducer<>(producerConfig);
         long txn = 0;
+        long lastBegin = System.nanoTime() - TimeUnit.MILLISECONDS.toNanos(minTxnMs);
         try {
             // Fences every earlier producer with this transactional id, and aborts (or completes)
             // what it left open. Kafka allows retrying it after a TimeoutException (a broker that
@@ -294,10 +301,15 @@ public final class TxnApp {
             consumer = new KafkaConsumer<>(consumerConfig);
             consumer.subscribe(List.of(inTopic), listener);
             while (!Files.exists(stop)) {
+                long pause = lastBegin + TimeUnit.MILLISECONDS.toNanos(minTxnMs) - System.nanoTime();
+                if (pause > 0) {
+                    LockSupport.parkNanos(pause);
+                }
                 ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
                 if (records.isEmpty()) {
                     continue;
                 }
+                lastBegin = System.nanoTime();
                 txn++;
                 Map<TopicPartition, Long> first = new TreeMap<>((a, b) -> Integer.compare(a.partition(), b.partition()));
                 Map<TopicPartition, Long> last = new HashMap<>();

@@ -84,9 +84,16 @@ public final class TxnTest {
     static final int APP_KILLS = 4;
     /** Every tenth transaction of each application is aborted on purpose. */
     static final int ABORT_EVERY = 10;
-    /** Kills happen while this fraction of the input is committed, at random points in between. */
+    /**
+     * Kills happen while this fraction of the input is committed, at random points in between.
+     * The last leaves 40% of the input to the applications, paced by MIN_TXN_MS to at most
+     * 4,000 records a second together: a kill waits for its application to open a transaction,
+     * which it can only do while its partitions still have input.
+     */
     static final double KILL_FROM = 0.08;
-    static final double KILL_TO = 0.85;
+    static final double KILL_TO = 0.6;
+    /** Each application begins a transaction (of up to 500 records) at most every this often. */
+    static final long MIN_TXN_MS = 250;
     /** How long a kill may wait for its application to log that a transaction is open. */
     static final long MID_TXN_WAIT_MS = 8_000;
     /** Applications that exit by themselves are restarted, this often at most. */
@@ -641,6 +648,7 @@ public final class TxnTest {
                 bootstrap, group, in, out, name, "txn-app-" + slot, log.toString(), stop.toString(),
                 String.valueOf(ABORT_EVERY),
                 "session.timeout.ms=" + CLASSIC_SESSION_MS, "heartbeat.interval.ms=1000", "max.poll.records=500",
+                "app.min.txn.ms=" + MIN_TXN_MS,
                 "producer.transaction.timeout.ms=" + TXN_TIMEOUT_MS, "producer.max.block.ms=10000",
                 "producer.request.timeout.ms=10000", "producer.delivery.timeout.ms=30000"));
             ProcessBuilder pb = new ProcessBuilder(cmd);
