@@ -244,10 +244,51 @@ impl Metrics {
                 time,
             );
         }
+        register_waits(&mut registry);
         let mut out = String::new();
         encode(&mut out, &registry).expect("encoding into a String cannot fail");
         out
     }
+}
+
+/// What the shards waited on (`sluice_engine::waits`), per cause: waits timed, the slow ones
+/// (100 ms or more, each also logged), their total and the longest.
+fn register_waits(registry: &mut Registry) {
+    use prometheus_client::metrics::counter::Counter;
+    use sluice_engine::waits::{tallies, Wait};
+    use std::sync::atomic::AtomicU64 as Bits;
+    let count = Family::<Vec<(String, String)>, Counter>::default();
+    let slow = Family::<Vec<(String, String)>, Counter>::default();
+    let seconds = Family::<Vec<(String, String)>, Counter<f64, Bits>>::default();
+    let max = Family::<Vec<(String, String)>, Gauge<f64, Bits>>::default();
+    for wait in Wait::ALL {
+        let t = tallies(wait);
+        let labels = vec![("cause".to_string(), wait.name().to_string())];
+        count.get_or_create(&labels).inc_by(t.count);
+        slow.get_or_create(&labels).inc_by(t.slow);
+        seconds.get_or_create(&labels).inc_by(t.total.as_secs_f64());
+        max.get_or_create(&labels).set(t.max.as_secs_f64());
+    }
+    registry.register(
+        "sluice_shard_waits",
+        "Waits a shard timed, by cause: fdatasync, a job queued for another shard, a controller round trip, the reactor probe's timer",
+        count,
+    );
+    registry.register(
+        "sluice_shard_slow_waits",
+        "Of those, the ones of 100 ms or more (each is logged with its cause, at most once a second per cause)",
+        slow,
+    );
+    registry.register(
+        "sluice_shard_wait_seconds",
+        "Time spent in those waits (for the reactor: how late its timer fired)",
+        seconds,
+    );
+    registry.register(
+        "sluice_shard_wait_max_seconds",
+        "The longest of those waits since the broker started",
+        max,
+    );
 }
 
 /// A label value escaped as the exposition format wants it (backslash, double quote and

@@ -19,6 +19,7 @@ pub mod producer_state;
 pub mod segment;
 pub mod storage;
 pub mod types;
+pub mod waits;
 
 pub use batch_cache::BatchCache;
 pub use compression::Compression;

@@ -1,11 +1,13 @@
 //! Per-shard background work on the shard's partitions, off the produce path: `flush.mode =
 //! interval` fdatasyncs, retention (`retention.ms`, `retention.bytes`, the log start offset;
 //! every `log.retention.check.interval.ms`, as Kafka) and compaction of `cleanup.policy =
-//! compact` topics (every `log.cleaner.backoff.ms`).
+//! compact` topics (every `log.cleaner.backoff.ms`); and the reactor probe, which times the
+//! shard's own responsiveness.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use sluice_engine::waits::{self, Wait};
 use sluice_engine::LogError;
 
 use super::Shard;
@@ -22,6 +24,76 @@ fn ignore_closed(e: LogError) -> Result<(), LogError> {
 pub const FLUSH_CHECK_MS: u64 = 50;
 /// How often a shard stores its partition gauges for the metrics exporter.
 const GAUGES_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often the reactor probe's timer is due.
+const PROBE_PERIOD: Duration = Duration::from_millis(50);
+
+/// A thread's own CPU time and scheduling counts (`getrusage(RUSAGE_THREAD)`).
+#[derive(Clone, Copy, Debug, Default)]
+struct ThreadUsage {
+    cpu: Duration,
+    voluntary_switches: i64,
+    involuntary_switches: i64,
+    major_faults: i64,
+}
+
+impl ThreadUsage {
+    fn now() -> ThreadUsage {
+        // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage writes the struct it is given and nothing else.
+        if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) } != 0 {
+            return ThreadUsage::default();
+        }
+        let tv = |t: libc::timeval| {
+            Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32) * 1_000)
+        };
+        ThreadUsage {
+            cpu: tv(u.ru_utime) + tv(u.ru_stime),
+            voluntary_switches: u.ru_nvcsw,
+            involuntary_switches: u.ru_nivcsw,
+            major_faults: u.ru_majflt,
+        }
+    }
+
+    /// What the thread did between `before` and now, in words, for a reactor that was late
+    /// over a span of `wall`.
+    fn explain(before: ThreadUsage, wall: Duration) -> String {
+        let now = ThreadUsage::now();
+        let cpu = now.cpu.saturating_sub(before.cpu);
+        let preempted = now.involuntary_switches - before.involuntary_switches;
+        let slept = now.voluntary_switches - before.voluntary_switches;
+        let faults = now.major_faults - before.major_faults;
+        let what = if cpu * 2 >= wall {
+            "a task ran without yielding"
+        } else if preempted > slept {
+            "the thread was runnable but got too little CPU"
+        } else {
+            "the thread slept in the kernel (a blocking call, a page fault) or was stopped"
+        };
+        format!(
+            "the reactor was late: {what} (over {} ms: {} ms on CPU, {preempted} preemptions, \
+             {slept} voluntary switches, {faults} major page faults)",
+            wall.as_millis(),
+            cpu.as_millis()
+        )
+    }
+}
+
+/// Times this shard's reactor: a timer due every [`PROBE_PERIOD`] that fires late means nothing
+/// on the shard was served for that long. A late one of [`waits::SLOW`] or more is logged with
+/// what the thread did meanwhile, from its own rusage: CPU time (a task that did not yield),
+/// preemptions (no CPU to be had), or neither (asleep in the kernel).
+async fn probe_reactor() {
+    loop {
+        let before = (Instant::now(), ThreadUsage::now());
+        glommio::timer::sleep(PROBE_PERIOD).await;
+        let wall = before.0.elapsed();
+        waits::record(Wait::Reactor, wall.saturating_sub(PROBE_PERIOD), || {
+            ThreadUsage::explain(before.1, wall)
+        });
+    }
+}
 
 impl Shard {
     /// This shard's partition gauges into its slot of the node's metrics; on shard 0 also the
@@ -62,6 +134,7 @@ impl Shard {
     }
 
     pub fn start_housekeeping(self: &Rc<Self>) {
+        glommio::spawn_local(probe_reactor()).detach();
         glommio::spawn_local(super::replication::expire_lagging_followers(self.clone())).detach();
         let shard = self.clone();
         glommio::spawn_local(async move {

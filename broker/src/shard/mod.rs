@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use futures_lite::future::BoxedLocal;
 use glommio::channels::channel_mesh::{Receivers, Senders};
+use sluice_engine::waits::{self, Wait};
 use sluice_engine::{BatchCache, Clock, DmaStorage, Log};
 use sluice_replication::controller::{AlterPartitionItem, AlterPartitionResponse};
 
@@ -210,16 +211,22 @@ impl Shard {
     /// The next idempotent producer id, from shard 0's block; `None` when there is none to be
     /// had (shard 0's metadata node still starting after five seconds, or no controller).
     pub async fn next_producer_id(self: &Rc<Self>) -> Option<i64> {
-        self.invoke_on(0, |s0| async move {
-            for _ in 0..500 {
-                if let Some(controller) = s0.controller() {
-                    return controller.next_producer_id().await;
+        let asked = std::time::Instant::now();
+        let id = self
+            .invoke_on(0, |s0| async move {
+                for _ in 0..500 {
+                    if let Some(controller) = s0.controller() {
+                        return controller.next_producer_id().await;
+                    }
+                    glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
                 }
-                glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            None
-        })
-        .await
+                None
+            })
+            .await;
+        waits::record(Wait::Controller, asked.elapsed(), || {
+            "a producer id from the controller".to_string()
+        });
+        id
     }
 
     /// Runs every job other shards send here.
@@ -246,8 +253,15 @@ impl Shard {
             return f(self.clone()).await;
         }
         let (tx, rx) = futures_channel::oneshot::channel();
+        let (from, sent) = (self.id, std::time::Instant::now());
         let job: Job = Box::new(move |shard| {
             Box::pin(async move {
+                waits::record(Wait::CrossShardQueue, sent.elapsed(), || {
+                    format!(
+                        "a job from shard {from} waited to start on shard {}",
+                        shard.id
+                    )
+                });
                 let _ = tx.send(f(shard).await);
             })
         });

@@ -526,12 +526,16 @@ pub fn send_isr_change(
                 partition_epoch: change.partition_epoch,
                 new_isr: change.new_isr.clone(),
             };
+            let asked = std::time::Instant::now();
             let answer = shard
                 .invoke_on(0, move |s0| async move {
                     let controller = s0.controller()?;
                     controller.alter_partition(vec![item]).await
                 })
                 .await;
+            sluice_engine::waits::record(sluice_engine::waits::Wait::Controller, asked.elapsed(), || {
+                format!("AlterPartition of {topic}-{partition}")
+            });
             let result = answer
                 .filter(|r| r.error_code == 0)
                 .and_then(|r| r.partitions.into_iter().next());

@@ -141,7 +141,17 @@ impl StorageFile for DmaStorageFile {
 
     async fn fdatasync(&self) -> io::Result<()> {
         let _in_flight = SyncInFlight::start();
-        Ok(self.file.fdatasync().await?)
+        let started = std::time::Instant::now();
+        let synced = self.file.fdatasync().await;
+        crate::waits::record(crate::waits::Wait::Fdatasync, started.elapsed(), || {
+            format!(
+                "fdatasync of {}",
+                self.file
+                    .path()
+                    .map_or_else(|| "?".into(), |p| p.display().to_string())
+            )
+        });
+        Ok(synced?)
     }
 
     async fn allocate(&self, len: u64) -> io::Result<()> {
