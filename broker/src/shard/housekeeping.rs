@@ -69,7 +69,8 @@ impl ThreadUsage {
         } else if preempted > slept {
             "the thread was runnable but got too little CPU"
         } else {
-            "the thread slept in the kernel (a blocking call, a page fault) or was stopped"
+            "the thread was off CPU without being preempted: asleep in the kernel (a blocking \
+             call, a page fault), stopped, or woken but not scheduled"
         };
         format!(
             "the reactor was late: {what} (over {} ms: {} ms on CPU, {preempted} preemptions, \
@@ -83,7 +84,8 @@ impl ThreadUsage {
 /// Times this shard's reactor: a timer due every [`PROBE_PERIOD`] that fires late means nothing
 /// on the shard was served for that long. A late one of [`waits::SLOW`] or more is logged with
 /// what the thread did meanwhile, from its own rusage: CPU time (a task that did not yield),
-/// preemptions (no CPU to be had), or neither (asleep in the kernel).
+/// preemptions (no CPU to be had), or neither (asleep in the kernel, or woken from its park
+/// but left waiting for a core).
 async fn probe_reactor() {
     loop {
         let before = (Instant::now(), ThreadUsage::now());
