@@ -13,18 +13,7 @@ pub const NODE_ID_TAG: i32 = -2;
 /// Reads an ApiVersions version 5 request body: version 4's fields, then the cluster id
 /// (compact nullable string) and node id (int32) the client means to reach, then tagged fields.
 pub fn decode_v5(body: &mut Bytes) -> anyhow::Result<ApiVersionsRequest> {
-    fn varint(b: &mut Bytes) -> anyhow::Result<u64> {
-        let mut value = 0u64;
-        for shift in (0..35).step_by(7) {
-            anyhow::ensure!(b.has_remaining(), "ApiVersions 5: truncated varint");
-            let byte = b.get_u8();
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        anyhow::bail!("ApiVersions 5: varint too long")
-    }
+    use super::compact::read_uvarint as varint;
     fn string(b: &mut Bytes) -> anyhow::Result<Option<Bytes>> {
         let len = varint(b)?;
         if len == 0 {
