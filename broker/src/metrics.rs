@@ -59,6 +59,9 @@ pub struct Metrics {
     /// Throttles by quota: (quota key, user, client id) to responses throttled and their
     /// throttle time in ms. Touched only when a client is throttled.
     pub throttles: std::sync::Mutex<Throttles>,
+    /// The log directories (`log.dirs`) as (absolute path, directory id), set once at start:
+    /// each scrape asks their volumes for total and usable bytes.
+    pub log_dirs: std::sync::OnceLock<Vec<(String, String)>>,
 }
 
 /// (quota key, user, client id) to (responses throttled, throttle time in ms).
@@ -245,10 +248,64 @@ impl Metrics {
             );
         }
         register_waits(&mut registry);
+        self.register_log_dirs(&mut registry);
         let mut out = String::new();
         encode(&mut out, &registry).expect("encoding into a String cannot fail");
         out
     }
+}
+
+impl Metrics {
+    /// Total and usable bytes of each log directory's volume (one statvfs each), by
+    /// `log_dir` and `directory_id`.
+    fn register_log_dirs(&self, registry: &mut Registry) {
+        let Some(dirs) = self.log_dirs.get() else {
+            return;
+        };
+        let total = Family::<Vec<(String, String)>, Gauge>::default();
+        let usable = Family::<Vec<(String, String)>, Gauge>::default();
+        for (path, id) in dirs {
+            let (t, u) = volume_bytes(path);
+            let labels = vec![
+                ("log_dir".to_string(), label_value(path)),
+                ("directory_id".to_string(), id.clone()),
+            ];
+            total.get_or_create(&labels).set(t);
+            usable.get_or_create(&labels).set(u);
+        }
+        registry.register(
+            "sluice_log_dir_total_bytes",
+            "Size of the volume holding each log directory (-1 when it cannot be asked)",
+            total,
+        );
+        registry.register(
+            "sluice_log_dir_usable_bytes",
+            "Bytes still usable on the volume holding each log directory (-1 when it cannot be asked)",
+            usable,
+        );
+    }
+}
+
+/// (total, usable) bytes of the volume holding `path`, as Kafka's `FileStore` reports them:
+/// usable is what an unprivileged writer may still use. -1 each if the volume cannot be asked.
+/// One statvfs call: it reads the file system's superblock counters and does no I/O.
+pub fn volume_bytes(path: &str) -> (i64, i64) {
+    let Ok(c_path) = std::ffi::CString::new(path) else {
+        return (-1, -1);
+    };
+    // SAFETY: statvfs is plain old data, for which all zero bytes is a valid value.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c_path` is a NUL-terminated string and `stat` a valid, writable statvfs.
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) };
+    if rc != 0 {
+        tracing::warn!(path, error = %std::io::Error::last_os_error(), "statvfs of a log directory failed");
+        return (-1, -1);
+    }
+    let block = stat.f_frsize as i64;
+    (
+        (stat.f_blocks as i64).saturating_mul(block),
+        (stat.f_bavail as i64).saturating_mul(block),
+    )
 }
 
 /// What the shards waited on (`sluice_engine::waits`), per cause: waits timed, the slow ones

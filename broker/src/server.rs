@@ -162,10 +162,14 @@ async fn standalone_start(
 
 pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
     abort_on_panic();
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(|e| anyhow::anyhow!("creating {}: {e}", config.data_dir.display()))?;
-    let identity = crate::cluster::meta_properties::load_or_format(&config)?;
+    for dir in &config.log_dirs {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    }
+    let (identity, directory_ids) = crate::cluster::meta_properties::load_or_format(&config)?;
     config.cluster_id = identity.cluster_id;
+    config.log_dir_ids = directory_ids;
+    crate::shard::replica_move::recover(&config.log_dirs)?;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -256,7 +260,16 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
             samples: config.quota_window_num,
             sample_ms: u64::from(config.quota_window_size_seconds) * 1000,
         }),
+        log_dirs: crate::shard::log_dirs::LogDirs::new(&config.log_dirs, &config.log_dir_ids),
     });
+    let _ = shared.metrics.log_dirs.set(
+        shared
+            .log_dirs
+            .dirs()
+            .iter()
+            .map(|d| (d.path.to_string_lossy().into_owned(), d.id.clone()))
+            .collect(),
+    );
     if let Some(listener) = &config.metrics_listener {
         // The lag comes from this broker's own listener, asked as a plaintext client would
         // (`cli::group_lags`): not possible on a TLS or SASL listener yet.
@@ -273,7 +286,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
         crate::metrics::serve(listener, shared.metrics.clone(), lags)?;
     }
     let meshes = mesh_builders(shards);
-    tracing::info!(shards, node_id = config.node_id, roles = %config.process_roles, cluster_id = %config.cluster_id, listener = %config.listener, data_dir = %config.data_dir.display(), topics = image.topics.len(), "starting sluice");
+    tracing::info!(shards, node_id = config.node_id, roles = %config.process_roles, cluster_id = %config.cluster_id, listener = %config.listener, log_dirs = ?config.log_dirs, topics = image.topics.len(), "starting sluice");
     let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shards, None))
         .name("shard")
         .spin_before_park(Duration::from_micros(200))

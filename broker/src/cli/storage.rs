@@ -23,7 +23,8 @@ enum StorageCommand {
         /// The node's `node.id`; default: the config file's, else 1.
         #[arg(long)]
         node_id: Option<i32>,
-        /// The node's `log.dirs`; default: the config file's, else ./data.
+        /// The node's `log.dirs` (comma-separated, each formatted); default: the config
+        /// file's, else ./data.
         #[arg(long)]
         data_dir: Option<PathBuf>,
         /// The broker's TOML config file, for `node.id` and `log.dirs`.
@@ -66,19 +67,26 @@ pub fn run(args: &StorageArgs) -> anyhow::Result<()> {
             if let Some(path) = config {
                 broker.apply_file(path)?;
             }
-            let dir = data_dir.clone().unwrap_or(broker.data_dir);
+            if let Some(dirs) = data_dir {
+                broker.set("log.dirs", &dirs.to_string_lossy())?;
+            }
             let node_id = node_id.unwrap_or(broker.node_id);
-            let before = MetaProperties::read(&dir)?;
-            let props = meta_properties::format(&dir, cluster_id, node_id, *ignore_formatted)?;
-            if before.is_some() {
-                println!("{} is already formatted; left as it is.", dir.display());
-            } else {
-                if !scram.is_empty() {
+            // Every log directory gets its own meta.properties (and directory id); the first,
+            // which holds the metadata log, also the bootstrap records.
+            for (i, dir) in broker.log_dirs.iter().enumerate() {
+                let before = MetaProperties::read(dir)?;
+                let props = meta_properties::format(dir, cluster_id, node_id, *ignore_formatted)?;
+                if before.is_some() {
+                    println!("{} is already formatted; left as it is.", dir.display());
+                    continue;
+                }
+                if i == 0 && !scram.is_empty() {
                     let records: Vec<_> = scram
-                        .into_iter()
+                        .iter()
+                        .cloned()
                         .map(sluice_replication::records::Record::UserScramCredential)
                         .collect();
-                    meta_properties::write_bootstrap(&dir, &records)?;
+                    meta_properties::write_bootstrap(dir, &records)?;
                 }
                 println!(
                     "Formatted {} for cluster {} as node {}.",

@@ -205,7 +205,7 @@ fn check(
 /// a new random id as `kafka-storage random-uuid` makes (a directory holding data from a
 /// release before `meta.properties` keeps the id that release reported); a cluster node's must
 /// have been formatted first.
-pub fn load_or_format(config: &crate::config::BrokerConfig) -> anyhow::Result<MetaProperties> {
+fn load_or_format_first(config: &crate::config::BrokerConfig) -> anyhow::Result<MetaProperties> {
     let dir = &config.data_dir;
     let configured = config
         .cluster_id_configured
@@ -234,6 +234,46 @@ pub fn load_or_format(config: &crate::config::BrokerConfig) -> anyhow::Result<Me
             dir.display()
         ),
     }
+}
+
+/// Every log directory's identity at start: the first (which holds the metadata log) as
+/// [`load_or_format_first`] does; any other is checked against it, or, when it has no
+/// meta.properties yet (a disk just added), formatted with the same cluster and node and a new
+/// directory id, as Kafka does with a new empty log directory. Two directories with one id
+/// (one copied from the other) are refused.
+pub fn load_or_format(
+    config: &crate::config::BrokerConfig,
+) -> anyhow::Result<(MetaProperties, Vec<String>)> {
+    let first = load_or_format_first(config)?;
+    let mut ids = vec![first.directory_id.clone()];
+    for dir in config.log_dirs.iter().skip(1) {
+        let props = match MetaProperties::read(dir)? {
+            Some(props) => {
+                check(&props, dir, first.node_id, Some(&first.cluster_id))?;
+                props
+            }
+            None => {
+                let props = MetaProperties {
+                    cluster_id: first.cluster_id.clone(),
+                    node_id: first.node_id,
+                    directory_id: random_id(),
+                };
+                props.write(dir)?;
+                tracing::info!(dir = %dir.display(), directory_id = %props.directory_id, "formatted a new log directory");
+                props
+            }
+        };
+        if !props.directory_id.is_empty() && ids.contains(&props.directory_id) {
+            anyhow::bail!(
+                "{} has the directory.id {} of another log directory (a copy?); give it its own \
+                 by removing its meta.properties if it holds no data",
+                dir.display(),
+                props.directory_id
+            );
+        }
+        ids.push(props.directory_id);
+    }
+    Ok((first, ids))
 }
 
 /// Whether `dir` holds anything but what a start leaves behind before formatting (a lock file,

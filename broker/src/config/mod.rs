@@ -77,8 +77,14 @@ pub struct BrokerConfig {
     /// `advertised.listeners`: host and port clients are told to connect to.
     pub advertised_host: String,
     pub advertised_port: u16,
-    /// `log.dirs` (one directory).
+    /// `log.dirs`: the directories partition logs are kept in, each its own disk (Kafka's
+    /// JBOD). The first also holds the metadata log (Kafka's `metadata.log.dir` default).
+    pub log_dirs: Vec<PathBuf>,
+    /// The first of `log.dirs`: the metadata log, meta.properties' source of truth.
     pub data_dir: PathBuf,
+    /// Each log directory's `directory.id` from its meta.properties, in `log_dirs` order (set
+    /// at start).
+    pub log_dir_ids: Vec<String>,
     /// Number of shards (cores); 0 = every core.
     pub cores: usize,
     /// `num.partitions`: partitions of auto-created topics and CreateTopics with -1.
@@ -453,7 +459,9 @@ impl BrokerConfig {
             authorizer_config: Default::default(),
             advertised_host: String::new(),
             advertised_port: 0,
+            log_dirs: Vec::new(),
             data_dir: PathBuf::new(),
+            log_dir_ids: Vec::new(),
             cores: 0,
             num_partitions: 0,
             auto_create_topics: false,

@@ -116,6 +116,28 @@ fn boolean(name: &str, v: &str) -> Result<bool, String> {
     }
 }
 
+/// `log.dirs`: at least one directory, none named twice (made absolute to compare, as Kafka
+/// refuses duplicate log directories).
+fn parse_log_dirs(v: &str) -> Result<Vec<PathBuf>, String> {
+    let dirs: Vec<PathBuf> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    if dirs.is_empty() {
+        return Err("log.dirs names no directory".into());
+    }
+    let mut seen = std::collections::HashSet::new();
+    for d in &dirs {
+        let absolute = std::path::absolute(d).unwrap_or_else(|_| d.clone());
+        if !seen.insert(absolute) {
+            return Err(format!("log.dirs names {} twice", d.display()));
+        }
+    }
+    Ok(dirs)
+}
+
 /// Text that may be empty to mean unset.
 fn optional(v: &str) -> Option<String> {
     Some(v.trim().to_string()).filter(|v| !v.is_empty())
@@ -853,12 +875,23 @@ pub static BROKER_SETTINGS: &[Setting] = &[
         dynamic: false,
         kind: Kind::List,
         default: Some("./data"),
-        doc: "The directory holding partition logs and the metadata log (one directory).",
+        doc: "The directories holding partition logs, comma-separated, each its own disk: a \
+              new replica goes to the one with the most usable space (fewest partitions among \
+              directories of one file system). The first also holds the metadata log.",
         set: |c, v| {
-            c.data_dir = PathBuf::from(v.trim());
+            c.log_dirs = parse_log_dirs(v)?;
+            c.data_dir = c.log_dirs[0].clone();
             Ok(())
         },
-        get: |c| show(c.data_dir.display()),
+        get: |c| {
+            show(
+                c.log_dirs
+                    .iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        },
     },
     Setting {
         name: "num.partitions",
@@ -1738,6 +1771,24 @@ fn settings_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_dirs_are_a_list_whose_first_holds_the_metadata() {
+        let mut c = BrokerConfig::default();
+        c.set("log.dirs", " /d1/data , /d2/data,/d3 ").unwrap();
+        assert_eq!(
+            c.log_dirs,
+            vec![
+                PathBuf::from("/d1/data"),
+                PathBuf::from("/d2/data"),
+                PathBuf::from("/d3")
+            ]
+        );
+        assert_eq!(c.data_dir, PathBuf::from("/d1/data"));
+        let twice = c.set("log.dirs", "/d1,/d2,/d1").unwrap_err().to_string();
+        assert!(twice.contains("/d1 twice"), "{twice}");
+        assert!(c.set("log.dirs", " , ").is_err());
+    }
 
     #[test]
     fn every_default_applies_and_reads_back_as_declared() {

@@ -1,10 +1,13 @@
-//! AlterReplicaLogDirs: moving a replica to another log directory. This broker has one log
-//! directory, so the only destination is the one every replica is already in.
+//! AlterReplicaLogDirs: moving replicas to another log directory. The move runs on the
+//! replica's owner shard (`shard/replica_move.rs`); the answer comes once it has started, as
+//! Kafka answers once the future replica exists. DescribeLogDirs shows the copy as a future
+//! replica until the swap.
 //!
 //! As Kafka answers: a destination that is not a log directory of the broker (compared as given,
 //! made absolute; a trailing slash does not match) gives LOG_DIR_NOT_FOUND for all of its
-//! partitions; for the one log directory, an existing partition succeeds (nothing to move) and
-//! any other gives UNKNOWN_TOPIC_OR_PARTITION.
+//! partitions; a partition this broker has no replica of gives UNKNOWN_TOPIC_OR_PARTITION, one
+//! not opened yet REPLICA_NOT_AVAILABLE; one already in the destination succeeds with nothing
+//! to move.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -15,22 +18,26 @@ use kafka_protocol::messages::alter_replica_log_dirs_response::{
 use kafka_protocol::messages::{AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse};
 use kafka_protocol::ResponseError;
 
-use super::describe_log_dirs::log_dir;
 use crate::shard::Shard;
 
-pub fn handle(
+pub async fn handle(
     shard: &Rc<Shard>,
     request: AlterReplicaLogDirsRequest,
 ) -> AlterReplicaLogDirsResponse {
     let image = shard.image();
-    let ours = log_dir(shard);
     let mut response = AlterReplicaLogDirsResponse::default();
     let mut topic_index: HashMap<String, usize> = HashMap::new();
     for dir in request.dirs {
-        let path = dir.path.as_str();
-        let is_ours = std::path::absolute(path)
-            .map(|p| p.to_string_lossy() == ours.as_str())
-            .unwrap_or(false);
+        // Compared as text, as Kafka does: a trailing slash names no log directory.
+        let dest = std::path::absolute(dir.path.as_str()).ok().and_then(|p| {
+            let p = p.to_string_lossy().into_owned();
+            shard
+                .shared
+                .log_dirs
+                .dirs()
+                .iter()
+                .position(|d| d.path.to_string_lossy() == p)
+        });
         for topic in dir.topics {
             let name = topic.name.0.to_string();
             let i = *topic_index.entry(name.clone()).or_insert_with(|| {
@@ -40,12 +47,22 @@ pub fn handle(
                 response.results.len() - 1
             });
             for p in topic.partitions {
-                let code = if !is_ours {
-                    ResponseError::LogDirNotFound.code()
-                } else if image.owner(&name, p, shard.shared.shards).is_none() {
-                    ResponseError::UnknownTopicOrPartition.code()
-                } else {
-                    0
+                let code = match (dest, image.owner(&name, p, shard.shared.shards)) {
+                    (None, _) => ResponseError::LogDirNotFound.code(),
+                    (Some(_), None) => ResponseError::UnknownTopicOrPartition.code(),
+                    (Some(dest), Some(owner)) => {
+                        let topic = name.clone();
+                        let started = shard
+                            .invoke_on(owner, move |s| async move {
+                                s.start_replica_move(&topic, p, dest)
+                            })
+                            .await;
+                        if started {
+                            0
+                        } else {
+                            ResponseError::ReplicaNotAvailable.code()
+                        }
+                    }
                 };
                 response.results[i].partitions.push(
                     AlterReplicaLogDirPartitionResult::default()

@@ -1,8 +1,9 @@
-//! DescribeLogDirs: the one log directory (`log.dirs`), its volume's total and usable bytes,
-//! and the size of every partition asked for (all of them when the topic list is null). Sizes
-//! come from each partition's owner shard, one job per shard.
+//! DescribeLogDirs: every log directory (`log.dirs`), its volume's total and usable bytes, and
+//! the size of every partition asked for (all of them when the topic list is null) under the
+//! directory holding it. Sizes come from each partition's owner shard, one job per shard.
 //!
-//! Partitions that do not exist are left out, and so are topics with none left, as Kafka does.
+//! Partitions that do not exist are left out, and so are topics with none left, as Kafka does;
+//! a directory holding none of them is listed with no topics.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -14,37 +15,6 @@ use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, 
 use kafka_protocol::protocol::StrBytes;
 
 use crate::shard::Shard;
-
-/// The log directory as Kafka names it: absolute (not resolved through symlinks).
-pub fn log_dir(shard: &Shard) -> String {
-    let dir = &shard.config().data_dir;
-    std::path::absolute(dir)
-        .unwrap_or_else(|_| dir.clone())
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// (total, usable) bytes of the volume holding `path`, as Kafka's `FileStore` reports them:
-/// usable is what an unprivileged writer may still use. -1 each if the volume cannot be asked.
-/// One statvfs call: it reads the file system's superblock counters and does no I/O.
-pub fn volume_bytes(path: &str) -> (i64, i64) {
-    let Ok(c_path) = std::ffi::CString::new(path) else {
-        return (-1, -1);
-    };
-    // SAFETY: statvfs is plain old data, for which all zero bytes is a valid value.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c_path` is a NUL-terminated string and `stat` a valid, writable statvfs.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) };
-    if rc != 0 {
-        tracing::warn!(path, error = %std::io::Error::last_os_error(), "statvfs of the log directory failed");
-        return (-1, -1);
-    }
-    let block = stat.f_frsize as i64;
-    (
-        (stat.f_blocks as i64).saturating_mul(block),
-        (stat.f_bavail as i64).saturating_mul(block),
-    )
-}
 
 pub async fn handle(shard: &Rc<Shard>, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
     let image = shard.image();
@@ -75,37 +45,70 @@ pub async fn handle(shard: &Rc<Shard>, request: DescribeLogDirsRequest) -> Descr
             by_owner.entry(owner).or_default().push((name.clone(), *p));
         }
     }
-    let mut sizes: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    // (log directory, size) of each, from its owner shard, and of the copy of one moving to
+    // another log directory (Kafka's future replica: bytes copied, offsets still to copy).
+    let mut found: BTreeMap<(String, i32), (usize, i64)> = BTreeMap::new();
+    let mut futures: BTreeMap<(String, i32), (usize, i64, i64)> = BTreeMap::new();
     for (owner, partitions) in by_owner {
-        let found = shard
+        let (sizes, moving) = shard
             .invoke_on(owner, move |shard| async move {
-                partitions
-                    .into_iter()
-                    .filter_map(|(name, p)| {
-                        let part = shard.partition(&name, p)?;
-                        Some(((name, p), part.log.size_bytes() as i64))
-                    })
-                    .collect::<Vec<_>>()
+                let mut sizes = Vec::new();
+                let mut moving = Vec::new();
+                for (name, p) in partitions {
+                    let Some(part) = shard.partition(&name, p) else {
+                        continue;
+                    };
+                    let Some(dir) = shard.shared.log_dirs.of(part.log.dir()) else {
+                        continue;
+                    };
+                    if let Some(m) = shard.moves.borrow().get(&(name.clone(), p)) {
+                        let lag = (part.log.log_end_offset().0 - m.copied_end.get()).max(0);
+                        moving.push((
+                            (name.clone(), p),
+                            (m.dest, m.copied_bytes.get() as i64, lag),
+                        ));
+                    }
+                    sizes.push(((name, p), (dir, part.log.size_bytes() as i64)));
+                }
+                (sizes, moving)
             })
             .await;
-        sizes.extend(found);
+        found.extend(sizes);
+        futures.extend(moving);
     }
-    let mut topics: Vec<DescribeLogDirsTopic> = Vec::new();
-    let mut topic_index: std::collections::HashMap<String, usize> = Default::default();
-    for (name, p) in wanted {
-        let Some(&size) = sizes.get(&(name.clone(), p)) else {
-            continue;
-        };
-        let partition = DescribeLogDirsPartition::default()
-            .with_partition_index(p)
-            .with_partition_size(size)
-            // Kafka reports max(high watermark - log end, 0) for a current log: always 0.
-            .with_offset_lag(0)
-            .with_is_future_key(false);
-        match topic_index.get(&name) {
+    let dirs = shard.shared.log_dirs.dirs();
+    let mut topics: Vec<Vec<DescribeLogDirsTopic>> = vec![Vec::new(); dirs.len()];
+    let mut topic_index: std::collections::HashMap<(usize, String), usize> = Default::default();
+    let replicas = wanted.iter().flat_map(|(name, p)| {
+        let key = (name.clone(), *p);
+        let current = found.get(&key).map(|&(dir, size)| {
+            let partition = DescribeLogDirsPartition::default()
+                .with_partition_index(*p)
+                .with_partition_size(size)
+                // Kafka reports max(high watermark - log end, 0) for a current log: always 0.
+                .with_offset_lag(0)
+                .with_is_future_key(false);
+            (dir, partition)
+        });
+        let future = futures.get(&key).map(|&(dir, size, lag)| {
+            let partition = DescribeLogDirsPartition::default()
+                .with_partition_index(*p)
+                .with_partition_size(size)
+                .with_offset_lag(lag)
+                .with_is_future_key(true);
+            (dir, partition)
+        });
+        current
+            .into_iter()
+            .chain(future)
+            .map(move |r| (name.clone(), r))
+    });
+    for (name, (dir, partition)) in replicas.collect::<Vec<_>>() {
+        let topics = &mut topics[dir];
+        match topic_index.get(&(dir, name.clone())) {
             Some(&i) => topics[i].partitions.push(partition),
             None => {
-                topic_index.insert(name.clone(), topics.len());
+                topic_index.insert((dir, name.clone()), topics.len());
                 topics.push(
                     DescribeLogDirsTopic::default()
                         .with_name(TopicName(StrBytes::from_string(name)))
@@ -114,16 +117,18 @@ pub async fn handle(shard: &Rc<Shard>, request: DescribeLogDirsRequest) -> Descr
             }
         }
     }
-    let dir = log_dir(shard);
-    let (total_bytes, usable_bytes) = volume_bytes(&dir);
     let mut response = DescribeLogDirsResponse::default();
-    response.results.push(
-        DescribeLogDirsResult::default()
-            .with_log_dir(StrBytes::from_string(dir))
-            .with_topics(topics)
-            .with_total_bytes(total_bytes)
-            .with_usable_bytes(usable_bytes),
-    );
+    for (dir, topics) in dirs.iter().zip(topics) {
+        let path = dir.path.to_string_lossy().into_owned();
+        let (total_bytes, usable_bytes) = crate::metrics::volume_bytes(&path);
+        response.results.push(
+            DescribeLogDirsResult::default()
+                .with_log_dir(StrBytes::from_string(path))
+                .with_topics(topics)
+                .with_total_bytes(total_bytes)
+                .with_usable_bytes(usable_bytes),
+        );
+    }
     response
 }
 

@@ -878,7 +878,7 @@ pub async fn dispatch(
             ResponseKind::DescribeLogDirs(describe_log_dirs::handle(shard, r).await)
         }
         RequestKind::AlterReplicaLogDirs(r) => {
-            ResponseKind::AlterReplicaLogDirs(alter_replica_log_dirs::handle(shard, r))
+            ResponseKind::AlterReplicaLogDirs(alter_replica_log_dirs::handle(shard, r).await)
         }
         RequestKind::ListConfigResources(r) => {
             ResponseKind::ListConfigResources(list_config_resources::handle(shard, r, version))

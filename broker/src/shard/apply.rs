@@ -28,7 +28,7 @@ impl Shard {
 
     /// Leads or follows each of this shard's partitions as `image` says, and starts a replica
     /// fetcher for every leader followed.
-    fn update_roles(self: &Rc<Self>, image: &MetadataImage) {
+    pub(crate) fn update_roles(self: &Rc<Self>, image: &MetadataImage) {
         let Some(view) = image.cluster.as_ref() else {
             return;
         };
@@ -130,9 +130,13 @@ impl Shard {
         if !self.config().is_cluster() {
             return;
         }
-        let Ok(entries) = std::fs::read_dir(&self.config().data_dir) else {
-            return;
-        };
+        let entries = self
+            .shared
+            .log_dirs
+            .dirs()
+            .iter()
+            .filter_map(|d| std::fs::read_dir(&d.path).ok())
+            .flatten();
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Some((topic, index)) = name.rsplit_once('-') else {
@@ -153,6 +157,7 @@ impl Shard {
             }
             match std::fs::remove_dir_all(entry.path()) {
                 Ok(()) => {
+                    self.shared.log_dirs.removed(&entry.path());
                     tracing::info!(
                         topic,
                         partition = index,
@@ -170,7 +175,7 @@ impl Shard {
     /// a new leadership unloads what an earlier one loaded and rebuilds the groups from the log;
     /// the end of one unloads them. Group requests get COORDINATOR_LOAD_IN_PROGRESS until the
     /// load is done, NOT_COORDINATOR once another broker leads.
-    fn on_offsets_leadership(self: &Rc<Self>, index: i32, p: &Rc<Partition>) {
+    pub(crate) fn on_offsets_leadership(self: &Rc<Self>, index: i32, p: &Rc<Partition>) {
         let epoch = p.check_leader(-1).ok().map(|e| e.0);
         let current = self.coordinating.borrow().get(&index).copied();
         if epoch == current {
@@ -265,6 +270,7 @@ impl Shard {
                 {
                     tracing::warn!(dir = %dir.display(), error = %e, "could not delete a partition directory");
                 }
+                self.shared.log_dirs.removed(&dir);
                 tracing::info!(topic = %key.0, partition = key.1, "{why}");
             }
         }

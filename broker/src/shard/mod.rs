@@ -26,10 +26,12 @@ pub mod apply;
 pub mod fetch_sessions;
 pub mod groups;
 pub mod housekeeping;
+pub mod log_dirs;
 pub mod markers;
 pub mod partition;
 mod placement;
 pub mod read;
+pub mod replica_move;
 pub mod replication;
 pub mod share;
 pub mod share_state;
@@ -80,6 +82,8 @@ pub struct Shared {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Client quota measurements of this broker (`crate::quota`).
     pub quotas: crate::quota::Sensors,
+    /// The log directories and where replicas go (`log_dirs.rs`).
+    pub log_dirs: log_dirs::LogDirs,
 }
 
 impl Shared {
@@ -149,6 +153,8 @@ pub struct Shard {
     pub txns: crate::shard::txn::TxnCoordinators,
     /// The share coordinators of the `__share_group_state` partitions this shard leads.
     pub share_coordinators: share_state::ShareCoordinators,
+    /// Replicas of this shard moving to another log directory (`replica_move.rs`).
+    pub moves: replica_move::Moves,
     in_flight: std::cell::Cell<usize>,
     /// The controller channel (the metadata node); on shard 0 only.
     controller: RefCell<Option<Rc<dyn ControllerChannel>>>,
@@ -180,6 +186,7 @@ impl Shard {
             txns: Default::default(),
             share_coordinators: Default::default(),
             controller: RefCell::new(None),
+            moves: Default::default(),
             in_flight: std::cell::Cell::new(0),
             senders,
         })
@@ -358,12 +365,14 @@ impl Shard {
                 .iter()
                 .map(|&index| {
                     let dir = self
-                        .config()
-                        .data_dir
-                        .join(format!("{}-{}", topic.name, index));
+                        .shared
+                        .log_dirs
+                        .locate(&format!("{}-{}", topic.name, index));
                     let (config, cache) = (config.clone(), self.cache.clone());
                     glommio::spawn_local(async move {
-                        Log::open(DmaStorage::new(), dir, config, cache, Clock::System).await
+                        Log::open(DmaStorage::new(), dir?, config, cache, Clock::System)
+                            .await
+                            .map_err(anyhow::Error::from)
                     })
                 })
                 .collect();
