@@ -62,6 +62,8 @@ pub struct Metrics {
     /// The log directories (`log.dirs`) as (absolute path, directory id), set once at start:
     /// each scrape asks their volumes for total and usable bytes.
     pub log_dirs: std::sync::OnceLock<Vec<(String, String)>>,
+    /// Log directories a storage error took offline.
+    pub offline_log_dirs: AtomicI64,
 }
 
 /// (quota key, user, client id) to (responses throttled, throttle time in ms).
@@ -259,6 +261,11 @@ impl Metrics {
     /// Total and usable bytes of each log directory's volume (one statvfs each), by
     /// `log_dir` and `directory_id`.
     fn register_log_dirs(&self, registry: &mut Registry) {
+        registry.register(
+            "kafka_log_logmanager_offlinelogdirectorycount",
+            "Log directories a storage error took offline",
+            ConstGauge::new(self.offline_log_dirs.load(Ordering::Relaxed)),
+        );
         let Some(dirs) = self.log_dirs.get() else {
             return;
         };

@@ -120,6 +120,17 @@ pub async fn handle(shard: &Rc<Shard>, request: DescribeLogDirsRequest) -> Descr
     let mut response = DescribeLogDirsResponse::default();
     for (dir, topics) in dirs.iter().zip(topics) {
         let path = dir.path.to_string_lossy().into_owned();
+        if dir.is_offline() {
+            // As Kafka answers for an offline directory: the error, and nothing else.
+            response.results.push(
+                DescribeLogDirsResult::default()
+                    .with_error_code(kafka_protocol::ResponseError::KafkaStorageError.code())
+                    .with_log_dir(StrBytes::from_string(path))
+                    .with_total_bytes(-1)
+                    .with_usable_bytes(-1),
+            );
+            continue;
+        }
         let (total_bytes, usable_bytes) = crate::metrics::volume_bytes(&path);
         response.results.push(
             DescribeLogDirsResult::default()

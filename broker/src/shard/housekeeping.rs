@@ -135,6 +135,36 @@ impl Shard {
         }
     }
 
+    /// A replica whose log failed (a write, fdatasync or truncation error poisoned it) takes its
+    /// log directory offline, as Kafka does on any storage error in a directory: every replica
+    /// there, on every shard (each at its next check), then answers KAFKA_STORAGE_ERROR, and no
+    /// new replica goes there; the replicas on the other directories keep serving.
+    fn check_log_dirs(&self, partitions: &[((String, i32), Rc<super::partition::Partition>)]) {
+        let dirs = &self.shared.log_dirs;
+        for ((topic, index), p) in partitions {
+            let Some(d) = dirs.of(p.log.dir()) else {
+                continue;
+            };
+            let dir = &dirs.dirs()[d];
+            if dir.is_offline() {
+                if p.log.poisoned().is_none() {
+                    p.log
+                        .take_offline(format!("log directory {} is offline", dir.path.display()));
+                }
+                continue;
+            }
+            if let Some(reason) = p.log.poisoned() {
+                if dirs.set_offline(d) {
+                    self.shared
+                        .metrics
+                        .offline_log_dirs
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::error!(log_dir = %dir.path.display(), directory_id = %dir.id, topic = %topic, partition = index, %reason, "a storage error took the log directory offline: its replicas answer KAFKA_STORAGE_ERROR until the broker restarts");
+                }
+            }
+        }
+    }
+
     pub fn start_housekeeping(self: &Rc<Self>) {
         glommio::spawn_local(probe_reactor()).detach();
         glommio::spawn_local(super::replication::expire_lagging_followers(self.clone())).detach();
@@ -149,6 +179,7 @@ impl Shard {
             loop {
                 glommio::timer::sleep(Duration::from_millis(FLUSH_CHECK_MS)).await;
                 let partitions: Vec<_> = shard.partitions.borrow().iter().map(|(k, p)| (k.clone(), p.clone())).collect();
+                shard.check_log_dirs(&partitions);
                 if last_gauges.elapsed() >= GAUGES_INTERVAL {
                     last_gauges = Instant::now();
                     shard.store_gauges(&partitions);

@@ -3,13 +3,15 @@
 //! logs in whichever directory holds them, so writes to different disks never wait on each
 //! other.
 //!
-//! A replica lives in `<log dir>/<topic>-<partition>/`. A new one goes to the directory whose
-//! file system has the most usable bytes; directories on one file system tie on that and go by
-//! fewest replicas, then by their order in `log.dirs`. (Kafka places by fewest replicas
-//! alone; free space keeps a small disk from filling first when the disks differ.)
+//! A replica lives in `<log dir>/<topic>-<partition>/`. A new one goes to an online directory
+//! whose file system has the most usable bytes, give or take a tenth (directories on one file
+//! system have the same), and among those to the one with the fewest replicas, then the first
+//! in `log.dirs`. (Kafka places by fewest replicas alone; the space rule keeps a small disk from
+//! filling first when the disks differ.) A storage error in a directory takes it offline
+//! (`Shard::check_log_dirs`).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub struct LogDir {
     /// As configured, made absolute (Kafka reports the absolute path).
@@ -18,6 +20,15 @@ pub struct LogDir {
     pub id: String,
     /// Replicas in it: counted at start, counted up as replicas are placed, down as deleted.
     replicas: AtomicUsize,
+    /// A storage error took it offline (Kafka's offline log directory): its replicas answer
+    /// KAFKA_STORAGE_ERROR and no new replica goes there, until the broker restarts.
+    offline: AtomicBool,
+}
+
+impl LogDir {
+    pub fn is_offline(&self) -> bool {
+        self.offline.load(Ordering::Acquire)
+    }
 }
 
 pub struct LogDirs {
@@ -60,6 +71,7 @@ impl LogDirs {
                 let path = std::path::absolute(p).unwrap_or_else(|_| p.clone());
                 LogDir {
                     replicas: AtomicUsize::new(count_replicas(&path)),
+                    offline: AtomicBool::new(false),
                     id: ids.get(i).cloned().unwrap_or_default(),
                     path,
                 }
@@ -91,15 +103,23 @@ impl LogDirs {
                 second.display()
             ),
         }
-        let chosen = self.place();
+        let Some(chosen) = self.place() else {
+            anyhow::bail!("no log directory is online to hold replica {name}");
+        };
         self.dirs[chosen].replicas.fetch_add(1, Ordering::Relaxed);
         Ok(self.dirs[chosen].path.join(name))
     }
 
-    /// The index of the directory a new replica goes to.
-    fn place(&self) -> usize {
-        if self.dirs.len() == 1 {
-            return 0;
+    /// The index of the directory a new replica goes to; `None` when every one is offline.
+    /// Directories within a tenth of the most usable bytes count as equally roomy (a burst of
+    /// new replicas is placed before their files take any space, so a strict "most bytes"
+    /// would send the whole burst to one disk); among those, fewest replicas, then the first.
+    fn place(&self) -> Option<usize> {
+        let online: Vec<usize> = (0..self.dirs.len())
+            .filter(|&i| !self.dirs[i].is_offline())
+            .collect();
+        if online.len() <= 1 {
+            return online.first().copied();
         }
         // One statvfs per file system, so directories sharing one compare equal on space.
         let mut volumes: Vec<(u64, u64)> = Vec::new();
@@ -117,18 +137,17 @@ impl LogDirs {
                 None => 0,
             })
             .collect();
-        (0..self.dirs.len())
-            .max_by(|&a, &b| {
-                usable[a]
-                    .cmp(&usable[b])
-                    .then_with(|| {
-                        let replicas = |i: usize| self.dirs[i].replicas.load(Ordering::Relaxed);
-                        replicas(b).cmp(&replicas(a))
-                    })
-                    // The first in `log.dirs` order wins a full tie.
-                    .then_with(|| b.cmp(&a))
-            })
-            .unwrap_or(0)
+        let most = online.iter().map(|&i| usable[i]).max().unwrap_or(0);
+        let roomy = |i: usize| usable[i] >= most - most / 10;
+        online
+            .into_iter()
+            .filter(|&i| roomy(i))
+            .min_by_key(|&i| (self.dirs[i].replicas.load(Ordering::Relaxed), i))
+    }
+
+    /// Takes log directory `i` offline; true if it was online.
+    pub fn set_offline(&self, i: usize) -> bool {
+        !self.dirs[i].offline.swap(true, Ordering::AcqRel)
     }
 
     /// The log directory holding the replica directory `replica_dir`.
@@ -194,6 +213,15 @@ mod tests {
         assert!(err.contains("two log directories"), "{err}");
         dirs.removed(&dirs.dirs()[1].path.join("t-0"));
         assert_eq!(dirs.dirs()[1].replicas.load(Ordering::Relaxed), 1);
+        // An offline directory takes no new replica, however few it holds.
+        assert!(dirs.set_offline(1));
+        assert!(!dirs.set_offline(1));
+        let p = dirs.locate("t-9").unwrap();
+        assert_ne!(dirs.of(&p), Some(1));
+        dirs.set_offline(0);
+        dirs.set_offline(2);
+        let none = dirs.locate("t-10").unwrap_err().to_string();
+        assert!(none.contains("no log directory is online"), "{none}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

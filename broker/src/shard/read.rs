@@ -291,6 +291,14 @@ pub async fn read_local(
                 }
             }
         }
+        // A replica in a log directory a storage error took offline serves nothing (Kafka's
+        // KAFKA_STORAGE_ERROR), even at its end where no read would touch the disk.
+        if log.poisoned().is_some() {
+            results.push(ReadResult::failed(
+                kafka_protocol::ResponseError::KafkaStorageError.code(),
+            ));
+            continue;
+        }
         let mut budget = read.max_bytes.min(response_max_bytes.saturating_sub(total));
         let first = total == 0;
         result.cold = !log.in_memory(read.fetch_offset);

@@ -340,6 +340,12 @@ impl<S: Storage> Log<S> {
         LogError::Poisoned { reason }
     }
 
+    /// Takes the log out of service because its directory failed (Kafka's offline log
+    /// directory): every later request gets the storage error, as after a failed write here.
+    pub fn take_offline(&self, reason: String) {
+        let _ = self.poison(reason);
+    }
+
     /// Appends one record batch (stamped with its offsets and `leader_epoch`) and returns when it
     /// is as durable as `flush.mode` asks.
     pub async fn append(&self, batch: BytesMut, leader_epoch: LeaderEpoch) -> Result<AppendInfo> {
