@@ -339,6 +339,25 @@ pub struct AlterPartitionResult {
     pub partition_epoch: PartitionEpoch,
 }
 
+/// A broker's replicas whose log directory failed (Kafka's offline log directory, KIP-858):
+/// Kafka's AssignReplicasToDirs naming the LOST directory. The controller takes the broker out
+/// of their ISRs and eligible leaders and elects other leaders where it led, as fencing does
+/// for all of a broker's partitions; the broker keeps the others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostReplicasRequest {
+    pub broker_id: BrokerId,
+    pub broker_epoch: BrokerEpoch,
+    pub partitions: Vec<(TopicId, i32)>,
+}
+
+/// Per partition asked for: NONE, or UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION (also when
+/// the broker holds no replica of it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostReplicasResponse {
+    pub error_code: i16,
+    pub partitions: Vec<(TopicId, i32, i16)>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ControllerRequest {
     CreateTopics(CreateTopicsRequest),
@@ -350,6 +369,7 @@ pub enum ControllerRequest {
     AllocateProducerIds(AllocateProducerIdsRequest),
     Migrate(MigrateRequest),
     AlterPartition(AlterPartitionRequest),
+    LostReplicas(LostReplicasRequest),
     ElectLeaders(ElectLeadersRequest),
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
@@ -503,6 +523,7 @@ pub enum ControllerResponse {
     AllocateProducerIds(AllocateProducerIdsResponse),
     Migrate(MigrateResponse),
     AlterPartition(AlterPartitionResponse),
+    LostReplicas(LostReplicasResponse),
     ElectLeaders(ElectLeadersResponse),
     AlterPartitionReassignments(AlterPartitionReassignmentsResponse),
     ListPartitionReassignments(ListPartitionReassignmentsResponse),
@@ -603,6 +624,12 @@ impl ControllerRequest {
             }),
             ControllerRequest::AlterPartition(_) => {
                 ControllerResponse::AlterPartition(AlterPartitionResponse {
+                    error_code,
+                    partitions: vec![],
+                })
+            }
+            ControllerRequest::LostReplicas(_) => {
+                ControllerResponse::LostReplicas(LostReplicasResponse {
                     error_code,
                     partitions: vec![],
                 })
@@ -786,6 +813,7 @@ impl Controller {
             ControllerRequest::AllocateProducerIds(r) => self.allocate_producer_ids(r),
             ControllerRequest::Migrate(r) => self.migrate(r),
             ControllerRequest::AlterPartition(r) => self.alter_partition(r),
+            ControllerRequest::LostReplicas(r) => self.lost_replicas(r),
             ControllerRequest::ElectLeaders(r) => self.elect_leaders(r),
             ControllerRequest::AlterPartitionReassignments(r) => self.alter_reassignments(r),
             ControllerRequest::ListPartitionReassignments(r) => {
@@ -2105,6 +2133,75 @@ impl Controller {
 impl Controller {
     /// AlterPartition: the leader of each partition changes its ISR, checked as Kafka's
     /// controller checks it; one PartitionChange per changed partition, all in one batch.
+    /// Takes `r.broker_id` out of the partitions whose replica it lost: out of the ISR (the last
+    /// member stays, with no leader, as in fencing) and the eligible leader replicas (its data
+    /// is gone, so it is not safe to elect), and out of the leadership, which goes to another
+    /// in-sync replica.
+    fn lost_replicas(&mut self, r: &LostReplicasRequest) -> (Vec<Record>, ControllerResponse) {
+        let stale = self
+            .image()
+            .broker(r.broker_id)
+            .is_none_or(|b| b.epoch != r.broker_epoch);
+        if stale {
+            let response = LostReplicasResponse {
+                error_code: STALE_BROKER_EPOCH,
+                partitions: vec![],
+            };
+            return (vec![], ControllerResponse::LostReplicas(response));
+        }
+        let broker = r.broker_id;
+        let mut batch = Vec::new();
+        let mut results = Vec::new();
+        for &(topic_id, partition_id) in &r.partitions {
+            let Some(topic) = self.image().topic_by_id(topic_id) else {
+                results.push((topic_id, partition_id, UNKNOWN_TOPIC_ID));
+                continue;
+            };
+            let Some(p) = topic
+                .partitions
+                .get(&partition_id)
+                .filter(|p| p.replicas.contains(&broker))
+            else {
+                results.push((topic_id, partition_id, UNKNOWN_TOPIC_OR_PARTITION));
+                continue;
+            };
+            results.push((topic_id, partition_id, NONE));
+            let mut change = PartitionChangeRecord {
+                partition_id,
+                topic_id,
+                ..Default::default()
+            };
+            let mut isr = p.isr.clone();
+            if isr.len() > 1 && isr.contains(&broker) {
+                isr.retain(|b| *b != broker);
+                change.isr = Some(isr.clone());
+            }
+            if p.eligible_leader_replicas.contains(&broker) {
+                let mut elr = p.eligible_leader_replicas.clone();
+                elr.retain(|b| *b != broker);
+                change.eligible_leader_replicas = Some(elr);
+            }
+            if p.leader == broker {
+                change.leader = Some(self.elect(p, &isr, broker));
+            }
+            if change.isr.is_some()
+                || change.leader.is_some()
+                || change.eligible_leader_replicas.is_some()
+            {
+                batch.push(Record::PartitionChange(change));
+            }
+        }
+        let mut records = Vec::new();
+        if !batch.is_empty() {
+            self.emit(&mut records, batch);
+        }
+        let response = LostReplicasResponse {
+            error_code: NONE,
+            partitions: results,
+        };
+        (records, ControllerResponse::LostReplicas(response))
+    }
+
     fn alter_partition(&mut self, r: &AlterPartitionRequest) -> (Vec<Record>, ControllerResponse) {
         let stale = self
             .image()
@@ -2611,6 +2708,88 @@ mod tests {
             panic!()
         };
         assert_eq!(r.error_code, DUPLICATE_BROKER_REGISTRATION);
+    }
+
+    /// A broker's lost replicas (a failed log directory) leave their ISRs and eligible leaders,
+    /// and their leaderships go to other in-sync replicas; its other replicas are untouched. The
+    /// last ISR member stays, with no leader. Stale epochs, unknown topics and partitions the
+    /// broker has no replica of are refused.
+    #[test]
+    fn lost_replicas_leave_isr_and_leadership() {
+        let mut h = Harness::new();
+        let epochs: Vec<BrokerEpoch> = (1..=3).map(|b| h.register(b, None)).collect();
+        let id = h.create(topic("r3", 2, 3), false).topic_id.unwrap();
+        let solo = h.create(topic("r1", 3, 1), false).topic_id.unwrap();
+        let p = |h: &Harness, t: TopicId, i: i32| {
+            h.image.topic_by_id(t).unwrap().partitions[&i].clone()
+        };
+        let before = p(&h, id, 0);
+        let lost = before.leader;
+        let epoch = epochs[lost.0 as usize - 1];
+        let other = p(&h, id, 1);
+        let (on_lost, elsewhere): (Vec<i32>, Vec<i32>) =
+            (0..3).partition(|&i| p(&h, solo, i).replicas == vec![lost]);
+        assert!(!on_lost.is_empty() && !elsewhere.is_empty());
+        let ask = |h: &mut Harness, epoch: BrokerEpoch, partitions: Vec<(TopicId, i32)>| match h
+            .run(ControllerRequest::LostReplicas(LostReplicasRequest {
+                broker_id: lost,
+                broker_epoch: epoch,
+                partitions,
+            })) {
+            ControllerResponse::LostReplicas(r) => r,
+            other => panic!("{other:?}"),
+        };
+        let stale = ask(&mut h, BrokerEpoch(epoch.0 - 1), vec![(id, 0)]);
+        assert_eq!(stale.error_code, STALE_BROKER_EPOCH);
+        assert_eq!(p(&h, id, 0), before);
+
+        let unknown = TopicId(uuid::Uuid::from_u128(77));
+        let r = ask(
+            &mut h,
+            epoch,
+            vec![
+                (id, 0),
+                (unknown, 0),
+                (solo, on_lost[0]),
+                (solo, elsewhere[0]),
+                (id, 9),
+            ],
+        );
+        assert_eq!(r.error_code, NONE);
+        assert_eq!(
+            r.partitions,
+            vec![
+                (id, 0, NONE),
+                (unknown, 0, UNKNOWN_TOPIC_ID),
+                (solo, on_lost[0], NONE),
+                (solo, elsewhere[0], UNKNOWN_TOPIC_OR_PARTITION),
+                (id, 9, UNKNOWN_TOPIC_OR_PARTITION),
+            ]
+        );
+        let after = p(&h, id, 0);
+        assert!(
+            !after.isr.contains(&lost) && after.isr.len() == 2,
+            "{after:?}"
+        );
+        assert!(
+            after.leader != lost && after.isr.contains(&after.leader),
+            "{after:?}"
+        );
+        assert_eq!(after.leader_epoch.0, before.leader_epoch.0 + 1);
+        assert_eq!(
+            p(&h, id, 1),
+            other,
+            "a replica on another directory is untouched"
+        );
+        let solo_after = p(&h, solo, on_lost[0]);
+        assert_eq!(
+            (solo_after.leader, solo_after.isr.clone()),
+            (BrokerId::NONE, vec![lost])
+        );
+        // Asked again, nothing is left to change.
+        let again = ask(&mut h, epoch, vec![(id, 0)]);
+        assert_eq!(again.partitions, vec![(id, 0, NONE)]);
+        assert_eq!(p(&h, id, 0), after);
     }
 
     #[test]

@@ -1044,6 +1044,10 @@ fn error_like(response: &ControllerResponse) -> ControllerResponse {
             a.error_code = NOT_CONTROLLER;
             a.partitions.clear();
         }
+        R::LostReplicas(a) => {
+            a.error_code = NOT_CONTROLLER;
+            a.partitions.clear();
+        }
         R::ElectLeaders(e) => {
             e.error_code = NOT_CONTROLLER;
             e.results.iter_mut().for_each(|p| {

@@ -795,6 +795,7 @@ impl Sim {
             }
             ControllerResponse::Migrate(r) => r.error_code == error_code::NOT_CONTROLLER,
             ControllerResponse::AlterPartition(r) => r.error_code == error_code::NOT_CONTROLLER,
+            ControllerResponse::LostReplicas(r) => r.error_code == error_code::NOT_CONTROLLER,
             ControllerResponse::ElectLeaders(r) => r.error_code == error_code::NOT_CONTROLLER,
             ControllerResponse::AlterPartitionReassignments(r) => {
                 r.error_code == error_code::NOT_CONTROLLER

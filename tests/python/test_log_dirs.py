@@ -15,14 +15,18 @@ Apache Kafka's own tools.
    broker logs the swap's pause; after a restart it is all still there.
 3. A disk that fails under a running broker (two loop-mounted ext4 file systems; one's loop
    device shrunk to nothing, so every write to it gets EIO): once the broker notices (the first
-   write or sync that reaches the device), every produce to that disk's partitions answers
-   KAFKA_STORAGE_ERROR while every one to the other disk's is acknowledged; the broker logs once
-   that the directory went offline, `kafka-log-dirs`
+   write or sync that reaches the device), no produce to that disk's partitions is acknowledged
+   (KAFKA_STORAGE_ERROR, then, once the controller has taken the lost replicas offline, no
+   leader) while every one to the other disk's is; the broker logs once that the directory went
+   offline, Metadata shows no leader for exactly the lost replicas' partitions and
+   `kafka_controller_kafkacontroller_offlinepartitionscount` counts them, `kafka-log-dirs`
    reports it with a storage error, `/metrics` counts one offline directory, and the partitions
    on the healthy disk keep taking writes and serving reads, everything acknowledged read back;
    a new topic's replicas all go to the healthy disk; the broker stops cleanly on SIGTERM, and
    started again without the dead disk it serves every record the healthy one acknowledged.
    (Root and loop devices; skipped elsewhere.)
+4. The same in a three-node cluster: the leaderships of the dead disk's partitions go to the
+   other replicas while a producer keeps writing; nothing acknowledged is lost.
 """
 
 from __future__ import annotations
@@ -39,8 +43,11 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka.admin import NewTopic
 
-from harness import assert_all_delivered, consumer, create_topic, free_port, produce_all, producer, read_to_end
+from harness import (admin, assert_all_delivered, consumer, create_topic, free_port, produce_all, producer,
+                     read_to_end)
+from cluster import Cluster, format_storage, wait_for
 from reference import kafka_tool
 
 BROKER_TOML = '"offsets.topic.num.partitions" = 4\n'
@@ -241,6 +248,10 @@ def test_move_a_replica_between_log_dirs_online(unstarted_broker):
 # ---- a failing disk ------------------------------------------------------------------------------
 
 DISK_BYTES = 256 << 20
+# What a produce to a partition on a dead disk gets: the storage error, before the controller
+# has heard of it; then (no leader) a timeout or a leadership error.
+REFUSED = {KafkaError.KAFKA_STORAGE_ERROR, KafkaError._MSG_TIMED_OUT, KafkaError.NOT_LEADER_FOR_PARTITION,
+           KafkaError.LEADER_NOT_AVAILABLE}
 
 
 def _run(args: list[str]) -> str:
@@ -283,11 +294,17 @@ def two_disks(tmp_path):
 
 
 def fail_disk(image: Path, device: str) -> None:
-    """The disk dies: its device shrinks to nothing, so every read and write is EIO. (Shrunk to
-    a few blocks, writes landing there would still succeed, and durably.)"""
-    with open(image, "r+b") as f:
-        f.truncate(0)
-    _run(["losetup", "-c", device])
+    """The disk dies: its loop device shrinks to nothing, so every read and write is EIO. (Shrunk
+    to a few blocks, writes landing there would still succeed, and durably.) Writes through the
+    device between the truncation and the capacity change grow the image again, so it is done
+    until the device reports no bytes."""
+    for _ in range(50):
+        with open(image, "r+b") as f:
+            f.truncate(0)
+        _run(["losetup", "-c", device])
+        if int(_run(["blockdev", "--getsize64", device])) == 0:
+            return
+    raise AssertionError(f"{device} kept a capacity above 0")
 
 
 def scrape(port: int) -> str:
@@ -313,12 +330,15 @@ def test_a_failing_disk_takes_only_its_directory_offline(two_disks, unstarted_br
     first_reports = produce_all(producer(broker.bootstrap, **no_retry), topic, first)
     assert_all_delivered(first_reports)
 
+    lost = replicas_in(b)
     fail_disk(img_b, dev_b)
     # Produce until the broker notices (the first write or sync that reaches the dead device),
-    # then once more: from then on every produce to the dead disk's partitions is refused with
-    # KAFKA_STORAGE_ERROR and every one to the healthy disk's is acknowledged.
+    # then once more: from then on nothing is acknowledged for the dead disk's partitions (they
+    # have no leader once the controller hears of it: their only replica is lost), and every
+    # produce to the healthy disk's is.
     second, second_reports = [], []
-    p2 = producer(broker.bootstrap, **no_retry)
+    short = {**no_retry, "message.timeout.ms": 3000}
+    p2 = producer(broker.bootstrap, **short)
     for attempt in range(60):
         chunk = [{"partition": i % partitions, "key": f"s{attempt}-{i}".encode(), "value": os.urandom(300)}
                  for i in range(80)]
@@ -329,7 +349,7 @@ def test_a_failing_disk_takes_only_its_directory_offline(two_disks, unstarted_br
             if m["partition"] in on_a:
                 assert r.error is None, (m["partition"], r.error)
             elif r.error is not None:
-                assert r.error.code() == KafkaError.KAFKA_STORAGE_ERROR, (m["partition"], r.error)
+                assert r.error.code() in REFUSED, (m["partition"], r.error)
         if "took the log directory offline" in broker.log_text():
             break
         time.sleep(0.1)
@@ -340,7 +360,7 @@ def test_a_failing_disk_takes_only_its_directory_offline(two_disks, unstarted_br
     last_reports = produce_all(p2, topic, last)
     for m, r in zip(last, last_reports):
         if m["partition"] in on_b:
-            assert r.error is not None and r.error.code() == KafkaError.KAFKA_STORAGE_ERROR, (m["partition"], r.error)
+            assert r.error is not None and r.error.code() in REFUSED, (m["partition"], r.error)
         else:
             assert r.error is None, (m["partition"], r.error)
     second += last
@@ -348,6 +368,18 @@ def test_a_failing_disk_takes_only_its_directory_offline(two_disks, unstarted_br
     lines = [l for l in broker.log_text().splitlines() if "took the log directory offline" in l]
     assert len(lines) == 1 and str(b) in lines[0], lines
     assert "kafka_log_logmanager_offlinelogdirectorycount 1" in scrape(metrics_port)
+    # The controller heard of it: every replica the dead disk held is offline (no leader), and
+    # Metadata and /metrics say so; the healthy disk's partitions keep their leader.
+    deadline = time.monotonic() + 15
+    while True:
+        leaders = {p.id: p.leader for p in admin(broker.bootstrap).list_topics(topic, timeout=10).topics[topic].partitions.values()}
+        offline = re.search(r"^kafka_controller_kafkacontroller_offlinepartitionscount (\d+)", scrape(metrics_port), re.M)
+        if all(leaders[p] == -1 for p in on_b) and offline and int(offline.group(1)) == len(lost):
+            break
+        assert time.monotonic() < deadline, (leaders, offline and offline.group(0), broker.log_tail())
+        time.sleep(0.2)
+    assert all(leaders[p] == 1 for p in on_a), leaders
+    assert "the controller took this broker's replicas in the offline log directory out" in broker.log_text()
     out = kafka_tool("org.apache.kafka.tools.LogDirsCommand", "--bootstrap-server", broker.bootstrap, "--describe",
                      "--topic-list", topic)
     (only,) = json.loads(out.strip().splitlines()[-1])["brokers"]
@@ -370,3 +402,85 @@ def test_a_failing_disk_takes_only_its_directory_offline(two_disks, unstarted_br
     # The operator takes the dead disk out of log.dirs; the healthy one serves all it acknowledged.
     start_with_dirs(broker, [str(a)])
     read_back(broker.bootstrap, topic, partitions, [m for m, _ in healthy], [r for _, r in healthy])
+
+
+def test_a_failing_disk_hands_its_leaderships_over_in_a_cluster(two_disks, tmp_path):
+    """Three nodes; node 1 keeps its logs on two loop-mounted disks and leads all six partitions
+    of a replication-factor-3 topic. The second disk dies while an idempotent acks=all producer
+    writes to every partition: node 1 reports the lost replicas (AssignReplicasToDirs, the LOST
+    directory), the controller elects other leaders for the partitions on the dead disk and takes
+    node 1 out of their ISRs, the partitions on the healthy disk keep node 1 as leader and in
+    sync, every record is acknowledged and read back once, in order."""
+    (_, _, mnt_a), (img_b, dev_b, mnt_b) = two_disks
+    config = tmp_path / "sluice.toml"
+    config.write_text(BROKER_TOML)
+    c = Cluster(3, name="logdirs", extra_args=["--config", str(config)])
+    n1 = c.node(1)
+    a, b = mnt_a / "data", mnt_b / "data"
+    n1.data_dir = f"{a},{b}"
+    done = format_storage(n1.data_dir, c.cluster_id, 1)
+    assert done.returncode == 0, done.stderr
+    topic, partitions = "replicated", 6
+    try:
+        c.start()
+        wait_for("three brokers", lambda: len(admin(c.bootstrap).list_topics(timeout=5).brokers) == 3)
+        client = admin(c.bootstrap)
+        fs = client.create_topics([NewTopic(topic, num_partitions=partitions, replica_assignment=[[1, 2, 3]] * partitions,
+                                                        config={"min.insync.replicas": "2"})])
+        fs[topic].result(timeout=30)
+        wait_for("node 1 leading every partition", lambda: all(
+            p.leader == 1 for p in admin(c.bootstrap).list_topics(topic, timeout=5).topics[topic].partitions.values()))
+        on_b = {int(n.rsplit("-", 1)[1]) for n in replicas_in(b) if n.startswith(f"{topic}-")}
+        on_a = set(range(partitions)) - on_b
+        assert on_a and on_b, (on_a, on_b)
+
+        p = producer(c.bootstrap, **{"enable.idempotence": True, "linger.ms": 5})
+        sent: list[dict] = []
+        reports: list = []
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def keep_producing():
+            try:
+                i = 0
+                while not stop.is_set():
+                    chunk = [{"partition": (i + j) % partitions, "key": f"k{i + j}".encode(),
+                              "value": f"v{i + j}".encode()} for j in range(120)]
+                    sent.extend(chunk)
+                    reports.extend(produce_all(p, topic, chunk))
+                    i += len(chunk)
+                    time.sleep(0.05)
+            except BaseException as e:  # noqa: BLE001 - reported by the test thread
+                failures.append(e)
+
+        t = threading.Thread(target=keep_producing)
+        t.start()
+        try:
+            time.sleep(2.0)
+            fail_disk(img_b, dev_b)
+            wait_for("the lost replicas' leaderships handed over", lambda: all(
+                pp.leader in (2, 3) and 1 not in pp.isrs
+                for i, pp in admin(c.bootstrap).list_topics(topic, timeout=5).topics[topic].partitions.items()
+                if i in on_b), timeout=30)
+            time.sleep(3.0)
+        finally:
+            stop.set()
+            t.join(timeout=180)
+        assert not failures, failures
+        assert_all_delivered(reports)
+        md = admin(c.bootstrap).list_topics(topic, timeout=5).topics[topic].partitions
+        for i in on_a:
+            assert md[i].leader == 1 and 1 in md[i].isrs, (i, md[i].leader, md[i].isrs)
+        assert "took the log directory offline" in n1.log_text()
+        assert "the controller took this broker's replicas in the offline log directory out" in n1.log_text()
+        after = [r for r in reports if r.partition in on_b]
+        assert after, "nothing written to the partitions on the dead disk"
+        for part in range(partitions):
+            offsets = sorted(r.offset for r in reports if r.partition == part)
+            assert offsets == list(range(len(offsets))), f"partition {part}: acknowledged offsets have gaps or repeats"
+        read_back(c.bootstrap, topic, partitions, sent, reports)
+    except BaseException:
+        print(c.log_tails())
+        raise
+    finally:
+        c.stop()

@@ -2,7 +2,8 @@
 //! controller core's requests (`sluice_replication::controller`).
 //!
 //! The CONTROLLER listener answers ApiVersions, DescribeQuorum, BrokerRegistration,
-//! BrokerHeartbeat, AllocateProducerIds, AlterPartition and Envelope (admin requests a broker forwards, as
+//! BrokerHeartbeat, AllocateProducerIds, AlterPartition, AssignReplicasToDirs (lost replicas only)
+//! and Envelope (admin requests a broker forwards, as
 //! Kafka's brokers forward them: the client's request whole, answered with its response
 //! whole). The same `admin` function serves an admin request arriving at a combined node that
 //! is the active controller, so there is one path for both.
@@ -39,8 +40,13 @@ pub const CONTROLLER_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AllocateProducerIds, 0, 0),
     // 2 names topics by id; 3 gives each new ISR member's broker epoch (KIP-903).
     (ApiKey::AlterPartition, 2, 3),
+    // Only for replicas in the LOST directory (KIP-858): a broker's failed log directory.
+    (ApiKey::AssignReplicasToDirs, 0, 0),
     (ApiKey::Envelope, 0, 0),
 ];
+
+/// Kafka's `DirectoryId.LOST`: the directory of replicas whose log directory failed.
+pub const LOST_DIRECTORY: uuid::Uuid = uuid::Uuid::from_u128(1);
 
 /// Admin APIs forwarded to the controller inside an Envelope.
 pub const FORWARDED_APIS: &[(ApiKey, i16, i16)] = &[
@@ -131,6 +137,9 @@ pub async fn answer(node: &Rc<ClusterNode>, frame: Bytes) -> Option<Bytes> {
             ResponseKind::DescribeCluster(describe_controllers(node, &r))
         }
         RequestKind::Envelope(r) => ResponseKind::Envelope(envelope(node, r).await),
+        RequestKind::AssignReplicasToDirs(r) => {
+            ResponseKind::AssignReplicasToDirs(assign_replicas_to_dirs(node, r).await)
+        }
         other => match controller_request(&other) {
             Some(request) => {
                 let response = node.submit(request).await;
@@ -256,6 +265,78 @@ async fn envelope(node: &Rc<ClusterNode>, request: EnvelopeRequest) -> EnvelopeR
             EnvelopeResponse::default().with_error_code(ResponseError::UnknownServerError.code())
         }
     }
+}
+
+/// AssignReplicasToDirs: the replicas a broker assigns to the LOST directory (its log directory
+/// failed) leave their ISRs and leaderships (`core::LostReplicasRequest`). Sluice's controller
+/// keeps no other directory assignments (placement on a broker's disks is the broker's own
+/// business), so replicas assigned to any other directory get INVALID_REQUEST.
+async fn assign_replicas_to_dirs(
+    node: &Rc<ClusterNode>,
+    r: AssignReplicasToDirsRequest,
+) -> AssignReplicasToDirsResponse {
+    use assign_replicas_to_dirs_response::{DirectoryData, PartitionData, TopicData};
+    let lost: Vec<(TopicId, i32)> = r
+        .directories
+        .iter()
+        .filter(|d| d.id == LOST_DIRECTORY)
+        .flat_map(|d| {
+            d.topics.iter().flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (TopicId(t.topic_id), p.partition_index))
+            })
+        })
+        .collect();
+    let answer = node
+        .submit(core::ControllerRequest::LostReplicas(
+            core::LostReplicasRequest {
+                broker_id: BrokerId(r.broker_id.0),
+                broker_epoch: BrokerEpoch(r.broker_epoch),
+                partitions: lost,
+            },
+        ))
+        .await;
+    let core::ControllerResponse::LostReplicas(answer) = answer else {
+        unreachable!("the controller answers a request with its own response");
+    };
+    let mut codes = answer.partitions.into_iter();
+    let directories = r
+        .directories
+        .iter()
+        .map(|d| {
+            let ours = d.id == LOST_DIRECTORY;
+            DirectoryData::default().with_id(d.id).with_topics(
+                d.topics
+                    .iter()
+                    .map(|t| {
+                        TopicData::default()
+                            .with_topic_id(t.topic_id)
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        let code = if !ours {
+                                            ResponseError::InvalidRequest.code()
+                                        } else if answer.error_code != 0 {
+                                            answer.error_code
+                                        } else {
+                                            codes.next().map_or(0, |(_, _, code)| code)
+                                        };
+                                        PartitionData::default()
+                                            .with_partition_index(p.partition_index)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    AssignReplicasToDirsResponse::default()
+        .with_error_code(answer.error_code)
+        .with_directories(directories)
 }
 
 /// An admin request at the active controller (or the NOT_CONTROLLER answer when it is not).
@@ -639,6 +720,20 @@ pub fn core_response(response: &ResponseKind) -> Option<core::ControllerResponse
                 producer_id_len: r.producer_id_len,
             })
         }
+        ResponseKind::AssignReplicasToDirs(r) => R::LostReplicas(core::LostReplicasResponse {
+            error_code: r.error_code,
+            partitions: r
+                .directories
+                .iter()
+                .flat_map(|d| {
+                    d.topics.iter().flat_map(|t| {
+                        t.partitions
+                            .iter()
+                            .map(|p| (TopicId(t.topic_id), p.partition_index, p.error_code))
+                    })
+                })
+                .collect(),
+        }),
         ResponseKind::AlterPartition(r) => R::AlterPartition(core::AlterPartitionResponse {
             error_code: r.error_code,
             partitions: r
@@ -717,6 +812,33 @@ pub fn kafka_request(request: &core::ControllerRequest) -> Option<(ApiKey, i16, 
             3,
             RequestKind::AlterPartition(alter_partition_request(r)),
         ),
+        C::LostReplicas(r) => {
+            use assign_replicas_to_dirs_request::{DirectoryData, PartitionData, TopicData};
+            let mut topics: Vec<TopicData> = Vec::new();
+            for &(topic_id, partition) in &r.partitions {
+                let p = PartitionData::default().with_partition_index(partition);
+                match topics.iter_mut().find(|t| t.topic_id == topic_id.0) {
+                    Some(t) => t.partitions.push(p),
+                    None => topics.push(
+                        TopicData::default()
+                            .with_topic_id(topic_id.0)
+                            .with_partitions(vec![p]),
+                    ),
+                }
+            }
+            (
+                ApiKey::AssignReplicasToDirs,
+                0,
+                RequestKind::AssignReplicasToDirs(
+                    AssignReplicasToDirsRequest::default()
+                        .with_broker_id(kafka_protocol::messages::BrokerId(r.broker_id.0))
+                        .with_broker_epoch(r.broker_epoch.0)
+                        .with_directories(vec![DirectoryData::default()
+                            .with_id(LOST_DIRECTORY)
+                            .with_topics(topics)]),
+                ),
+            )
+        }
         _ => return None,
     })
 }

@@ -825,6 +825,26 @@ impl ClusterNode {
         }
     }
 
+    /// Tells the controller that this broker lost its replicas of `partitions` (their log
+    /// directory failed); `None` when no controller answered.
+    pub async fn lost_replicas(
+        &self,
+        partitions: Vec<(sluice_replication::records::TopicId, i32)>,
+    ) -> Option<core::LostReplicasResponse> {
+        let request = core::ControllerRequest::LostReplicas(core::LostReplicasRequest {
+            broker_id: BrokerId(self.node_id),
+            broker_epoch: sluice_replication::records::BrokerEpoch(self.broker_epoch.get()),
+            partitions,
+        });
+        match self.controller_call(request).await? {
+            core::ControllerResponse::LostReplicas(r) => Some(r),
+            other => {
+                tracing::warn!(answer = ?other, "unexpected answer to AssignReplicasToDirs");
+                None
+            }
+        }
+    }
+
     /// An admin request (CreateTopics, DeleteTopics, CreatePartitions,
     /// IncrementalAlterConfigs) at the active controller: run here when this node is it, else
     /// forwarded inside an Envelope to the quorum leader, retrying while no controller answers
@@ -982,6 +1002,13 @@ impl ControllerChannel for ClusterNode {
         partitions: Vec<core::AlterPartitionItem>,
     ) -> BoxedLocal<Option<core::AlterPartitionResponse>> {
         Box::pin(async move { ClusterNode::alter_partition(&self, partitions).await })
+    }
+
+    fn lost_replicas(
+        self: Rc<Self>,
+        partitions: Vec<(sluice_replication::records::TopicId, i32)>,
+    ) -> BoxedLocal<Option<core::LostReplicasResponse>> {
+        Box::pin(async move { ClusterNode::lost_replicas(&self, partitions).await })
     }
 
     fn next_producer_id(self: Rc<Self>) -> BoxedLocal<Option<i64>> {

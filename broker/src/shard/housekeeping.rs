@@ -97,6 +97,58 @@ async fn probe_reactor() {
     }
 }
 
+/// Tells the controller which replicas the failed log directory `dir` held, on every shard, as
+/// Kafka's brokers report an offline directory: it takes this broker out of their ISRs and
+/// leaderships so that other replicas lead (in a cluster), or leaves them without a leader (the
+/// last in-sync replica). Tried every second until a controller accepts it (after a new
+/// registration, with the new broker epoch).
+async fn report_lost_replicas(shard: Rc<Shard>, dir: usize) {
+    for attempt in 0u32.. {
+        let lost: Vec<(String, i32)> = shard
+            .invoke_on_all(move |s| async move {
+                s.partitions
+                    .borrow()
+                    .iter()
+                    .filter(|(_, p)| s.shared.log_dirs.of(p.log.dir()) == Some(dir))
+                    .map(|(key, _)| key.clone())
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .concat();
+        let image = shard.image();
+        let partitions: Vec<_> = lost
+            .iter()
+            .filter_map(|(topic, p)| {
+                image
+                    .topics
+                    .get(topic)
+                    .map(|t| (sluice_replication::records::TopicId(t.id), *p))
+            })
+            .collect();
+        let count = partitions.len();
+        let answer = shard
+            .invoke_on(0, move |s0| async move {
+                match s0.controller() {
+                    Some(c) => c.lost_replicas(partitions).await,
+                    None => None,
+                }
+            })
+            .await;
+        match answer {
+            Some(r) if r.error_code == 0 => {
+                tracing::info!(replicas = count, attempt, "the controller took this broker's replicas in the offline log directory out of their ISRs and leaderships");
+                return;
+            }
+            other => {
+                if attempt % 10 == 0 {
+                    tracing::warn!(answer = ?other.map(|r| r.error_code), "could not report the offline log directory's replicas to the controller yet; trying again every second");
+                }
+                glommio::timer::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
 impl Shard {
     /// This shard's partition gauges into its slot of the node's metrics; on shard 0 also the
     /// controller's (whether it is the active one, and then the partitions without a leader).
@@ -139,7 +191,10 @@ impl Shard {
     /// log directory offline, as Kafka does on any storage error in a directory: every replica
     /// there, on every shard (each at its next check), then answers KAFKA_STORAGE_ERROR, and no
     /// new replica goes there; the replicas on the other directories keep serving.
-    fn check_log_dirs(&self, partitions: &[((String, i32), Rc<super::partition::Partition>)]) {
+    fn check_log_dirs(
+        self: &Rc<Self>,
+        partitions: &[((String, i32), Rc<super::partition::Partition>)],
+    ) {
         let dirs = &self.shared.log_dirs;
         for ((topic, index), p) in partitions {
             let Some(d) = dirs.of(p.log.dir()) else {
@@ -160,6 +215,7 @@ impl Shard {
                         .offline_log_dirs
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::error!(log_dir = %dir.path.display(), directory_id = %dir.id, topic = %topic, partition = index, %reason, "a storage error took the log directory offline: its replicas answer KAFKA_STORAGE_ERROR until the broker restarts");
+                    glommio::spawn_local(report_lost_replicas(self.clone(), d)).detach();
                 }
             }
         }

@@ -112,6 +112,12 @@ pub trait ControllerChannel {
         self: Rc<Self>,
         partitions: Vec<AlterPartitionItem>,
     ) -> BoxedLocal<Option<AlterPartitionResponse>>;
+    /// This broker's replicas of `partitions` are lost (their log directory failed): the
+    /// controller takes them out of ISRs and leaderships. `None` when no controller answered.
+    fn lost_replicas(
+        self: Rc<Self>,
+        partitions: Vec<(sluice_replication::records::TopicId, i32)>,
+    ) -> BoxedLocal<Option<sluice_replication::controller::LostReplicasResponse>>;
     /// The next idempotent producer id from this broker's block; `None` when none can be had.
     fn next_producer_id(self: Rc<Self>) -> BoxedLocal<Option<i64>>;
     fn is_active_controller(&self) -> bool;
