@@ -261,6 +261,7 @@ pub fn run(mut config: BrokerConfig) -> anyhow::Result<()> {
             sample_ms: u64::from(config.quota_window_size_seconds) * 1000,
         }),
         log_dirs: crate::shard::log_dirs::LogDirs::new(&config.log_dirs, &config.log_dir_ids),
+        move_throttle: Default::default(),
     });
     let _ = shared.metrics.log_dirs.set(
         shared

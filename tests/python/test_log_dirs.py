@@ -9,7 +9,8 @@ Apache Kafka's own tools.
    `log.dirs` is formatted with a new id at the next start and takes every new replica until it
    holds as many as the others.
 2. A replica moved to the other directory online by `kafka-reassign-partitions` with
-   `log_dirs`, while an idempotent producer keeps writing to it: `--verify` reports it done,
+   `log_dirs` and a 4 MB/s `--replica-alter-log-dirs-throttle` (the copy of 8 MB takes more
+   than a second), while an idempotent producer keeps writing to it: `--verify` reports it done,
    every record (before, during and after the move) is read back once at its acknowledged
    offset, the replica is in the new directory only with no copy or old directory left, and the
    broker logs the swap's pause; after a restart it is all still there.
@@ -167,9 +168,9 @@ def test_replicas_spread_over_log_dirs_and_keep_their_place(unstarted_broker):
     read_back(broker.bootstrap, "spread", 8, sent, reports)
 
 
-def reassign(bootstrap: str, plan: Path, action: str) -> str:
+def reassign(bootstrap: str, plan: Path, action: str, *extra: str) -> str:
     return kafka_tool("org.apache.kafka.tools.reassign.ReassignPartitionsCommand", "--bootstrap-server", bootstrap,
-                      action, "--reassignment-json-file", str(plan))
+                      action, "--reassignment-json-file", str(plan), *extra)
 
 
 def test_move_a_replica_between_log_dirs_online(unstarted_broker):
@@ -211,7 +212,9 @@ def test_move_a_replica_between_log_dirs_online(unstarted_broker):
         plan = broker.root / "plan.json"
         plan.write_text(json.dumps({"version": 1, "partitions": [
             {"topic": topic, "partition": 0, "replicas": [1], "log_dirs": [str(dest)]}]}))
-        reassign(broker.bootstrap, plan, "--execute")
+        # At most 4 MB/s for the copying (the broker's replica.alter.log.dirs.io.max.bytes.per.second):
+        # the 8 MB already written takes more than a second to copy.
+        reassign(broker.bootstrap, plan, "--execute", "--replica-alter-log-dirs-throttle", str(4_000_000))
         deadline = time.monotonic() + 60
         while True:
             out = reassign(broker.bootstrap, plan, "--verify")
@@ -232,6 +235,13 @@ def test_move_a_replica_between_log_dirs_online(unstarted_broker):
     assert not leftovers, leftovers
     lines = [l for l in broker.log_text().splitlines() if "replica paused for the swap" in l]
     assert len(lines) == 1 and "pause_ms=" in lines[0], lines
+    (moved,) = [l for l in broker.log_text().splitlines() if "moved a replica to another log directory" in l]
+    copied, took = (int(re.search(rf"{k}=(\d+)", moved).group(1)) for k in ("bytes", "elapsed_ms"))
+    assert copied > 8_000_000 and took > 1_000, moved
+    # --verify cleared the throttle once the move was done.
+    described = kafka_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap,
+                           "--entity-type", "brokers", "--entity-name", "1", "--describe")
+    assert "replica.alter.log.dirs.io.max.bytes.per.second" not in described, described
     described = log_dirs_described(broker.bootstrap, topic)
     assert [x["partition"] for x in described[str(dest)]].count(f"{topic}-0") == 1, described
     assert f"{topic}-0" not in [x["partition"] for x in described[str(source)]], described

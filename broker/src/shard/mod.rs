@@ -84,6 +84,8 @@ pub struct Shared {
     pub quotas: crate::quota::Sensors,
     /// The log directories and where replicas go (`log_dirs.rs`).
     pub log_dirs: log_dirs::LogDirs,
+    /// The replica moves' copying throttle (`replica_move.rs`).
+    pub move_throttle: replica_move::MoveThrottle,
 }
 
 impl Shared {

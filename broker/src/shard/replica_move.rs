@@ -74,15 +74,74 @@ fn base_of(name: &str) -> Option<i64> {
         .flatten()
 }
 
+/// Kafka's `replica.alter.log.dirs.io.max.bytes.per.second`: the bytes per second all of a
+/// broker's replica moves may copy while catching up (the pause's last pass is not held back).
+/// One bucket for the process, holding at most a second of the rate.
+pub struct MoveThrottle {
+    bucket: std::sync::Mutex<(f64, std::time::Instant)>,
+}
+
+impl Default for MoveThrottle {
+    fn default() -> Self {
+        MoveThrottle {
+            bucket: std::sync::Mutex::new((0.0, std::time::Instant::now())),
+        }
+    }
+}
+
+impl MoveThrottle {
+    /// Takes `bytes` at `rate` bytes per second; how long the copier waits before going on.
+    fn take(&self, bytes: u64, rate: f64) -> std::time::Duration {
+        let mut b = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        b.0 = (b.0 + rate * now.duration_since(b.1).as_secs_f64()).min(rate);
+        b.1 = now;
+        b.0 -= bytes as f64;
+        if b.0 >= 0.0 {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_secs_f64(-b.0 / rate)
+        }
+    }
+}
+
+/// Copies `from` to `to` in chunks of 1 MiB, holding to `rate` (bytes per second) through
+/// `throttle` when one is given; returns the bytes copied.
+fn copy_file(
+    from: &Path,
+    to: &Path,
+    throttle: Option<(&MoveThrottle, f64)>,
+) -> std::io::Result<u64> {
+    use std::io::{Read, Write};
+    let Some((throttle, rate)) = throttle else {
+        return std::fs::copy(from, to);
+    };
+    let mut src = std::fs::File::open(from)?;
+    let mut dst = std::fs::File::create(to)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        let n = src.read(&mut buf)?;
+        if n == 0 {
+            return Ok(total);
+        }
+        dst.write_all(&buf[..n])?;
+        total += n as u64;
+        std::thread::sleep(throttle.take(n as u64, rate));
+    }
+}
+
 /// One pass of copying `source` into `future`, returning the bytes copied. While the log is
 /// open (`below` = the active segment's base offset), only files of sealed segments and
-/// snapshots below it; with the log closed (`None`), every file, and files the source no longer
-/// has are deleted from the copy, which is then made durable.
+/// snapshots below it, at most at the throttle's rate; with the log closed (`None`), every
+/// file, and files the source no longer has are deleted from the copy, which is then made
+/// durable.
 fn copy_pass(
     source: &Path,
     future: &Path,
     copied: &mut HashMap<String, FileId>,
     below: Option<i64>,
+    throttle: Option<(&MoveThrottle, f64)>,
 ) -> std::io::Result<u64> {
     let mut bytes = 0;
     let mut present = std::collections::HashSet::new();
@@ -108,7 +167,7 @@ fn copy_pass(
         if copied.get(&name) == Some(&id) {
             continue;
         }
-        match std::fs::copy(entry.path(), future.join(&name)) {
+        match copy_file(&entry.path(), &future.join(&name), throttle) {
             Ok(n) => bytes += n,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && below.is_some() => continue,
             Err(e) => return Err(e),
@@ -184,8 +243,21 @@ pub fn recover(log_dirs: &[PathBuf]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `replica.alter.log.dirs.io.max.bytes.per.second` (a dynamic config of this broker or the
+/// cluster default, as `kafka-reassign-partitions --replica-alter-log-dirs-throttle` sets it),
+/// if one is set.
+fn throttle_rate(shard: &Shard) -> Option<f64> {
+    let image = shard.image();
+    let (value, _) = image.dynamic_broker_config(
+        shard.config().node_id,
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+    )?;
+    value.parse::<f64>().ok().filter(|r| *r > 0.0)
+}
+
 /// A pass while the log is open: the files below its active segment. Returns the bytes copied.
 async fn catch_up_pass(
+    shard: &Shard,
     part: &Partition,
     source: &Path,
     future: &Path,
@@ -195,8 +267,11 @@ async fn catch_up_pass(
     let active = part.log.segments_info().last().map_or(0, |s| s.0 .0);
     let mut taken = std::mem::take(copied);
     let (source2, future2) = (source.to_path_buf(), future.to_path_buf());
+    let rate = throttle_rate(shard);
+    let shared = shard.shared.clone();
     let (bytes, back) = blocking(move || {
-        let bytes = copy_pass(&source2, &future2, &mut taken, Some(active));
+        let throttle = rate.map(|r| (&shared.move_throttle, r));
+        let bytes = copy_pass(&source2, &future2, &mut taken, Some(active), throttle);
         (bytes, taken)
     })
     .await;
@@ -296,7 +371,7 @@ impl Shard {
             if mv.cancelled.get() || !self.still_hosts(key, part) {
                 return Ok(false);
             }
-            let bytes = catch_up_pass(part, &source, &future, &mut copied, mv).await?;
+            let bytes = catch_up_pass(self, part, &source, &future, &mut copied, mv).await?;
             if bytes < CAUGHT_UP_BYTES || pass >= MAX_PASSES {
                 break;
             }
@@ -304,7 +379,7 @@ impl Shard {
         // Seal what the active segment holds, so that it is copied now rather than in the
         // pause.
         part.log.roll().await?;
-        catch_up_pass(part, &source, &future, &mut copied, mv).await?;
+        catch_up_pass(self, part, &source, &future, &mut copied, mv).await?;
         if mv.cancelled.get() || !self.still_hosts(key, part) {
             return Ok(false);
         }
@@ -326,7 +401,7 @@ impl Shard {
                     trash.clone(),
                 );
                 let result = blocking(move || -> std::io::Result<u64> {
-                    let bytes = copy_pass(&source2, &future2, &mut copied, None)?;
+                    let bytes = copy_pass(&source2, &future2, &mut copied, None, None)?;
                     std::fs::rename(&source2, &trash2)?;
                     sync_dir(source2.parent().unwrap_or(Path::new(".")))?;
                     std::fs::rename(&future2, &target2)?;
@@ -420,6 +495,15 @@ impl Shard {
 mod tests {
     use super::*;
 
+    /// The bucket holds at most a second of the rate; taking beyond it waits for the rest.
+    #[test]
+    fn the_throttle_waits_for_what_was_taken_beyond_the_rate() {
+        let t = MoveThrottle::default();
+        let wait = t.take(3_000, 1_000.0);
+        assert!(wait > std::time::Duration::from_millis(2_900), "{wait:?}");
+        assert!(wait <= std::time::Duration::from_secs(3), "{wait:?}");
+    }
+
     #[test]
     fn base_offsets_of_log_files() {
         assert_eq!(base_of("00000000000000000042.log"), Some(42));
@@ -444,14 +528,20 @@ mod tests {
         write("00000000000000000010.log", &[3; 100]);
         write("leader-epoch-checkpoint", b"0\n1\n0 0\n");
         let mut copied = HashMap::new();
-        assert_eq!(copy_pass(&src, &dst, &mut copied, Some(10)).unwrap(), 5016);
-        assert_eq!(copy_pass(&src, &dst, &mut copied, Some(10)).unwrap(), 0);
+        assert_eq!(
+            copy_pass(&src, &dst, &mut copied, Some(10), None).unwrap(),
+            5016
+        );
+        assert_eq!(
+            copy_pass(&src, &dst, &mut copied, Some(10), None).unwrap(),
+            0
+        );
         // Truncated and grown; a segment deleted by retention.
         std::thread::sleep(std::time::Duration::from_millis(5));
         write("00000000000000000000.index", &[9; 8]);
         write("00000000000000000010.log", &[4; 300]);
         std::fs::remove_file(src.join("00000000000000000000.log")).unwrap();
-        let n = copy_pass(&src, &dst, &mut copied, None).unwrap();
+        let n = copy_pass(&src, &dst, &mut copied, None, None).unwrap();
         assert_eq!(n, 8 + 300 + 8);
         let list = |d: &Path| {
             let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(d)
