@@ -134,8 +134,8 @@ fn copy_file(
 /// One pass of copying `source` into `future`, returning the bytes copied. While the log is
 /// open (`below` = the active segment's base offset), only files of sealed segments and
 /// snapshots below it, at most at the throttle's rate; with the log closed (`None`), every
-/// file, and files the source no longer has are deleted from the copy, which is then made
-/// durable.
+/// file, and files the source no longer has are deleted from the copy. Every file copied is
+/// synced as it is copied, and the copy's directory at the end of the closing pass.
 fn copy_pass(
     source: &Path,
     future: &Path,
@@ -172,9 +172,9 @@ fn copy_pass(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && below.is_some() => continue,
             Err(e) => return Err(e),
         }
-        if below.is_none() {
-            std::fs::File::open(future.join(&name))?.sync_all()?;
-        }
+        // Made durable now, while the replica still serves, so that the pause syncs only what
+        // it copies itself.
+        std::fs::File::open(future.join(&name))?.sync_all()?;
         copied.insert(name, id);
     }
     if below.is_none() {
@@ -184,10 +184,6 @@ fn copy_pass(
             if !present.contains(&name) {
                 std::fs::remove_file(entry.path())?;
             }
-        }
-        // Files copied in earlier passes were not synced one by one: sync them all now.
-        for name in &present {
-            std::fs::File::open(future.join(name))?.sync_all()?;
         }
         std::fs::File::open(future)?.sync_all()?;
     }
