@@ -151,6 +151,7 @@ impl Produce {
             timeout,
             ref txn,
         } = self;
+        crate::shard::replica_move::wait_out_pause(shard, &topic, partition).await;
         let Some(p) = shard.partition(&topic, partition) else {
             return Err(Refusal::new(
                 ResponseError::UnknownTopicOrPartition.code(),

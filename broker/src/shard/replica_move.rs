@@ -44,6 +44,41 @@ pub struct Move {
     pub copied_end: Cell<i64>,
     /// Another destination was asked for: this move gives up and deletes its copy.
     pub cancelled: Cell<bool>,
+    /// The replica is in the swap's pause: produces wait for `swapped` rather than be refused.
+    pub pausing: Cell<bool>,
+    pub swapped: event_listener::Event,
+}
+
+/// The most a produce waits for a swap's pause to end before it goes on (and is refused).
+const PAUSE_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Ends the pause however the swap ends: the waiting produces go on.
+struct PauseGuard<'a>(&'a Move);
+
+impl Drop for PauseGuard<'_> {
+    fn drop(&mut self) {
+        self.0.pausing.set(false);
+        self.0.swapped.notify(usize::MAX);
+    }
+}
+
+/// Waits while replica `(topic, partition)` of this shard is in a move's pause, so that a
+/// produce arriving then is appended to the log in its new place instead of being refused
+/// (which costs a client a metadata refresh and a retry backoff).
+pub async fn wait_out_pause(shard: &Shard, topic: &str, partition: i32) {
+    let key = (topic.to_string(), partition);
+    let Some(mv) = shard.moves.borrow().get(&key).cloned() else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + PAUSE_WAIT_MAX;
+    loop {
+        let listener = mv.swapped.listen();
+        let now = std::time::Instant::now();
+        if !mv.pausing.get() || now >= deadline {
+            return;
+        }
+        futures_lite::future::or(listener, glommio::timer::sleep(deadline - now)).await;
+    }
 }
 
 /// The moves of a shard's replicas, by (topic, partition).
@@ -315,6 +350,8 @@ impl Shard {
             copied_bytes: Cell::new(0),
             copied_end: Cell::new(part.log.log_start_offset().0),
             cancelled: Cell::new(false),
+            pausing: Cell::new(false),
+            swapped: event_listener::Event::new(),
         });
         self.moves.borrow_mut().insert(key.clone(), mv.clone());
         tracing::info!(topic, partition, to = %self.shared.log_dirs.dirs()[dest].path.display(), "moving a replica to another log directory");
@@ -381,6 +418,8 @@ impl Shard {
         }
         // The pause.
         let paused = std::time::Instant::now();
+        mv.pausing.set(true);
+        let _pause = PauseGuard(mv);
         part.stop_replica();
         self.leave_coordination(key, part);
         let closed = part.log.close().await;
