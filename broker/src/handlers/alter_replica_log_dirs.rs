@@ -5,7 +5,8 @@
 //!
 //! As Kafka answers: a destination that is not a log directory of the broker (compared as given,
 //! made absolute; a trailing slash does not match) gives LOG_DIR_NOT_FOUND for all of its
-//! partitions; a partition this broker has no replica of gives UNKNOWN_TOPIC_OR_PARTITION, one
+//! partitions, and one that is offline (a storage error) KAFKA_STORAGE_ERROR; a partition this
+//! broker has no replica of gives UNKNOWN_TOPIC_OR_PARTITION, one
 //! not opened yet REPLICA_NOT_AVAILABLE; one already in the destination succeeds with nothing
 //! to move.
 
@@ -47,21 +48,21 @@ pub async fn handle(
                 response.results.len() - 1
             });
             for p in topic.partitions {
+                let offline = |d: usize| shard.shared.log_dirs.dirs()[d].is_offline();
                 let code = match (dest, image.owner(&name, p, shard.shared.shards)) {
                     (None, _) => ResponseError::LogDirNotFound.code(),
+                    // As Kafka answers a move to a directory that failed.
+                    (Some(d), _) if offline(d) => ResponseError::KafkaStorageError.code(),
                     (Some(_), None) => ResponseError::UnknownTopicOrPartition.code(),
                     (Some(dest), Some(owner)) => {
                         let topic = name.clone();
-                        let started = shard
+                        shard
                             .invoke_on(owner, move |s| async move {
                                 s.start_replica_move(&topic, p, dest)
                             })
-                            .await;
-                        if started {
-                            0
-                        } else {
-                            ResponseError::ReplicaNotAvailable.code()
-                        }
+                            .await
+                            .err()
+                            .unwrap_or(0)
                     }
                 };
                 response.results[i].partitions.push(

@@ -86,8 +86,18 @@ impl LogDirs {
 
     /// The directory of replica `name` (`<topic>-<partition>`): where it is, else where a new
     /// one goes (counted as placed there). A replica found in two log directories is an error,
-    /// as in Kafka: which copy is the log cannot be told.
+    /// as in Kafka: which copy is the log cannot be told. One in an offline directory is lost.
     pub fn locate(&self, name: &str) -> anyhow::Result<PathBuf> {
+        if let Some(d) = self
+            .dirs
+            .iter()
+            .find(|d| d.is_offline() && d.path.join(name).is_dir())
+        {
+            anyhow::bail!(
+                "replica {name} is in the offline log directory {}",
+                d.path.display()
+            );
+        }
         let found: Vec<PathBuf> = self
             .dirs
             .iter()

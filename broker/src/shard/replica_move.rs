@@ -324,21 +324,31 @@ async fn catch_up_pass(
 
 impl Shard {
     /// Starts moving replica `(topic, partition)` of this shard to log directory `dest`, or
-    /// notes that it is there already. False if this shard has no such replica.
-    pub fn start_replica_move(self: &Rc<Self>, topic: &str, partition: i32, dest: usize) -> bool {
+    /// notes that it is there already. The error code otherwise: REPLICA_NOT_AVAILABLE when
+    /// this shard has no such replica (not opened yet), KAFKA_STORAGE_ERROR when it is offline.
+    pub fn start_replica_move(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        dest: usize,
+    ) -> Result<(), i16> {
+        use kafka_protocol::ResponseError;
         let Some(part) = self.partition(topic, partition) else {
-            return false;
+            return Err(ResponseError::ReplicaNotAvailable.code());
         };
+        if part.log.poisoned().is_some() {
+            return Err(ResponseError::KafkaStorageError.code());
+        }
         let key = (topic.to_string(), partition);
         if let Some(running) = self.moves.borrow().get(&key) {
             if running.dest == dest {
-                return true;
+                return Ok(());
             }
             running.cancelled.set(true);
         }
         if self.shared.log_dirs.of(part.log.dir()) == Some(dest) {
             self.moves.borrow_mut().remove(&key);
-            return true;
+            return Ok(());
         }
         let name = format!("{topic}-{partition}");
         let future_dir = self.shared.log_dirs.dirs()[dest]
@@ -374,7 +384,7 @@ impl Shard {
             }
         })
         .detach();
-        true
+        Ok(())
     }
 
     /// Whether `part` is still this shard's replica of `key`.
