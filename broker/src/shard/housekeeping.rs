@@ -196,7 +196,13 @@ impl Shard {
         partitions: &[((String, i32), Rc<super::partition::Partition>)],
     ) {
         let dirs = &self.shared.log_dirs;
+        // Cheap while all is well (every 50 ms over every partition): a directory is looked up
+        // only for a poisoned log, or once some directory is offline.
+        let any_offline = dirs.dirs().iter().any(|d| d.is_offline());
         for ((topic, index), p) in partitions {
+            if !any_offline && p.log.poisoned().is_none() {
+                continue;
+            }
             let Some(d) = dirs.of(p.log.dir()) else {
                 continue;
             };
