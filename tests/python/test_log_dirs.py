@@ -101,6 +101,36 @@ def shapes(n: int, partitions: int) -> list[dict]:
     return out
 
 
+class KeepProducing(threading.Thread):
+    """Produces the chunks `chunk(n)` makes (`n`: records sent so far) through `p` until
+    `finish`, each flushed and its delivery reports kept: `sent[i]` has report `reports[i]`."""
+
+    def __init__(self, p, topic: str, chunk, pause: float = 0.0):
+        super().__init__()
+        self.p, self.topic, self.chunk, self.pause = p, topic, chunk, pause
+        self.sent: list[dict] = []
+        self.reports: list = []
+        self.stopping = threading.Event()
+        self.failure: BaseException | None = None
+
+    def run(self):
+        try:
+            while not self.stopping.is_set():
+                chunk = self.chunk(len(self.sent))
+                self.sent.extend(chunk)
+                self.reports.extend(produce_all(self.p, self.topic, chunk))
+                time.sleep(self.pause)
+        except BaseException as e:  # noqa: BLE001 - raised again by `finish`
+            self.failure = e
+
+    def finish(self) -> None:
+        self.stopping.set()
+        self.join(timeout=180)
+        assert not self.is_alive(), "the producer did not stop"
+        if self.failure is not None:
+            raise self.failure
+
+
 def read_back(bootstrap: str, topic: str, partitions: int, sent: list[dict], reports) -> None:
     """Every acknowledged record is at its offset, and nothing else is there."""
     ends: dict[tuple[str, int], int] = {}
@@ -188,24 +218,8 @@ def test_move_a_replica_between_log_dirs_online(unstarted_broker):
     assert_all_delivered(reports)
 
     # An idempotent producer keeps writing while the replica moves.
-    during: list[dict] = []
-    during_reports: list = []
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def keep_producing():
-        try:
-            i = 0
-            while not stop.is_set():
-                chunk = [{"partition": 0, "key": f"d{i + j}".encode(), "value": f"during-{i + j}".encode()}
-                         for j in range(200)]
-                during.extend(chunk)
-                during_reports.extend(produce_all(p, topic, chunk))
-                i += len(chunk)
-        except BaseException as e:  # noqa: BLE001 - reported by the test thread
-            failures.append(e)
-
-    t = threading.Thread(target=keep_producing)
+    t = KeepProducing(p, topic, lambda n: [{"partition": 0, "key": f"d{n + j}".encode(),
+                                             "value": f"during-{n + j}".encode()} for j in range(200)])
     t.start()
     try:
         time.sleep(1.0)
@@ -224,9 +238,8 @@ def test_move_a_replica_between_log_dirs_online(unstarted_broker):
             time.sleep(0.5)
         time.sleep(1.0)
     finally:
-        stop.set()
-        t.join(timeout=120)
-    assert not failures, failures
+        t.finish()
+    during, during_reports = t.sent, t.reports
     assert_all_delivered(during_reports)
     assert len(during_reports) >= 200, len(during_reports)
 
@@ -445,25 +458,8 @@ def test_a_failing_disk_hands_its_leaderships_over_in_a_cluster(two_disks, tmp_p
         assert on_a and on_b, (on_a, on_b)
 
         p = producer(c.bootstrap, **{"enable.idempotence": True, "linger.ms": 5})
-        sent: list[dict] = []
-        reports: list = []
-        stop = threading.Event()
-        failures: list[BaseException] = []
-
-        def keep_producing():
-            try:
-                i = 0
-                while not stop.is_set():
-                    chunk = [{"partition": (i + j) % partitions, "key": f"k{i + j}".encode(),
-                              "value": f"v{i + j}".encode()} for j in range(120)]
-                    sent.extend(chunk)
-                    reports.extend(produce_all(p, topic, chunk))
-                    i += len(chunk)
-                    time.sleep(0.05)
-            except BaseException as e:  # noqa: BLE001 - reported by the test thread
-                failures.append(e)
-
-        t = threading.Thread(target=keep_producing)
+        t = KeepProducing(p, topic, lambda n: [{"partition": (n + j) % partitions, "key": f"k{n + j}".encode(),
+                                                 "value": f"v{n + j}".encode()} for j in range(120)], pause=0.05)
         t.start()
         try:
             time.sleep(2.0)
@@ -474,9 +470,8 @@ def test_a_failing_disk_hands_its_leaderships_over_in_a_cluster(two_disks, tmp_p
                 if i in on_b), timeout=30)
             time.sleep(3.0)
         finally:
-            stop.set()
-            t.join(timeout=180)
-        assert not failures, failures
+            t.finish()
+        sent, reports = t.sent, t.reports
         assert_all_delivered(reports)
         md = admin(c.bootstrap).list_topics(topic, timeout=5).topics[topic].partitions
         for i in on_a:
